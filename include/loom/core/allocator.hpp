@@ -1,0 +1,37 @@
+// Device memory allocators. Tensors hold a shared_ptr to the allocator that made their storage,
+// so an allocator lives as long as any memory it handed out.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "loom/core/device.hpp"
+#include "loom/core/stream.hpp"
+
+namespace loom {
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual Device device() const noexcept = 0;
+  // Memory usable by work on stream. Zero bytes gives nullptr. Throws an out_of_memory Error.
+  virtual void* allocate(std::size_t bytes, StreamRef stream) = 0;
+  // Returns memory from allocate(); nullptr is ignored. Throws invalid_argument for a pointer
+  // this allocator did not hand out.
+  virtual void deallocate(void* ptr) = 0;
+};
+
+// Alignment of every CPU allocation: a cache line, and enough for any SIMD load.
+inline constexpr std::size_t cpu_alignment = 64;
+
+// The CPU allocator (aligned operator new). Stateless: one shared instance serves everyone.
+std::shared_ptr<Allocator> cpu_allocator();
+
+// Plain cudaMalloc/cudaFree on one device, without caching.
+std::shared_ptr<Allocator> cuda_direct_allocator(int device_index);
+
+// The allocator Tensor::empty uses when given only a device: cpu_allocator() or
+// cuda_direct_allocator(). Long-running code should use a CachingAllocator instead.
+std::shared_ptr<Allocator> default_allocator(Device device);
+
+}  // namespace loom

@@ -1,0 +1,34 @@
+// What the CUDA runtime can see on this machine. Never throws for "no GPU": a build without CUDA,
+// a machine without a driver and a machine without devices all answer with a reason.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace loom {
+
+struct CudaRuntimeStatus {
+  bool compiled = false;     // this build of loom contains the CUDA path
+  int device_count = 0;      // usable CUDA devices (0 when none, or no driver)
+  int driver_version = 0;    // e.g. 13000 for CUDA 13.0; 0 when there is no driver
+  int runtime_version = 0;   // the CUDA runtime loom was linked with; 0 without CUDA
+  std::string reason;        // why there is no usable GPU; empty when device_count > 0
+
+  bool available() const noexcept { return device_count > 0; }
+};
+
+CudaRuntimeStatus cuda_runtime_status();
+
+struct CudaDeviceProperties {
+  int index = 0;
+  std::string name;
+  int compute_major = 0;
+  int compute_minor = 0;
+  std::size_t total_memory_bytes = 0;
+  int multiprocessor_count = 0;
+};
+
+// Throws a cuda Error naming the index and the device count when the device does not exist.
+CudaDeviceProperties cuda_device_properties(int index);
+
+}  // namespace loom

@@ -1,0 +1,192 @@
+// The CUDA runtime seam, for builds with CUDA. Every return code is checked; functions that run
+// in destructors (free, *_destroy) report failures on stderr instead of throwing.
+#include "../cuda_runtime.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <string>
+
+#include "kernels/cuda/fill.hpp"
+#include "loom/core/cuda_check.hpp"
+#include "loom/core/error.hpp"
+
+namespace loom::detail::cuda_rt {
+
+namespace {
+
+// Makes device current for the guard's lifetime, restoring the previous one after.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    check(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+  }
+  ~DeviceGuard() {
+    int current = previous_;
+    if (cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+void report_in_destructor(cudaError_t status, const char* call) {
+  if (status != cudaSuccess) {
+    std::fprintf(stderr, "loom: %s failed during cleanup: %s (%s)\n", call, cudaGetErrorName(status),
+                 cudaGetErrorString(status));
+  }
+}
+
+cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
+cudaEvent_t as_event(void* event) { return static_cast<cudaEvent_t>(event); }
+
+}  // namespace
+
+CudaRuntimeStatus status() {
+  CudaRuntimeStatus result;
+  result.compiled = true;
+  cudaRuntimeGetVersion(&result.runtime_version);
+  if (cudaDriverGetVersion(&result.driver_version) != cudaSuccess) result.driver_version = 0;
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    result.reason = result.driver_version == 0 ? "no CUDA driver is installed or loadable; " : "";
+    result.reason += std::string("cudaGetDeviceCount returned ") + cudaGetErrorName(error) + " (" +
+                     cudaGetErrorString(error) + ")";
+    cudaGetLastError();  // not sticky; leave no error behind for later calls
+    return result;
+  }
+  result.device_count = count;
+  if (count == 0) result.reason = "the CUDA driver reports no devices";
+  return result;
+}
+
+void require_device(int device) {
+  const CudaRuntimeStatus current = status();
+  if (!current.available()) fail(ErrorCategory::cuda, "cannot use cuda:", device, ": ", current.reason);
+  if (device < 0 || device >= current.device_count) {
+    fail(ErrorCategory::cuda, "cuda:", device, " does not exist: this machine has ", current.device_count,
+         " CUDA device(s)");
+  }
+}
+
+CudaDeviceProperties device_properties(int device) {
+  require_device(device);
+  cudaDeviceProp props{};
+  check(cudaGetDeviceProperties(&props, device), "cudaGetDeviceProperties(" + std::to_string(device) + ")");
+  CudaDeviceProperties result;
+  result.index = device;
+  result.name = props.name;
+  result.compute_major = props.major;
+  result.compute_minor = props.minor;
+  result.total_memory_bytes = props.totalGlobalMem;
+  result.multiprocessor_count = props.multiProcessorCount;
+  return result;
+}
+
+void* malloc(int device, std::size_t bytes) {
+  DeviceGuard guard(device);
+  void* ptr = nullptr;
+  const cudaError_t error = cudaMalloc(&ptr, bytes);
+  if (error == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // clear it: out of memory is an answer here, not a failure
+    return nullptr;
+  }
+  check(error, "cudaMalloc(" + std::to_string(bytes) + " bytes) on cuda:" + std::to_string(device));
+  return ptr;
+}
+
+void free(int device, void* ptr) noexcept {
+  if (ptr == nullptr) return;
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(device);
+  report_in_destructor(cudaFree(ptr), "cudaFree");
+  cudaSetDevice(previous);
+}
+
+void memcpy(int device, void* dst, const void* src, std::size_t bytes, void* stream) {
+  DeviceGuard guard(device);
+  const std::string call = "cudaMemcpyAsync(" + std::to_string(bytes) + " bytes) on cuda:" + std::to_string(device);
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(stream)), call);
+  if (stream == nullptr) check(cudaStreamSynchronize(nullptr), call + ", synchronizing");
+}
+
+void fill(int device, void* dst, std::int64_t count, std::uint64_t pattern, std::size_t element_size,
+          void* stream) {
+  DeviceGuard guard(device);
+  kernels::cuda::launch_fill(dst, count, pattern, element_size, as_stream(stream));
+  const std::string call = "fill kernel (" + std::to_string(count) + " x " + std::to_string(element_size) +
+                           " bytes) on cuda:" + std::to_string(device);
+  check(cudaGetLastError(), call);
+  if (stream == nullptr) check(cudaStreamSynchronize(nullptr), call + ", synchronizing");
+}
+
+void* stream_create(int device) {
+  require_device(device);
+  DeviceGuard guard(device);
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags on cuda:" + std::to_string(device));
+  return stream;
+}
+
+void stream_destroy(int, void* stream) noexcept { report_in_destructor(cudaStreamDestroy(as_stream(stream)), "cudaStreamDestroy"); }
+
+void stream_synchronize(int device, void* stream) {
+  DeviceGuard guard(device);
+  check(cudaStreamSynchronize(as_stream(stream)), "cudaStreamSynchronize on cuda:" + std::to_string(device));
+}
+
+bool stream_query(int device, void* stream) {
+  DeviceGuard guard(device);
+  const cudaError_t error = cudaStreamQuery(as_stream(stream));
+  if (error == cudaErrorNotReady) return false;
+  check(error, "cudaStreamQuery on cuda:" + std::to_string(device));
+  return true;
+}
+
+void stream_wait_event(int device, void* stream, void* event) {
+  DeviceGuard guard(device);
+  check(cudaStreamWaitEvent(as_stream(stream), as_event(event), 0), "cudaStreamWaitEvent on cuda:" + std::to_string(device));
+}
+
+void* event_create(int device, bool enable_timing) {
+  require_device(device);
+  DeviceGuard guard(device);
+  cudaEvent_t event = nullptr;
+  check(cudaEventCreateWithFlags(&event, enable_timing ? cudaEventDefault : cudaEventDisableTiming),
+        "cudaEventCreateWithFlags on cuda:" + std::to_string(device));
+  return event;
+}
+
+void event_destroy(int, void* event) noexcept { report_in_destructor(cudaEventDestroy(as_event(event)), "cudaEventDestroy"); }
+
+void event_record(int device, void* event, void* stream) {
+  DeviceGuard guard(device);
+  check(cudaEventRecord(as_event(event), as_stream(stream)), "cudaEventRecord on cuda:" + std::to_string(device));
+}
+
+void event_synchronize(int device, void* event) {
+  DeviceGuard guard(device);
+  check(cudaEventSynchronize(as_event(event)), "cudaEventSynchronize on cuda:" + std::to_string(device));
+}
+
+bool event_query(int device, void* event) {
+  DeviceGuard guard(device);
+  const cudaError_t error = cudaEventQuery(as_event(event));
+  if (error == cudaErrorNotReady) return false;
+  check(error, "cudaEventQuery on cuda:" + std::to_string(device));
+  return true;
+}
+
+float event_elapsed_ms(int device, void* start, void* end) {
+  DeviceGuard guard(device);
+  float ms = 0.0f;
+  check(cudaEventElapsedTime(&ms, as_event(start), as_event(end)), "cudaEventElapsedTime on cuda:" + std::to_string(device));
+  return ms;
+}
+
+}  // namespace loom::detail::cuda_rt

@@ -1,0 +1,11 @@
+#include "loom/core/gpu_info.hpp"
+
+#include "cuda_runtime.hpp"
+
+namespace loom {
+
+CudaRuntimeStatus cuda_runtime_status() { return detail::cuda_rt::status(); }
+
+CudaDeviceProperties cuda_device_properties(int index) { return detail::cuda_rt::device_properties(index); }
+
+}  // namespace loom

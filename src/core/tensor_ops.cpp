@@ -1,0 +1,93 @@
+#include "loom/core/tensor_ops.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "cuda_runtime.hpp"
+#include "loom/core/error.hpp"
+
+namespace loom {
+
+namespace {
+
+// The device whose runtime performs an operation touching dst and src, and a check that the
+// stream (if given) is on it.
+int cuda_device_for(const Tensor& dst, const Tensor& src, StreamRef stream) {
+  const Device device = dst.device().is_cuda() ? dst.device() : src.device();
+  require(stream.is_default() || stream.device() == device, "copy between ", src.description(),
+          " and ", dst.description(), " was given a stream on ", stream.device());
+  return device.index();
+}
+
+template <class T>
+std::uint64_t integer_pattern(double value, DType dtype) {
+  require(std::isfinite(value) && std::trunc(value) == value &&
+              value >= static_cast<double>(std::numeric_limits<T>::lowest()) &&
+              value <= static_cast<double>(std::numeric_limits<T>::max()),
+          "fill value ", value, " is not representable in ", dtype);
+  using Unsigned = std::make_unsigned_t<T>;
+  return static_cast<Unsigned>(static_cast<T>(value));
+}
+
+// The bit pattern of value in dtype, in the low dtype_size(dtype) bytes.
+std::uint64_t element_pattern(double value, DType dtype) {
+  switch (dtype) {
+    case DType::f32: return std::bit_cast<std::uint32_t>(static_cast<float>(value));
+    case DType::f16: return float_to_half_bits(static_cast<float>(value));
+    case DType::bf16: return float_to_bf16_bits(static_cast<float>(value));
+    case DType::i32: return integer_pattern<std::int32_t>(value, dtype);
+    case DType::i64: return integer_pattern<std::int64_t>(value, dtype);
+    case DType::u8: return integer_pattern<std::uint8_t>(value, dtype);
+    case DType::u16: return integer_pattern<std::uint16_t>(value, dtype);
+  }
+  fail(ErrorCategory::invalid_argument, "fill: unknown dtype");
+}
+
+template <class Word>
+void fill_words(void* dst, std::int64_t count, std::uint64_t pattern) {
+  std::fill_n(static_cast<Word*>(dst), count, static_cast<Word>(pattern));
+}
+
+}  // namespace
+
+void copy(const Tensor& dst, const Tensor& src, StreamRef stream) {
+  require(dst.defined() && src.defined(), "copy needs defined tensors, got ", dst.description(),
+          " <- ", src.description());
+  require(dst.dtype() == src.dtype(), "copy between dtypes: ", dst.description(), " <- ",
+          src.description(), " (cast explicitly)");
+  require(dst.numel() == src.numel(), "copy between sizes: ", dst.description(), " <- ",
+          src.description());
+  if (dst.nbytes() == 0 || dst.raw_data() == src.raw_data()) return;
+  if (dst.device().is_cpu() && src.device().is_cpu()) {
+    require(stream.device().is_cpu(), "a CPU copy was given a stream on ", stream.device());
+    std::memmove(dst.raw_data(), src.raw_data(), dst.nbytes());
+    return;
+  }
+  detail::cuda_rt::memcpy(cuda_device_for(dst, src, stream), dst.raw_data(), src.raw_data(), dst.nbytes(),
+                          stream.native_handle());
+}
+
+void fill(const Tensor& dst, double value, StreamRef stream) {
+  require(dst.defined(), "fill on an undefined tensor");
+  const std::uint64_t pattern = element_pattern(value, dst.dtype());
+  if (dst.numel() == 0) return;
+  if (dst.device().is_cuda()) {
+    require(stream.is_default() || stream.device() == dst.device(), "fill of ", dst.description(),
+            " was given a stream on ", stream.device());
+    detail::cuda_rt::fill(dst.device().index(), dst.raw_data(), dst.numel(), pattern, dst.element_size(),
+                          stream.native_handle());
+    return;
+  }
+  require(stream.device().is_cpu(), "fill of ", dst.description(), " was given a stream on ",
+          stream.device());
+  switch (dst.element_size()) {
+    case 1: fill_words<std::uint8_t>(dst.raw_data(), dst.numel(), pattern); break;
+    case 2: fill_words<std::uint16_t>(dst.raw_data(), dst.numel(), pattern); break;
+    case 4: fill_words<std::uint32_t>(dst.raw_data(), dst.numel(), pattern); break;
+    case 8: fill_words<std::uint64_t>(dst.raw_data(), dst.numel(), pattern); break;
+  }
+}
+
+}  // namespace loom

@@ -1,0 +1,47 @@
+// CUDA streams and events: ordering across streams and timing.
+#include <catch2/catch.hpp>
+
+#include "loom/core/stream.hpp"
+#include "loom/core/tensor.hpp"
+#include "loom/core/tensor_ops.hpp"
+#include "support/tensor_checks.hpp"
+
+using loom::Device;
+using loom::DType;
+using loom::Event;
+using loom::Stream;
+using loom::Tensor;
+
+TEST_CASE("a stream waiting on an event sees the other stream's writes", "[cuda][stream]") {
+  const Device gpu = Device::cuda(0);
+  Stream producer(gpu), consumer(gpu);
+  const std::int64_t n = 1 << 24;
+  const Tensor a = Tensor::empty({n}, DType::f32, gpu);
+  const Tensor b = Tensor::empty({n}, DType::f32, gpu);
+  loom::fill(a, 5.0, producer);
+  Event ready(gpu);
+  ready.record(producer);
+  consumer.wait(ready);
+  loom::copy(b, a, consumer);
+  consumer.synchronize();
+  CHECK(ready.query());
+  const std::vector<float> values = b.to_vector<float>();
+  for (std::size_t i = 0; i < values.size(); i += 4097) REQUIRE(values[i] == 5.0f);
+  CHECK(values.back() == 5.0f);
+}
+
+TEST_CASE("timed events measure device work", "[cuda][stream]") {
+  const Device gpu = Device::cuda(0);
+  Stream stream(gpu);
+  Event start(gpu, true), end(gpu, true);
+  const Tensor big = Tensor::empty({1 << 26}, DType::f32, gpu);
+  start.record(stream);
+  for (int i = 0; i < 10; ++i) loom::fill(big, i, stream);
+  end.record(stream);
+  end.synchronize();
+  CHECK(stream.query());
+  const float ms = start.elapsed_ms(end);
+  CHECK(ms > 0.0f);
+  CHECK(ms < 10000.0f);
+  CHECK_THROWS_AS(start.record(loom::StreamRef(Device::cuda(1), nullptr)), loom::Error);
+}

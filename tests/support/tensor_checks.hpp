@@ -1,0 +1,53 @@
+// Helpers shared by loom's tests: poisoning outputs and matching loom::Error.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "loom/core/error.hpp"
+#include "loom/core/tensor.hpp"
+#include "loom/core/tensor_ops.hpp"
+
+namespace loom::test {
+
+// Every byte 0xA5: a NaN for f32/f16/bf16 and an unlikely integer, so an element a kernel forgot
+// to write fails the comparison that follows.
+inline constexpr unsigned poison_byte = 0xA5;
+inline void poison(const Tensor& tensor, StreamRef stream = {}) {
+  fill(tensor.as_bytes(), poison_byte, stream);
+}
+
+// Matches a loom::Error of one category whose what() contains every given fragment.
+class ErrorMatcher : public Catch::MatcherBase<Error> {
+ public:
+  ErrorMatcher(ErrorCategory category, std::initializer_list<std::string> fragments)
+      : category_(category), fragments_(fragments) {}
+
+  bool match(const Error& error) const override {
+    if (error.category() != category_) return false;
+    const std::string what = error.what();
+    for (const std::string& fragment : fragments_) {
+      if (what.find(fragment) == std::string::npos) return false;
+    }
+    return true;
+  }
+
+  std::string describe() const override {
+    std::string text = "is a loom '" + std::string(to_string(category_)) + "' error mentioning";
+    for (const std::string& fragment : fragments_) text += " '" + fragment + "'";
+    return text;
+  }
+
+ private:
+  ErrorCategory category_;
+  std::vector<std::string> fragments_;
+};
+
+inline ErrorMatcher IsError(ErrorCategory category, std::initializer_list<std::string> fragments = {}) {
+  return ErrorMatcher(category, fragments);
+}
+
+}  // namespace loom::test
