@@ -1,0 +1,49 @@
+#include "bench_report.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "loom/core/build_info.hpp"
+#include "loom/core/error.hpp"
+#include "loom/core/gpu_info.hpp"
+
+namespace loom::bench {
+
+double median(std::vector<double> samples) {
+  require(!samples.empty(), "median of no samples");
+  std::sort(samples.begin(), samples.end());
+  const std::size_t mid = samples.size() / 2;
+  return samples.size() % 2 ? samples[mid] : (samples[mid - 1] + samples[mid]) / 2;
+}
+
+nlohmann::json make_record(const std::string& benchmark, const nlohmann::json& config) {
+  const char* commit = std::getenv("LOOM_COMMIT");
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  nlohmann::json gpus = nlohmann::json::array();
+  const CudaRuntimeStatus cuda = cuda_runtime_status();
+  for (int i = 0; i < cuda.device_count; ++i) {
+    const CudaDeviceProperties p = cuda_device_properties(i);
+    gpus.push_back({{"name", p.name}, {"sm", p.compute_major * 10 + p.compute_minor},
+                    {"memory_bytes", p.total_memory_bytes}});
+  }
+  return {{"benchmark", benchmark},
+          {"commit", commit != nullptr ? commit : LOOM_CONFIGURE_COMMIT},
+          {"machine", {{"host", host}, {"cpus", std::thread::hardware_concurrency()}, {"gpus", gpus},
+                       {"build", to_string(build_info())}}},
+          {"config", config},
+          {"rows", nlohmann::json::array()}};
+}
+
+void write_json(const std::string& path, const nlohmann::json& record) {
+  std::ofstream out(path);
+  if (!out) fail(ErrorCategory::io, "cannot open '", path, "' for writing");
+  out << record.dump(2) << '\n';
+  if (!out) fail(ErrorCategory::io, "cannot write '", path, "'");
+}
+
+}  // namespace loom::bench

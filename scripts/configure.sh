@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Configures loom into ${LOOM_BUILD_DIR:-build}. Shared by test.sh and quickstart.sh.
+# Honours LOOM_CUDA and LOOM_MPI (AUTO, ON, OFF); warnings are errors when CI=true.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build_dir=${LOOM_BUILD_DIR:-$root/build}
+werror=OFF
+if [ "${CI:-}" = "true" ]; then werror=ON; fi
+generator=()
+if command -v ninja >/dev/null; then generator=(-G Ninja); fi
+if [ -f "$build_dir/CMakeCache.txt" ]; then generator=(); fi  # keep the generator it was made with
+cmake -S "$root" -B "$build_dir" "${generator[@]}" \
+  -DCMAKE_BUILD_TYPE=Release \
+  -DLOOM_CUDA="${LOOM_CUDA:-AUTO}" \
+  -DLOOM_MPI="${LOOM_MPI:-AUTO}" \
+  -DLOOM_WERROR="$werror"

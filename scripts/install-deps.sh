@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs every Debian package loom needs to build, test and run its examples and benchmarks.
+# Idempotent: installs only what is missing. Works as root or through sudo.
+# The CUDA toolkit (nvcc, cuBLAS, NCCL, cuDNN) is not a Debian package: loom uses it when present.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build git pkg-config
+  libeigen3-dev catch2 libcli11-dev nlohmann-json3-dev
+  libopenmpi-dev openmpi-bin
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages are installed"
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  if ! command -v sudo >/dev/null; then
+    echo "install-deps: need root or sudo to install: ${missing[*]}" >&2
+    exit 1
+  fi
+  sudo="sudo"
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+$sudo apt-get install -y -q "${missing[@]}"
