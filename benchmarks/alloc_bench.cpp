@@ -34,7 +34,14 @@ std::shared_ptr<loom::CachingAllocator> caching_for(loom::Device device);
 class CpuBacking final : public loom::BackingAllocator {
  public:
   loom::Device device() const noexcept override { return loom::Device::cpu(); }
-  void* allocate(std::size_t bytes) override { return loom::cpu_allocator()->allocate(bytes, {}); }
+  void* allocate(std::size_t bytes) override {
+    try {
+      return loom::cpu_allocator()->allocate(bytes, {});
+    } catch (const loom::Error& error) {
+      if (error.category() == loom::ErrorCategory::out_of_memory) return nullptr;  // the backing contract
+      throw;
+    }
+  }
   void deallocate(void* ptr) noexcept override { loom::cpu_allocator()->deallocate(ptr); }
 };
 

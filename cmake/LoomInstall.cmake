@@ -6,10 +6,23 @@ install(TARGETS loom EXPORT loomTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/loom" DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# The vendor-code wrappers ship only with the library they wrap.
+set(_loom_header_excludes)
+foreach(pair "CUDA;cuda_check" "CUDNN;cudnn_check" "NCCL;nccl_check" "MPI;mpi_check")
+  list(GET pair 0 feature)
+  list(GET pair 1 header)
+  if(NOT LOOM_WITH_${feature})
+    list(APPEND _loom_header_excludes PATTERN "${header}.hpp" EXCLUDE)
+  endif()
+endforeach()
+install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/loom" DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        ${_loom_header_excludes})
 install(FILES "${LOOM_GENERATED_INCLUDE_DIR}/loom/config.hpp" DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/loom)
 install(EXPORT loomTargets NAMESPACE loom:: DESTINATION ${LOOM_CMAKE_DIR})
 
+if(LOOM_WITH_CUDA)
+  get_filename_component(LOOM_CUDA_TOOLKIT_ROOT "${CUDAToolkit_BIN_DIR}" DIRECTORY)
+endif()
 if(NCCL_INCLUDE_DIR)
   get_filename_component(LOOM_NCCL_PREFIX "${NCCL_INCLUDE_DIR}" DIRECTORY)
 endif()

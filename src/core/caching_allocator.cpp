@@ -51,7 +51,7 @@ std::size_t CachingAllocator::size_class(std::size_t bytes) {
   if (bytes == 0) return 0;
   if (bytes <= small_limit) return (bytes + small_granule - 1) / small_granule * small_granule;
   const std::size_t step = std::bit_floor(bytes) / 4;
-  require(bytes <= SIZE_MAX - step, "allocation of ", bytes, " bytes is too large");
+  if (bytes > SIZE_MAX - step) fail(ErrorCategory::out_of_memory, "an allocation of ", bytes, " bytes is impossible");
   return (bytes + step - 1) / step * step;
 }
 
@@ -72,7 +72,12 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamRef stream) {
   } else {
     ptr = allocate_from_backing(size);
   }
-  live_.emplace(ptr, Block{size, stream.native_handle()});
+  try {
+    live_.emplace(ptr, Block{size, stream.native_handle()});
+  } catch (...) {
+    cache_[CacheKey(stream.native_handle(), size)].push_back(ptr);  // keep the books whole
+    throw;
+  }
   ++stats_.allocation_count;
   stats_.allocated_bytes += size;
   stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
@@ -104,8 +109,8 @@ void CachingAllocator::deallocate(void* ptr) {
   require(live != live_.end(), "caching allocator for ", device_, " asked to free ", ptr,
           ", which it did not allocate or which was already freed");
   const Block block = live->second;
+  cache_[CacheKey(block.stream, block.size)].push_back(ptr);  // may throw: nothing changed yet
   live_.erase(live);
-  cache_[CacheKey(block.stream, block.size)].push_back(ptr);
   ++stats_.free_count;
   stats_.allocated_bytes -= block.size;
 }

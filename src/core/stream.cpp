@@ -72,8 +72,8 @@ Event& Event::operator=(Event&& other) noexcept {
 }
 
 void Event::record(StreamRef stream) {
-  require(stream.device() == device_, "event on ", device_, " cannot be recorded on a stream on ",
-          stream.device());
+  require(stream.is_default() || stream.device() == device_, "event on ", device_,
+          " cannot be recorded on a stream on ", stream.device());
   if (device_.is_cuda()) {
     cudart::event_record(device_.index(), native_, stream.native_handle());
   } else {

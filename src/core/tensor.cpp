@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <limits>
 
 #include "cuda_runtime.hpp"
 #include "loom/core/error.hpp"
@@ -21,8 +22,21 @@ Storage::~Storage() {
     // Destructors never throw; a failed release means a bookkeeping bug worth seeing.
     std::fprintf(stderr, "loom: releasing %zu bytes on %s failed: %s\n", bytes_,
                  device_.to_string().c_str(), error.what());
+  } catch (...) {
+    std::fprintf(stderr, "loom: releasing %zu bytes on %s failed with a non-standard exception\n", bytes_,
+                 device_.to_string().c_str());
   }
 }
+
+namespace {
+// Bytes for shape x dtype; an invalid_argument Error when that does not fit in 63 bits.
+std::size_t storage_bytes(const Shape& shape, DType dtype) {
+  const auto element = static_cast<std::int64_t>(dtype_size(dtype));
+  require(shape.numel() <= std::numeric_limits<std::int64_t>::max() / element, "a ", dtype, " tensor of shape ",
+          shape, " needs more than 2^63-1 bytes");
+  return static_cast<std::size_t>(shape.numel() * element);
+}
+}  // namespace
 
 Tensor::Tensor(std::shared_ptr<Storage> storage, std::size_t offset_bytes, Shape shape, DType dtype)
     : storage_(std::move(storage)), offset_bytes_(offset_bytes), shape_(std::move(shape)), dtype_(dtype) {}
@@ -34,10 +48,15 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 Tensor Tensor::empty(const Shape& shape, DType dtype, std::shared_ptr<Allocator> allocator, StreamRef stream) {
   require(allocator != nullptr, "Tensor::empty was given a null allocator");
   const Device device = allocator->device();
-  const std::size_t bytes = static_cast<std::size_t>(shape.numel()) * dtype_size(dtype);
+  const std::size_t bytes = storage_bytes(shape, dtype);
   void* data = allocator->allocate(bytes, stream);
-  auto storage = std::make_shared<Storage>(data, bytes, device,
-                                           [allocator](void* ptr) { allocator->deallocate(ptr); });
+  std::shared_ptr<Storage> storage;
+  try {
+    storage = std::make_shared<Storage>(data, bytes, device, [allocator](void* ptr) { allocator->deallocate(ptr); });
+  } catch (...) {
+    allocator->deallocate(data);
+    throw;
+  }
   return Tensor(std::move(storage), 0, shape, dtype);
 }
 
@@ -69,7 +88,7 @@ template Tensor Tensor::from_vector<std::uint16_t>(std::span<const std::uint16_t
 Tensor Tensor::from_blob(void* data, const Shape& shape, DType dtype, Device device, Storage::Release release) {
   require(data != nullptr || shape.numel() == 0, "from_blob got a null pointer for shape ", shape);
   if (device.is_cuda()) detail::cuda_rt::require_device(device.index());
-  const std::size_t bytes = static_cast<std::size_t>(shape.numel()) * dtype_size(dtype);
+  const std::size_t bytes = storage_bytes(shape, dtype);
   return Tensor(std::make_shared<Storage>(data, bytes, device, std::move(release)), 0, shape, dtype);
 }
 

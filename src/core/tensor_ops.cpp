@@ -23,9 +23,10 @@ int cuda_device_for(const Tensor& dst, const Tensor& src, StreamRef stream) {
 
 template <class T>
 std::uint64_t integer_pattern(double value, DType dtype) {
+  // [lowest, 2^digits): the upper bound is exclusive because (double)INT64_MAX rounds up to 2^63.
+  const double upper = std::ldexp(1.0, std::numeric_limits<T>::digits);
   require(std::isfinite(value) && std::trunc(value) == value &&
-              value >= static_cast<double>(std::numeric_limits<T>::lowest()) &&
-              value <= static_cast<double>(std::numeric_limits<T>::max()),
+              value >= static_cast<double>(std::numeric_limits<T>::lowest()) && value < upper,
           "fill value ", value, " is not representable in ", dtype);
   using Unsigned = std::make_unsigned_t<T>;
   return static_cast<Unsigned>(static_cast<T>(value));
@@ -34,9 +35,9 @@ std::uint64_t integer_pattern(double value, DType dtype) {
 // The bit pattern of value in dtype, in the low dtype_size(dtype) bytes.
 std::uint64_t element_pattern(double value, DType dtype) {
   switch (dtype) {
-    case DType::f32: return std::bit_cast<std::uint32_t>(static_cast<float>(value));
-    case DType::f16: return float_to_half_bits(static_cast<float>(value));
-    case DType::bf16: return float_to_bf16_bits(static_cast<float>(value));
+    case DType::f32: return std::bit_cast<std::uint32_t>(narrow_to_float(value));
+    case DType::f16: return double_to_half_bits(value);
+    case DType::bf16: return double_to_bf16_bits(value);
     case DType::i32: return integer_pattern<std::int32_t>(value, dtype);
     case DType::i64: return integer_pattern<std::int64_t>(value, dtype);
     case DType::u8: return integer_pattern<std::uint8_t>(value, dtype);

@@ -27,9 +27,12 @@ TEST_CASE("cached device blocks are reused per stream and counted", "[cuda][allo
   {
     const Tensor same_stream = Tensor::empty({1 << 20}, DType::f32, allocator, s1);
     CHECK(same_stream.raw_data() == first);
+    CHECK(same_stream.slice(0, 1).item<float>() == 1.0f);  // same block, contents as left
+  }
+  {
+    // first is cached again, free; a request on another stream must still not get it.
     const Tensor other_stream = Tensor::empty({1 << 20}, DType::f32, allocator, s2);
     CHECK(other_stream.raw_data() != first);
-    CHECK(same_stream.item<float>() == 1.0f);  // same block, contents as left
   }
   const loom::AllocatorStats s = allocator->stats();
   CHECK(s.allocation_count == 3);

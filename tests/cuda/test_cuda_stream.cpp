@@ -18,6 +18,10 @@ TEST_CASE("a stream waiting on an event sees the other stream's writes", "[cuda]
   const std::int64_t n = 1 << 24;
   const Tensor a = Tensor::empty({n}, DType::f32, gpu);
   const Tensor b = Tensor::empty({n}, DType::f32, gpu);
+  loom::test::poison(a);
+  loom::test::poison(b);
+  // Enough work on the producer that a consumer not waiting for it would read stale values.
+  for (int i = 0; i < 20; ++i) loom::fill(a, i, producer);
   loom::fill(a, 5.0, producer);
   Event ready(gpu);
   ready.record(producer);

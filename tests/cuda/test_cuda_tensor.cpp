@@ -72,10 +72,13 @@ TEST_CASE("copies and fills enqueued on a stream are complete after synchronize"
   const std::int64_t n = 1 << 22;
   const Tensor host = patterned({n}, DType::f32);
   const Tensor device = Tensor::empty({n}, DType::f32, gpu);
-  loom::copy(device, host, stream);
   const Tensor filled = Tensor::empty({n}, DType::bf16, gpu);
-  loom::fill(filled, 0.5, stream);
   const Tensor back = Tensor::empty({n}, DType::f32);
+  loom::test::poison(device);
+  loom::test::poison(filled);
+  loom::test::poison(back);
+  loom::copy(device, host, stream);
+  loom::fill(filled, 0.5, stream);
   loom::copy(back, device, stream);
   stream.synchronize();
   CHECK(back.as_bytes().to_vector<std::uint8_t>() == host.as_bytes().to_vector<std::uint8_t>());

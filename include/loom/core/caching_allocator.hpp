@@ -4,6 +4,12 @@
 // the stream it was last allocated on, so reuse is ordered after earlier work on that stream
 // without any synchronization. When the backing allocator runs out, the cache is released and
 // the request retried once before an out_of_memory Error.
+//
+// The stream contract (as in other frameworks' caching allocators): a block may be used by work
+// on the stream it was allocated on; if other streams use it, synchronize them before freeing it.
+// Blocks cached under a stream that was destroyed are only reused by a later stream that happens
+// to get the same handle, after the old stream's work was enqueued: call empty_cache() after
+// destroying streams whose blocks should go back to the device.
 #pragma once
 
 #include <cstddef>

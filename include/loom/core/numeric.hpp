@@ -5,6 +5,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <limits>
 
 namespace loom {
 
@@ -64,6 +65,39 @@ constexpr std::uint16_t float_to_bf16_bits(float value) noexcept {
 
 constexpr float bf16_bits_to_float(std::uint16_t bits) noexcept {
   return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+}
+
+// double -> float, round to nearest even, overflow to infinity (defined for every double).
+constexpr float narrow_to_float(double value) noexcept {
+  // Doubles at or beyond FLT_MAX + half an ulp (2^128 - 2^103) round to infinity.
+  constexpr double overflow = 340282356779733661637539395458142568448.0;
+  if (value >= overflow) return std::numeric_limits<float>::infinity();
+  if (value <= -overflow) return -std::numeric_limits<float>::infinity();
+  return static_cast<float>(value);
+}
+
+// double -> float rounding to odd: exact when representable, else the value truncated toward zero
+// with its last mantissa bit set. Rounding that float to f16 or bf16 (at least two fewer
+// significand bits) gives the same result as rounding the double directly: no double rounding.
+constexpr float narrow_to_float_round_to_odd(double value) noexcept {
+  if (value != value) return static_cast<float>(value);  // NaN
+  constexpr double max = std::numeric_limits<float>::max();
+  if (value > max && value != std::numeric_limits<double>::infinity()) return std::numeric_limits<float>::max();
+  if (value < -max && value != -std::numeric_limits<double>::infinity()) return -std::numeric_limits<float>::max();
+  const float nearest = static_cast<float>(value);
+  if (static_cast<double>(nearest) == value) return nearest;
+  std::uint32_t bits = std::bit_cast<std::uint32_t>(nearest);
+  const double magnitude = value < 0 ? -value : value;
+  const double nearest_magnitude = nearest < 0 ? -static_cast<double>(nearest) : static_cast<double>(nearest);
+  if (nearest_magnitude > magnitude) --bits;  // rounded away from zero: step back toward zero
+  return std::bit_cast<float>(bits | 1u);
+}
+
+constexpr std::uint16_t double_to_half_bits(double value) noexcept {
+  return float_to_half_bits(narrow_to_float_round_to_odd(value));
+}
+constexpr std::uint16_t double_to_bf16_bits(double value) noexcept {
+  return float_to_bf16_bits(narrow_to_float_round_to_odd(value));
 }
 
 constexpr half to_half(float value) noexcept { return half{float_to_half_bits(value)}; }

@@ -21,7 +21,8 @@ class StreamRef {
 
   Device device() const noexcept { return device_; }
   void* native_handle() const noexcept { return native_; }  // cudaStream_t; nullptr on the CPU
-  bool is_default() const noexcept { return native_ == nullptr; }
+  // The default-constructed StreamRef (not a device's null stream named explicitly).
+  bool is_default() const noexcept { return device_.is_cpu() && native_ == nullptr; }
 
   friend bool operator==(const StreamRef&, const StreamRef&) noexcept = default;
 
@@ -67,7 +68,9 @@ class Event {
   void* native_handle() const noexcept { return native_; }  // cudaEvent_t; nullptr on the CPU
   bool recorded() const noexcept { return recorded_; }
 
-  void record(StreamRef stream);  // stream must be on the event's device
+  // Records on stream, which must be on the event's device; the default StreamRef means the
+  // device's default stream.
+  void record(StreamRef stream);
   void synchronize() const;
   bool query() const;
   // Milliseconds from this event to end; both recorded, both created with enable_timing.

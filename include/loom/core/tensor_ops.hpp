@@ -12,7 +12,8 @@ namespace loom {
 // devices (CPU and CUDA, either way, or CUDA to CUDA).
 void copy(const Tensor& dst, const Tensor& src, StreamRef stream = {});
 
-// Every element of dst <- value, converted to dst's dtype (round to nearest even for f16/bf16).
+// Every element of dst <- value, converted to dst's dtype: floating dtypes round the double to
+// nearest even once (no double rounding through float), overflowing to infinity.
 // For integer dtypes value must be a whole number in the dtype's range.
 void fill(const Tensor& dst, double value, StreamRef stream = {});
 

@@ -15,6 +15,13 @@ namespace loom::detail::cuda_rt {
 
 namespace {
 
+void report_in_destructor(cudaError_t status, const char* call) {
+  if (status != cudaSuccess) {
+    std::fprintf(stderr, "loom: %s failed during cleanup: %s (%s)\n", call, cudaGetErrorName(status),
+                 cudaGetErrorString(status));
+  }
+}
+
 // Makes device current for the guard's lifetime, restoring the previous one after.
 class DeviceGuard {
  public:
@@ -24,7 +31,8 @@ class DeviceGuard {
   }
   ~DeviceGuard() {
     int current = previous_;
-    if (cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
+    report_in_destructor(cudaGetDevice(&current), "cudaGetDevice");
+    if (current != previous_) report_in_destructor(cudaSetDevice(previous_), "cudaSetDevice");
   }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
@@ -33,11 +41,17 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
-void report_in_destructor(cudaError_t status, const char* call) {
-  if (status != cudaSuccess) {
-    std::fprintf(stderr, "loom: %s failed during cleanup: %s (%s)\n", call, cudaGetErrorName(status),
-                 cudaGetErrorString(status));
+// "cudaXxx on cuda:N", the call named in an error.
+std::string on_device(const char* call, int device) { return std::string(call) + " on cuda:" + std::to_string(device); }
+
+// For cudaStreamQuery / cudaEventQuery: true when done, false when still running, else an Error.
+bool completed(cudaError_t status, const std::string& call) {
+  if (status == cudaErrorNotReady) {
+    cudaGetLastError();  // "not ready" is an answer, not an error to leave behind
+    return false;
   }
+  check(status, call);
+  return true;
 }
 
 cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
@@ -48,7 +62,7 @@ cudaEvent_t as_event(void* event) { return static_cast<cudaEvent_t>(event); }
 CudaRuntimeStatus status() {
   CudaRuntimeStatus result;
   result.compiled = true;
-  cudaRuntimeGetVersion(&result.runtime_version);
+  if (cudaRuntimeGetVersion(&result.runtime_version) != cudaSuccess) result.runtime_version = 0;
   if (cudaDriverGetVersion(&result.driver_version) != cudaSuccess) result.driver_version = 0;
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
@@ -101,11 +115,11 @@ void* malloc(int device, std::size_t bytes) {
 
 void free(int device, void* ptr) noexcept {
   if (ptr == nullptr) return;
-  int previous = 0;
-  cudaGetDevice(&previous);
-  cudaSetDevice(device);
+  int previous = device;
+  report_in_destructor(cudaGetDevice(&previous), "cudaGetDevice");
+  if (previous != device) report_in_destructor(cudaSetDevice(device), "cudaSetDevice");
   report_in_destructor(cudaFree(ptr), "cudaFree");
-  cudaSetDevice(previous);
+  if (previous != device) report_in_destructor(cudaSetDevice(previous), "cudaSetDevice");
 }
 
 void memcpy(int device, void* dst, const void* src, std::size_t bytes, void* stream) {
@@ -118,6 +132,7 @@ void memcpy(int device, void* dst, const void* src, std::size_t bytes, void* str
 void fill(int device, void* dst, std::int64_t count, std::uint64_t pattern, std::size_t element_size,
           void* stream) {
   DeviceGuard guard(device);
+  check(cudaGetLastError(), "an earlier CUDA call on cuda:" + std::to_string(device));  // not the fill's
   kernels::cuda::launch_fill(dst, count, pattern, element_size, as_stream(stream));
   const std::string call = "fill kernel (" + std::to_string(count) + " x " + std::to_string(element_size) +
                            " bytes) on cuda:" + std::to_string(device);
@@ -129,7 +144,7 @@ void* stream_create(int device) {
   require_device(device);
   DeviceGuard guard(device);
   cudaStream_t stream = nullptr;
-  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags on cuda:" + std::to_string(device));
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), on_device("cudaStreamCreateWithFlags", device));
   return stream;
 }
 
@@ -137,20 +152,17 @@ void stream_destroy(int, void* stream) noexcept { report_in_destructor(cudaStrea
 
 void stream_synchronize(int device, void* stream) {
   DeviceGuard guard(device);
-  check(cudaStreamSynchronize(as_stream(stream)), "cudaStreamSynchronize on cuda:" + std::to_string(device));
+  check(cudaStreamSynchronize(as_stream(stream)), on_device("cudaStreamSynchronize", device));
 }
 
 bool stream_query(int device, void* stream) {
   DeviceGuard guard(device);
-  const cudaError_t error = cudaStreamQuery(as_stream(stream));
-  if (error == cudaErrorNotReady) return false;
-  check(error, "cudaStreamQuery on cuda:" + std::to_string(device));
-  return true;
+  return completed(cudaStreamQuery(as_stream(stream)), on_device("cudaStreamQuery", device));
 }
 
 void stream_wait_event(int device, void* stream, void* event) {
   DeviceGuard guard(device);
-  check(cudaStreamWaitEvent(as_stream(stream), as_event(event), 0), "cudaStreamWaitEvent on cuda:" + std::to_string(device));
+  check(cudaStreamWaitEvent(as_stream(stream), as_event(event), 0), on_device("cudaStreamWaitEvent", device));
 }
 
 void* event_create(int device, bool enable_timing) {
@@ -158,7 +170,7 @@ void* event_create(int device, bool enable_timing) {
   DeviceGuard guard(device);
   cudaEvent_t event = nullptr;
   check(cudaEventCreateWithFlags(&event, enable_timing ? cudaEventDefault : cudaEventDisableTiming),
-        "cudaEventCreateWithFlags on cuda:" + std::to_string(device));
+        on_device("cudaEventCreateWithFlags", device));
   return event;
 }
 
@@ -166,26 +178,23 @@ void event_destroy(int, void* event) noexcept { report_in_destructor(cudaEventDe
 
 void event_record(int device, void* event, void* stream) {
   DeviceGuard guard(device);
-  check(cudaEventRecord(as_event(event), as_stream(stream)), "cudaEventRecord on cuda:" + std::to_string(device));
+  check(cudaEventRecord(as_event(event), as_stream(stream)), on_device("cudaEventRecord", device));
 }
 
 void event_synchronize(int device, void* event) {
   DeviceGuard guard(device);
-  check(cudaEventSynchronize(as_event(event)), "cudaEventSynchronize on cuda:" + std::to_string(device));
+  check(cudaEventSynchronize(as_event(event)), on_device("cudaEventSynchronize", device));
 }
 
 bool event_query(int device, void* event) {
   DeviceGuard guard(device);
-  const cudaError_t error = cudaEventQuery(as_event(event));
-  if (error == cudaErrorNotReady) return false;
-  check(error, "cudaEventQuery on cuda:" + std::to_string(device));
-  return true;
+  return completed(cudaEventQuery(as_event(event)), on_device("cudaEventQuery", device));
 }
 
 float event_elapsed_ms(int device, void* start, void* end) {
   DeviceGuard guard(device);
   float ms = 0.0f;
-  check(cudaEventElapsedTime(&ms, as_event(start), as_event(end)), "cudaEventElapsedTime on cuda:" + std::to_string(device));
+  check(cudaEventElapsedTime(&ms, as_event(start), as_event(end)), on_device("cudaEventElapsedTime", device));
   return ms;
 }
 

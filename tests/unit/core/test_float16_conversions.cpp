@@ -67,12 +67,8 @@ std::uint16_t round_by_value(double x, std::uint16_t max_finite, std::uint16_t i
   return static_cast<std::uint16_t>(sign | chosen);
 }
 
-std::uint16_t reference_float_to_half(float x) {
-  return round_by_value(x, 0x7bff, 0x7c00, half_value, half_ulp);
-}
-std::uint16_t reference_float_to_bf16(float x) {
-  return round_by_value(x, 0x7f7f, 0x7f80, bf16_value, bf16_ulp);
-}
+std::uint16_t reference_to_half(double x) { return round_by_value(x, 0x7bff, 0x7c00, half_value, half_ulp); }
+std::uint16_t reference_to_bf16(double x) { return round_by_value(x, 0x7f7f, 0x7f80, bf16_value, bf16_ulp); }
 
 std::uint32_t bits_of(float x) { return std::bit_cast<std::uint32_t>(x); }
 
@@ -147,7 +143,7 @@ TEST_CASE("float -> f16 matches the by-value reference on random and special flo
   for (float x : inputs) {
     if (std::isnan(x)) continue;
     INFO("float " << x << " (0x" << std::hex << bits_of(x) << ")");
-    REQUIRE(loom::float_to_half_bits(x) == reference_float_to_half(x));
+    REQUIRE(loom::float_to_half_bits(x) == reference_to_half(x));
   }
   const std::uint16_t nan = loom::float_to_half_bits(std::bit_cast<float>(0xffc00001u));
   CHECK((nan & 0x7c00) == 0x7c00);
@@ -179,7 +175,7 @@ TEST_CASE("float -> bf16 rounds to nearest even for every bf16 pattern and low h
     for (std::uint32_t low : {0u, 1u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu, low_bits(rng), low_bits(rng)}) {
       const float x = std::bit_cast<float>((pattern << 16) | low);
       INFO("float 0x" << std::hex << bits_of(x));
-      REQUIRE(loom::float_to_bf16_bits(x) == reference_float_to_bf16(x));
+      REQUIRE(loom::float_to_bf16_bits(x) == reference_to_bf16(x));
     }
   }
 }
@@ -204,4 +200,52 @@ TEST_CASE("typed wrappers agree with the bit-level conversions", "[numeric]") {
   STATIC_REQUIRE(loom::to_float(loom::to_bfloat16(-3.0f)) == -3.0f);
   CHECK(loom::to_half(0.1f).bits == loom::float_to_half_bits(0.1f));
   CHECK(loom::to_bfloat16(0.1f).bits == loom::float_to_bf16_bits(0.1f));
+}
+
+TEST_CASE("double -> f16/bf16 rounds once, where going through float would round twice", "[numeric]") {
+  // 1 + 2^-11 + 2^-30 is just above the f16 midpoint between 1 and 1 + 2^-10, but rounds to that
+  // exact midpoint as a float; likewise 1 + 2^-8 + 2^-30 for bf16.
+  const double above_f16_tie = 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -30);
+  const double above_bf16_tie = 1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30);
+  CHECK(loom::float_to_half_bits(static_cast<float>(above_f16_tie)) == 0x3c00);  // the double rounding
+  CHECK(loom::double_to_half_bits(above_f16_tie) == 0x3c01);
+  CHECK(loom::double_to_half_bits(-above_f16_tie) == 0xbc01);
+  CHECK(loom::double_to_bf16_bits(above_bf16_tie) == 0x3f81);
+  CHECK(loom::double_to_half_bits(1e300) == 0x7c00);
+  CHECK(loom::double_to_bf16_bits(-1e300) == 0xff80);
+  CHECK(loom::double_to_half_bits(INFINITY) == 0x7c00);
+  CHECK(loom::double_to_half_bits(1e-300) == 0);
+  CHECK(std::isnan(loom::half_bits_to_float(loom::double_to_half_bits(NAN))));
+
+  std::mt19937_64 rng(99);
+  std::uniform_int_distribution<std::uint64_t> any_bits;
+  std::uniform_real_distribution<double> near_one(0.5, 2.0);
+  for (int i = 0; i < 200000; ++i) {
+    for (double x : {std::bit_cast<double>(any_bits(rng)), near_one(rng), std::ldexp(near_one(rng), -20),
+                     std::ldexp(near_one(rng), 120)}) {
+      if (std::isnan(x)) continue;
+      INFO("double " << x);
+      REQUIRE(loom::double_to_half_bits(x) == reference_to_half(x));
+      REQUIRE(loom::double_to_bf16_bits(x) == reference_to_bf16(x));
+    }
+  }
+}
+
+TEST_CASE("double -> float narrowing is defined for every double", "[numeric]") {
+  const double max = std::numeric_limits<float>::max();
+  const double half_ulp_above_max = std::ldexp(1.0, 128) - std::ldexp(1.0, 103);
+  CHECK(loom::narrow_to_float(1e300) == INFINITY);
+  CHECK(loom::narrow_to_float(-1e300) == -INFINITY);
+  CHECK(loom::narrow_to_float(half_ulp_above_max) == INFINITY);  // the tie goes to even: infinity
+  CHECK(loom::narrow_to_float(std::nextafter(half_ulp_above_max, 0.0)) == static_cast<float>(max));
+  CHECK(loom::narrow_to_float(0.1) == 0.1f);
+  CHECK(loom::narrow_to_float_round_to_odd(1e300) == std::numeric_limits<float>::max());
+  CHECK(loom::narrow_to_float_round_to_odd(0.5) == 0.5f);
+  // 0.1 lies between floats 0x3dcccccc and 0x3dcccccd: round to odd picks the odd one.
+  CHECK(std::bit_cast<std::uint32_t>(loom::narrow_to_float_round_to_odd(0.1)) == 0x3dcccccdu);
+  // 1 + 3.75 ulp: nearest-even rounds up to 1 + 4 ulp; round to odd keeps the odd 1 + 3 ulp.
+  const double x = 1.0 + 3.75 * std::ldexp(1.0, -23);
+  CHECK(static_cast<float>(x) == 1.0f + 4 * std::ldexp(1.0f, -23));
+  CHECK(loom::narrow_to_float_round_to_odd(x) == 1.0f + 3 * std::ldexp(1.0f, -23));
+  CHECK(loom::narrow_to_float_round_to_odd(-x) == -(1.0f + 3 * std::ldexp(1.0f, -23)));
 }

@@ -36,6 +36,11 @@ TEST_CASE("tensors know their shape, dtype, device and size", "[tensor]") {
   CHECK(reinterpret_cast<std::uintptr_t>(t.raw_data()) % loom::cpu_alignment == 0);
   CHECK(t.description() == "Tensor(bf16, (3, 5), cpu)");
   CHECK_FALSE(Tensor().defined());
+  // Element counts that fit in int64 but whose byte size does not are refused before allocating.
+  CHECK_THROWS_MATCHES(Tensor::empty({(std::int64_t{1} << 62) + 1}, DType::f32), loom::Error,
+                       IsError(ErrorCategory::invalid_argument, {"2^63-1 bytes", "f32"}));
+  CHECK_THROWS_AS(Tensor::from_blob(reinterpret_cast<void*>(64), {std::int64_t{1} << 61}, DType::i64, Device::cpu()),
+                  loom::Error);
   CHECK_THROWS_MATCHES(Tensor().raw_data(), loom::Error, IsError(ErrorCategory::invalid_argument, {"undefined"}));
 }
 
@@ -121,10 +126,15 @@ TEST_CASE("fill converts the value to each dtype and writes every element", "[te
   loom::fill(f32, 0.1);
   for (float v : f32.span<float>()) REQUIRE(v == 0.1f);
 
-  const Tensor f16 = Tensor::full({9}, DType::f16, 0.1);
-  for (loom::half v : f16.span<loom::half>()) REQUIRE(v.bits == loom::float_to_half_bits(0.1f));
-  const Tensor bf16 = Tensor::full({3}, DType::bf16, -1e30);
-  for (loom::bfloat16 v : bf16.span<loom::bfloat16>()) REQUIRE(v.bits == loom::float_to_bf16_bits(-1e30f));
+  // Crafted: just above the midpoint between two f16 (bf16) values; rounding through float first
+  // would land on the midpoint and round down to the even neighbour.
+  const double above_f16_tie = 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -30);
+  const Tensor f16 = Tensor::full({9}, DType::f16, above_f16_tie);
+  for (loom::half v : f16.span<loom::half>()) REQUIRE(v.bits == 0x3c01);
+  const Tensor bf16 = Tensor::full({3}, DType::bf16, -(1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30)));
+  for (loom::bfloat16 v : bf16.span<loom::bfloat16>()) REQUIRE(v.bits == 0xbf81);
+  CHECK(Tensor::full({1}, DType::f32, 1e300).item<float>() == INFINITY);
+  CHECK(Tensor::full({1}, DType::f16, 65520.0).item<loom::half>().bits == 0x7c00);
 
   CHECK(Tensor::full({2}, DType::i64, -9007199254740992.0).to_vector<std::int64_t>() ==
         std::vector<std::int64_t>{-9007199254740992LL, -9007199254740992LL});
@@ -136,6 +146,9 @@ TEST_CASE("fill converts the value to each dtype and writes every element", "[te
   CHECK_THROWS_MATCHES(Tensor::full({1}, DType::i32, 1.5), loom::Error,
                        IsError(ErrorCategory::invalid_argument, {"1.5", "i32"}));
   CHECK_THROWS_AS(Tensor::full({1}, DType::i32, NAN), loom::Error);
+  CHECK_THROWS_MATCHES(Tensor::full({1}, DType::i64, 9223372036854775808.0), loom::Error,
+                       IsError(ErrorCategory::invalid_argument, {"i64"}));  // 2^63: one past INT64_MAX
+  CHECK(Tensor::full({1}, DType::i64, 9223372036854774784.0).item<std::int64_t>() == 9223372036854774784LL);
   CHECK(std::isnan(Tensor::full({1}, DType::f32, NAN).item<float>()));
 }
 
