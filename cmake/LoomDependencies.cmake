@@ -14,6 +14,7 @@ loom_check_mode(LOOM_MPI "${LOOM_MPI_MODE}")
 set(THREADS_PREFER_PTHREAD_FLAG ON)
 find_package(Threads REQUIRED)
 find_package(Eigen3 3.3 REQUIRED NO_MODULE)
+find_package(OpenMP REQUIRED COMPONENTS CXX)  # CPU kernels (Eigen's GEMM threads with it)
 
 # ---- CUDA toolkit, cuBLAS/cuBLASLt, NCCL, cuDNN ----------------------------------------------
 set(LOOM_WITH_CUDA OFF)

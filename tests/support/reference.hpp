@@ -1,0 +1,77 @@
+// fp64 references and comparison helpers for kernel tests.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "loom/core/numeric.hpp"
+#include "loom/core/tensor.hpp"
+
+namespace loom::test {
+
+// Fresh random non-zero values in [-1, -0.05] U [0.05, 1], stored in dtype (rounded to it), and
+// the exact values that were stored, in double.
+struct RandomTensor {
+  Tensor tensor;
+  std::vector<double> values;
+};
+
+inline RandomTensor random_tensor(const Shape& shape, DType dtype, std::mt19937& rng) {
+  std::uniform_real_distribution<double> magnitude(0.05, 1.0);
+  std::bernoulli_distribution negative(0.5);
+  RandomTensor out{Tensor::empty(shape, dtype), std::vector<double>(static_cast<std::size_t>(shape.numel()))};
+  for (std::size_t i = 0; i < out.values.size(); ++i) {
+    const double v = negative(rng) ? -magnitude(rng) : magnitude(rng);
+    switch (dtype) {
+      case DType::f32: {
+        const float f = static_cast<float>(v);
+        out.tensor.data<float>()[i] = f;
+        out.values[i] = f;
+        break;
+      }
+      case DType::f16: {
+        const std::uint16_t h = double_to_half_bits(v);
+        out.tensor.data<half>()[i] = half{h};
+        out.values[i] = half_bits_to_float(h);
+        break;
+      }
+      case DType::bf16: {
+        const std::uint16_t h = double_to_bf16_bits(v);
+        out.tensor.data<bfloat16>()[i] = bfloat16{h};
+        out.values[i] = bf16_bits_to_float(h);
+        break;
+      }
+      default: FAIL("random_tensor supports f32, f16 and bf16");
+    }
+  }
+  return out;
+}
+
+// The elements of a CPU floating tensor as double.
+inline std::vector<double> as_doubles(const Tensor& t) {
+  std::vector<double> out(static_cast<std::size_t>(t.numel()));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    switch (t.dtype()) {
+      case DType::f32: out[i] = t.data<float>()[i]; break;
+      case DType::f16: out[i] = to_float(t.data<half>()[i]); break;
+      case DType::bf16: out[i] = to_float(t.data<bfloat16>()[i]); break;
+      default: FAIL("as_doubles supports f32, f16 and bf16");
+    }
+  }
+  return out;
+}
+
+// Relative size of one rounding step of dtype (its unit roundoff times two: one ulp at 1.0).
+inline double ulp_of(DType dtype) {
+  switch (dtype) {
+    case DType::f16: return std::ldexp(1.0, -10);
+    case DType::bf16: return std::ldexp(1.0, -7);
+    default: return std::ldexp(1.0, -23);
+  }
+}
+
+}  // namespace loom::test
