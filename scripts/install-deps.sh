@@ -8,6 +8,7 @@ packages=(
   build-essential cmake ninja-build git pkg-config
   libeigen3-dev catch2 libcli11-dev nlohmann-json3-dev
   libopenmpi-dev openmpi-bin
+  libopenblas-dev
 )
 
 missing=()

@@ -1,0 +1,147 @@
+// gemm_bench: loom's GEMM in TFLOP/s against baselines measured in the same run.
+// CPU: loom's GEMM (Eigen + OpenMP, with its precision handling) vs Eigen's own fp32 GEMM on the
+// same data and, when built with it, OpenBLAS sgemm. GPU baselines (cuBLASLt) join when the CUDA
+// GEMMs land. Prints a table; --json writes the record.
+#include <Eigen/Core>
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_report.hpp"
+#include "loom/kernels/gemm.hpp"
+#include "loom/loom.hpp"
+
+#if LOOM_BENCH_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+namespace {
+
+struct GemmShape {
+  std::string name;
+  std::int64_t m, n, k;
+};
+
+// Median wall time of fn over repeats, after one warm-up call, in seconds.
+double median_seconds(const std::function<void()>& fn, int repeats) {
+  fn();
+  std::vector<double> samples;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    samples.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return loom::bench::median(samples);
+}
+
+loom::Tensor random_f32(std::int64_t rows, std::int64_t cols, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const loom::Tensor t = loom::Tensor::empty({rows, cols}, loom::DType::f32);
+  for (float& v : t.span<float>()) v = dist(rng);
+  return t;
+}
+
+loom::Tensor cast_to(const loom::Tensor& f32, loom::DType dtype) {
+  const loom::Tensor out = loom::Tensor::empty(f32.shape(), dtype);
+  const auto in = f32.span<float>();
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (dtype == loom::DType::bf16) out.data<loom::bfloat16>()[i] = loom::to_bfloat16(in[i]);
+    else if (dtype == loom::DType::f16) out.data<loom::half>()[i] = loom::to_half(in[i]);
+    else out.data<float>()[i] = in[i];
+  }
+  return out;
+}
+
+std::vector<GemmShape> parse_shapes(const std::vector<std::string>& specs) {
+  std::vector<GemmShape> shapes;
+  for (const std::string& spec : specs) {
+    long long m = 0, n = 0, k = 0;
+    if (std::sscanf(spec.c_str(), "%lldx%lldx%lld", &m, &n, &k) == 3) {
+      shapes.push_back({spec, m, n, k});
+    } else if (std::sscanf(spec.c_str(), "%lld", &m) == 1) {
+      shapes.push_back({spec + "^3", m, m, m});
+    } else {
+      loom::fail(loom::ErrorCategory::invalid_argument, "cannot parse GEMM shape '", spec, "'; use N or MxNxK");
+    }
+  }
+  return shapes;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("gemm_bench: loom GEMM throughput against same-run baselines");
+  std::string device_name = "cpu", json_path;
+  std::vector<std::string> shape_specs = {"1024", "2048", "1024x2304x768", "1024x3072x768", "1024x768x3072"};
+  std::vector<std::string> precision_names = {"fp32", "tf32", "bf16"};
+  int repeats = 5;
+  app.add_option("--device", device_name, "cpu (the CUDA GEMMs have not landed yet)");
+  app.add_option("--shapes", shape_specs, "N (N^3) or MxNxK (C[M,N] = A[M,K] B[K,N])")->delimiter(',');
+  app.add_option("--precisions", precision_names, "fp32, tf32, fp16, bf16")->delimiter(',');
+  app.add_option("--repeats", repeats, "timed repeats; the median is reported")->check(CLI::PositiveNumber);
+  app.add_option("--json", json_path, "write the JSON record here");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    const loom::Device device = loom::Device::parse(device_name);
+    loom::require(device.is_cpu(), "gemm_bench runs on the CPU until the CUDA GEMMs land, got ", device);
+    const std::vector<GemmShape> shapes = parse_shapes(shape_specs);
+    nlohmann::json record = loom::bench::make_record(
+        "gemm_bench", {{"device", device.to_string()}, {"repeats", repeats}, {"eigen_threads", Eigen::nbThreads()}});
+    std::printf("%s\nGEMM C = A B, median of %d, %d Eigen threads\n\n", loom::to_string(loom::build_info()).c_str(),
+                repeats, Eigen::nbThreads());
+    std::printf("%-16s %-6s %-10s %10s %9s %12s\n", "shape", "prec", "backend", "ms", "TFLOP/s", "vs_baseline");
+
+    std::mt19937 rng(5);
+    for (const GemmShape& shape : shapes) {
+      const loom::Tensor a32 = random_f32(shape.m, shape.k, rng), b32 = random_f32(shape.k, shape.n, rng);
+      const loom::Tensor c32 = loom::Tensor::empty({shape.m, shape.n}, loom::DType::f32);
+      const double flops = 2.0 * static_cast<double>(shape.m) * static_cast<double>(shape.n) * static_cast<double>(shape.k);
+      auto report = [&](const std::string& precision, const std::string& backend, double seconds, double baseline) {
+        const double tflops = flops / seconds / 1e12;
+        std::printf("%-16s %-6s %-10s %10.3f %9.4f %11.2fx\n", shape.name.c_str(), precision.c_str(), backend.c_str(),
+                    seconds * 1e3, tflops, baseline / seconds);
+        record["rows"].push_back({{"shape", shape.name}, {"m", shape.m}, {"n", shape.n}, {"k", shape.k},
+                                  {"precision", precision}, {"backend", backend}, {"ms", seconds * 1e3},
+                                  {"tflops", tflops}, {"vs_baseline", baseline / seconds}});
+      };
+
+      // Baseline: Eigen's own fp32 GEMM on the same row-major data, no conversions.
+      using Map = Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+      const double eigen = median_seconds([&] {
+        Map(c32.data<float>(), shape.m, shape.n).noalias() =
+            Map(a32.data<float>(), shape.m, shape.k) * Map(b32.data<float>(), shape.k, shape.n);
+      }, repeats);
+      report("fp32", "eigen", eigen, eigen);
+#if LOOM_BENCH_HAVE_OPENBLAS
+      const double openblas = median_seconds([&] {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(shape.m), static_cast<int>(shape.n),
+                    static_cast<int>(shape.k), 1.0f, a32.data<float>(), static_cast<int>(shape.k), b32.data<float>(),
+                    static_cast<int>(shape.n), 0.0f, c32.data<float>(), static_cast<int>(shape.n));
+      }, repeats);
+      report("fp32", "openblas", openblas, eigen);
+#endif
+      for (const std::string& name : precision_names) {
+        const loom::kernels::GemmPrecision precision = loom::kernels::parse_gemm_precision(name);
+        const loom::DType input = precision == loom::kernels::GemmPrecision::bf16   ? loom::DType::bf16
+                                  : precision == loom::kernels::GemmPrecision::fp16 ? loom::DType::f16
+                                                                                    : loom::DType::f32;
+        const loom::Tensor a = cast_to(a32, input), b = cast_to(b32, input);
+        loom::kernels::GemmOptions options;
+        options.precision = precision;
+        const double seconds = median_seconds([&] { loom::kernels::gemm(a, b, c32, options); }, repeats);
+        report(name, "loom", seconds, eigen);
+      }
+    }
+    if (!json_path.empty()) loom::bench::write_json(json_path, record);
+    return 0;
+  } catch (const loom::Error& error) {
+    std::fprintf(stderr, "%s\n", error.what());
+    return 1;
+  }
+}
