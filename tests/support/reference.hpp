@@ -20,12 +20,12 @@ struct RandomTensor {
   std::vector<double> values;
 };
 
-inline RandomTensor random_tensor(const Shape& shape, DType dtype, std::mt19937& rng) {
-  std::uniform_real_distribution<double> magnitude(0.05, 1.0);
-  std::bernoulli_distribution negative(0.5);
-  RandomTensor out{Tensor::empty(shape, dtype), std::vector<double>(static_cast<std::size_t>(shape.numel()))};
+// A tensor of dtype holding values rounded to it, and the values as stored.
+inline RandomTensor from_doubles(const std::vector<double>& values, const Shape& shape, DType dtype) {
+  REQUIRE(static_cast<std::int64_t>(values.size()) == shape.numel());
+  RandomTensor out{Tensor::empty(shape, dtype), std::vector<double>(values.size())};
   for (std::size_t i = 0; i < out.values.size(); ++i) {
-    const double v = negative(rng) ? -magnitude(rng) : magnitude(rng);
+    const double v = values[i];
     switch (dtype) {
       case DType::f32: {
         const float f = static_cast<float>(v);
@@ -45,10 +45,19 @@ inline RandomTensor random_tensor(const Shape& shape, DType dtype, std::mt19937&
         out.values[i] = bf16_bits_to_float(h);
         break;
       }
-      default: FAIL("random_tensor supports f32, f16 and bf16");
+      default: FAIL("from_doubles supports f32, f16 and bf16");
     }
   }
   return out;
+}
+
+// Fresh random non-zero values of magnitude in [0.05, 1] * scale, random sign.
+inline RandomTensor random_tensor(const Shape& shape, DType dtype, std::mt19937& rng, double scale = 1.0) {
+  std::uniform_real_distribution<double> magnitude(0.05, 1.0);
+  std::bernoulli_distribution negative(0.5);
+  std::vector<double> values(static_cast<std::size_t>(shape.numel()));
+  for (double& v : values) v = (negative(rng) ? -scale : scale) * magnitude(rng);
+  return from_doubles(values, shape, dtype);
 }
 
 // The elements of a CPU floating tensor as double.
@@ -63,6 +72,28 @@ inline std::vector<double> as_doubles(const Tensor& t) {
     }
   }
   return out;
+}
+
+// Every element of got within abs_tol + rel_tol * |expected| of expected.
+inline void require_close(const Tensor& got, const std::vector<double>& expected, double rel_tol, double abs_tol) {
+  const std::vector<double> values = as_doubles(got);
+  REQUIRE(values.size() == expected.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    INFO("element " << i << ": got " << values[i] << ", expected " << expected[i]);
+    REQUIRE(std::fabs(values[i] - expected[i]) <= abs_tol + rel_tol * std::fabs(expected[i]));
+  }
+}
+
+// Central finite difference of f at x (in place perturbation of x[i]), in double.
+template <class F>
+double finite_difference(std::vector<double>& x, std::size_t i, F&& f, double h = 1e-6) {
+  const double saved = x[i];
+  x[i] = saved + h;
+  const double up = f();
+  x[i] = saved - h;
+  const double down = f();
+  x[i] = saved;
+  return (up - down) / (2 * h);
 }
 
 // Relative size of one rounding step of dtype (its unit roundoff times two: one ulp at 1.0).

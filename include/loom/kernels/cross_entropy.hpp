@@ -1,0 +1,27 @@
+// Softmax + cross-entropy fused over the vocabulary: no probability tensor is kept; the backward
+// pass recomputes the softmax from the logits.
+#pragma once
+
+#include <cstdint>
+
+#include "loom/core/stream.hpp"
+#include "loom/core/tensor.hpp"
+
+namespace loom::kernels {
+
+struct CrossEntropyOptions {
+  std::int64_t vocab_size = -1;     // real vocabulary when logits are padded ([rows, Vp], V <= Vp); -1: all
+  std::int64_t ignore_index = -1;   // targets equal to this get loss 0 and gradient 0
+};
+
+// losses[r] = logsumexp(logits[r, :V]) - logits[r, targets[r]]. logits: [rows, Vp] floating;
+// targets: [rows] i32 or i64 in [0, V) (or ignore_index); losses: [rows] f32.
+void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses,
+                           const CrossEntropyOptions& options = {}, StreamRef stream = {});
+
+// dlogits[r, j] = dlosses[r] * (softmax(logits[r, :V])[j] - [j == targets[r]]) for j < V, and 0
+// for padded columns. dlosses: [rows] f32. dlogits may be logits (computed in place).
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& dlosses,
+                            const Tensor& dlogits, const CrossEntropyOptions& options = {}, StreamRef stream = {});
+
+}  // namespace loom::kernels

@@ -1,0 +1,21 @@
+// LayerNorm over the last dimension, statistics in fp32.
+//   mean = avg(x), rstd = 1 / sqrt(var(x) + eps), out = (x - mean) * rstd * weight + bias
+#pragma once
+
+#include "loom/core/stream.hpp"
+#include "loom/core/tensor.hpp"
+
+namespace loom::kernels {
+
+// x, out: [..., C]; weight, bias: [C] (all one floating dtype); mean, rstd: [rows] f32, written
+// for the backward pass (rows = numel / C).
+void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
+                       const Tensor& mean, const Tensor& rstd, float eps = 1e-5f, StreamRef stream = {});
+
+// dx is written; dweight and dbias are accumulated into (+=), as parameter gradients are over
+// micro-batches. dweight/dbias are f32 or x's dtype.
+void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                        const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                        StreamRef stream = {});
+
+}  // namespace loom::kernels

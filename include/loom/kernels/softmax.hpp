@@ -1,0 +1,15 @@
+// Softmax over the last dimension, in fp32 with the maximum subtracted.
+#pragma once
+
+#include "loom/core/stream.hpp"
+#include "loom/core/tensor.hpp"
+
+namespace loom::kernels {
+
+// out = softmax(x) row by row; x, out: [..., N], one floating dtype. out may be x.
+void softmax_forward(const Tensor& x, const Tensor& out, StreamRef stream = {});
+
+// dx = y * (dy - sum(dy * y)) row by row, from the softmax output y. dx may be dy.
+void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, StreamRef stream = {});
+
+}  // namespace loom::kernels

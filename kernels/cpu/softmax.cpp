@@ -1,0 +1,100 @@
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/float_types.hpp"
+#include "kernels/cpu/training.hpp"
+#include "loom/core/error.hpp"
+
+namespace loom::kernels::cpu {
+
+namespace {
+
+// log(sum(exp(row[0..n)))) in fp32, with the maximum subtracted.
+template <class T>
+float logsumexp(const T* row, std::int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (std::int64_t j = 0; j < n; ++j) m = std::max(m, to_f32(row[j]));
+  float sum = 0.0f;
+  for (std::int64_t j = 0; j < n; ++j) sum += std::exp(to_f32(row[j]) - m);
+  return m + std::log(sum);
+}
+
+std::int64_t target_at(const Tensor& targets, std::int64_t r) {
+  return targets.dtype() == DType::i32 ? targets.data<std::int32_t>()[r] : targets.data<std::int64_t>()[r];
+}
+
+}  // namespace
+
+void softmax_forward(const Tensor& x, const Tensor& out) {
+  const std::int64_t n = x.size(-1), rows = n == 0 ? 0 : x.numel() / n;
+  visit_float_dtype(x.dtype(), [&]<class T>() {
+#pragma omp parallel for if (rows * n > (1 << 15))
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const T* row = x.data<T>() + r * n;
+      T* o = out.data<T>() + r * n;
+      const float lse = logsumexp(row, n);
+      for (std::int64_t j = 0; j < n; ++j) o[j] = from_f32<T>(std::exp(to_f32(row[j]) - lse));
+    }
+  });
+}
+
+void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  const std::int64_t n = y.size(-1), rows = n == 0 ? 0 : y.numel() / n;
+  visit_float_dtype(y.dtype(), [&]<class T>() {
+#pragma omp parallel for if (rows * n > (1 << 15))
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const T* yr = y.data<T>() + r * n;
+      const T* gr = dy.data<T>() + r * n;
+      T* o = dx.data<T>() + r * n;
+      float dot = 0.0f;
+      for (std::int64_t j = 0; j < n; ++j) dot += to_f32(yr[j]) * to_f32(gr[j]);
+      for (std::int64_t j = 0; j < n; ++j) o[j] = from_f32<T>(to_f32(yr[j]) * (to_f32(gr[j]) - dot));
+    }
+  });
+}
+
+void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses,
+                           std::int64_t vocab_size, std::int64_t ignore_index) {
+  const std::int64_t padded = logits.size(-1), rows = logits.size(0);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t t = target_at(targets, r);
+    require(t == ignore_index || (t >= 0 && t < vocab_size), "cross_entropy: target ", t, " at row ", r,
+            " is outside the vocabulary [0, ", vocab_size, ")");
+  }
+  visit_float_dtype(logits.dtype(), [&]<class T>() {
+    float* out = losses.data<float>();
+#pragma omp parallel for if (rows * vocab_size > (1 << 15))
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t t = target_at(targets, r);
+      const T* row = logits.data<T>() + r * padded;
+      out[r] = t == ignore_index ? 0.0f : logsumexp(row, vocab_size) - to_f32(row[t]);
+    }
+  });
+}
+
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& dlosses, const Tensor& dlogits,
+                            std::int64_t vocab_size, std::int64_t ignore_index) {
+  const std::int64_t padded = logits.size(-1), rows = logits.size(0);
+  visit_float_dtype(logits.dtype(), [&]<class T>() {
+    const float* dloss = dlosses.data<float>();
+#pragma omp parallel for if (rows * vocab_size > (1 << 15))
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t t = target_at(targets, r);
+      const T* row = logits.data<T>() + r * padded;
+      T* out = dlogits.data<T>() + r * padded;  // may be row itself: each element is read before written
+      if (t == ignore_index) {
+        for (std::int64_t j = 0; j < padded; ++j) out[j] = from_f32<T>(0.0f);
+        continue;
+      }
+      const float lse = logsumexp(row, vocab_size);
+      for (std::int64_t j = 0; j < vocab_size; ++j) {
+        const float p = std::exp(to_f32(row[j]) - lse);
+        out[j] = from_f32<T>(dloss[r] * (p - (j == t ? 1.0f : 0.0f)));
+      }
+      for (std::int64_t j = vocab_size; j < padded; ++j) out[j] = from_f32<T>(0.0f);
+    }
+  });
+}
+
+}  // namespace loom::kernels::cpu

@@ -1,0 +1,31 @@
+// CPU implementations of the training kernels. Arguments are validated by the public entry
+// points in src/kernels; these only compute.
+#pragma once
+
+#include "loom/kernels/cast.hpp"
+#include "loom/kernels/cross_entropy.hpp"
+#include "loom/kernels/elementwise.hpp"
+#include "loom/kernels/embedding.hpp"
+#include "loom/kernels/layernorm.hpp"
+#include "loom/kernels/softmax.hpp"
+
+namespace loom::kernels::cpu {
+
+void gelu_forward(const Tensor& x, const Tensor& out);
+void gelu_backward(const Tensor& x, const Tensor& dout, const Tensor& dx);
+void residual_add(const Tensor& a, const Tensor& b, const Tensor& out);
+void cast(const Tensor& src, const Tensor& dst, const CastOptions& options);
+void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
+                       const Tensor& mean, const Tensor& rstd, float eps);
+void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                        const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias);
+void softmax_forward(const Tensor& x, const Tensor& out);
+void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx);
+void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses,
+                           std::int64_t vocab_size, std::int64_t ignore_index);
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& dlosses, const Tensor& dlogits,
+                            std::int64_t vocab_size, std::int64_t ignore_index);
+void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, const Tensor& out);
+void embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& dwte, const Tensor& dwpe);
+
+}  // namespace loom::kernels::cpu

@@ -1,0 +1,58 @@
+#include "loom/kernels/layernorm.hpp"
+
+#include "kernels/cpu/training.hpp"
+#include "validate.hpp"
+
+namespace loom::kernels {
+
+using detail::Arg;
+
+void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
+                       const Tensor& mean, const Tensor& rstd, float eps, StreamRef stream) {
+  const char* kernel = "layernorm_forward";
+  const Device device = detail::common_device(
+      kernel, {{"x", x}, {"weight", weight}, {"bias", bias}, {"out", out}, {"mean", mean}, {"rstd", rstd}});
+  detail::require_floating(kernel, {"x", x});
+  detail::require_same_dtype(kernel, {{"x", x}, {"weight", weight}, {"bias", bias}, {"out", out}});
+  const std::int64_t channels = detail::last_dim(kernel, {"x", x});
+  require(channels > 0, kernel, ": x must have a non-empty last dimension, got ", x.description());
+  require(eps > 0.0f, kernel, ": eps must be positive, got ", eps);
+  detail::require_shape(kernel, {"weight", weight}, Shape{channels});
+  detail::require_shape(kernel, {"bias", bias}, Shape{channels});
+  detail::require_shape(kernel, {"out", out}, x.shape());
+  for (const Arg stat : {Arg{"mean", mean}, Arg{"rstd", rstd}}) {
+    detail::require_dtype(kernel, stat, DType::f32);
+    detail::require_numel(kernel, stat, x.numel() / channels);
+  }
+  detail::runs_on_cpu(kernel, device, stream);
+  cpu::layernorm_forward(x, weight, bias, out, mean, rstd, eps);
+}
+
+void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                        const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                        StreamRef stream) {
+  const char* kernel = "layernorm_backward";
+  const Device device = detail::common_device(kernel, {{"dout", dout}, {"x", x}, {"weight", weight}, {"mean", mean},
+                                                       {"rstd", rstd}, {"dx", dx}, {"dweight", dweight},
+                                                       {"dbias", dbias}});
+  detail::require_floating(kernel, {"x", x});
+  detail::require_same_dtype(kernel, {{"x", x}, {"dout", dout}, {"weight", weight}, {"dx", dx}});
+  const std::int64_t channels = detail::last_dim(kernel, {"x", x});
+  require(channels > 0, kernel, ": x must have a non-empty last dimension, got ", x.description());
+  detail::require_shape(kernel, {"dout", dout}, x.shape());
+  detail::require_shape(kernel, {"dx", dx}, x.shape());
+  detail::require_shape(kernel, {"weight", weight}, Shape{channels});
+  for (const Arg grad : {Arg{"dweight", dweight}, Arg{"dbias", dbias}}) {
+    detail::require_shape(kernel, grad, Shape{channels});
+    require(grad.tensor.dtype() == DType::f32 || grad.tensor.dtype() == x.dtype(), kernel, ": '", grad.name,
+            "' must be f32 or ", x.dtype(), ", got ", grad.tensor.description());
+  }
+  for (const Arg stat : {Arg{"mean", mean}, Arg{"rstd", rstd}}) {
+    detail::require_dtype(kernel, stat, DType::f32);
+    detail::require_numel(kernel, stat, x.numel() / channels);
+  }
+  detail::runs_on_cpu(kernel, device, stream);
+  cpu::layernorm_backward(dout, x, weight, mean, rstd, dx, dweight, dbias);
+}
+
+}  // namespace loom::kernels

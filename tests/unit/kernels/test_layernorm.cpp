@@ -1,0 +1,104 @@
+// LayerNorm forward against fp64; backward against finite differences of the fp64 forward.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "loom/kernels/layernorm.hpp"
+#include "support/reference.hpp"
+#include "support/tensor_checks.hpp"
+
+using loom::DType;
+using loom::Tensor;
+
+namespace {
+
+// out[r, c] of the fp64 LayerNorm.
+std::vector<double> layernorm64(const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>& b,
+                                std::size_t rows, std::size_t channels, double eps, std::vector<double>* mean = nullptr,
+                                std::vector<double>* rstd = nullptr) {
+  std::vector<double> out(x.size());
+  for (std::size_t r = 0; r < rows; ++r) {
+    double m = 0, v = 0;
+    for (std::size_t c = 0; c < channels; ++c) m += x[r * channels + c];
+    m /= static_cast<double>(channels);
+    for (std::size_t c = 0; c < channels; ++c) v += (x[r * channels + c] - m) * (x[r * channels + c] - m);
+    const double s = 1 / std::sqrt(v / static_cast<double>(channels) + eps);
+    for (std::size_t c = 0; c < channels; ++c) out[r * channels + c] = (x[r * channels + c] - m) * s * w[c] + b[c];
+    if (mean) mean->push_back(m);
+    if (rstd) rstd->push_back(s);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("layernorm forward matches fp64 in every dtype", "[kernels][layernorm]") {
+  std::mt19937 rng(21);
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    INFO(loom::dtype_name(dtype));
+    const std::int64_t rows = 2 * 9, channels = 77;
+    auto x = loom::test::random_tensor({2, 9, channels}, dtype, rng, 3.0);
+    auto w = loom::test::random_tensor({channels}, dtype, rng);
+    auto b = loom::test::random_tensor({channels}, dtype, rng);
+    const Tensor out = Tensor::empty({2, 9, channels}, dtype);
+    const Tensor mean = Tensor::empty({rows}, DType::f32), rstd = Tensor::empty({rows}, DType::f32);
+    for (const Tensor& t : {out, mean, rstd}) loom::test::poison(t);
+    loom::kernels::layernorm_forward(x.tensor, w.tensor, b.tensor, out, mean, rstd, 1e-5f);
+    std::vector<double> mean64, rstd64;
+    const auto expected = layernorm64(x.values, w.values, b.values, rows, channels, 1e-5, &mean64, &rstd64);
+    const double ulp = loom::test::ulp_of(dtype);
+    loom::test::require_close(out, expected, ulp, 2e-5);
+    loom::test::require_close(mean, mean64, 1e-5, 1e-6);
+    loom::test::require_close(rstd, rstd64, 1e-5, 1e-6);
+  }
+}
+
+TEST_CASE("layernorm backward matches finite differences and accumulates parameter gradients",
+          "[kernels][layernorm]") {
+  std::mt19937 rng(22);
+  const std::size_t rows = 5, channels = 19;
+  const double eps = 1e-5;
+  auto x = loom::test::random_tensor({5, 19}, DType::f32, rng, 2.0);
+  auto w = loom::test::random_tensor({19}, DType::f32, rng);
+  auto b = loom::test::random_tensor({19}, DType::f32, rng);
+  auto dout = loom::test::random_tensor({5, 19}, DType::f32, rng);
+  const Tensor out = Tensor::empty({5, 19}, DType::f32);
+  const Tensor mean = Tensor::empty({5}, DType::f32), rstd = Tensor::empty({5}, DType::f32);
+  loom::kernels::layernorm_forward(x.tensor, w.tensor, b.tensor, out, mean, rstd, static_cast<float>(eps));
+
+  const Tensor dx = Tensor::empty({5, 19}, DType::f32);
+  loom::test::poison(dx);
+  const Tensor dw = Tensor::full({19}, DType::f32, 0.5), db = Tensor::full({19}, DType::f32, -0.25);  // accumulated into
+  loom::kernels::layernorm_backward(dout.tensor, x.tensor, w.tensor, mean, rstd, dx, dw, db);
+
+  // L = sum(dout * layernorm(x, w, b)); its gradients by central differences in fp64.
+  std::vector<double> xs = x.values, ws = w.values, bs = b.values;
+  auto loss = [&] {
+    const auto y = layernorm64(xs, ws, bs, rows, channels, eps);
+    double l = 0;
+    for (std::size_t i = 0; i < y.size(); ++i) l += dout.values[i] * y[i];
+    return l;
+  };
+  std::vector<double> dx_ref(xs.size()), dw_ref(channels), db_ref(channels);
+  for (std::size_t i = 0; i < xs.size(); ++i) dx_ref[i] = loom::test::finite_difference(xs, i, loss);
+  for (std::size_t c = 0; c < channels; ++c) {
+    dw_ref[c] = 0.5 + loom::test::finite_difference(ws, c, loss);
+    db_ref[c] = -0.25 + loom::test::finite_difference(bs, c, loss);
+  }
+  loom::test::require_close(dx, dx_ref, 1e-4, 1e-5);
+  loom::test::require_close(dw, dw_ref, 1e-4, 1e-5);
+  loom::test::require_close(db, db_ref, 1e-4, 1e-5);
+}
+
+TEST_CASE("layernorm checks shapes and statistics dtypes", "[kernels][layernorm]") {
+  const Tensor x = Tensor::zeros({3, 8}, DType::f32), w = Tensor::zeros({8}, DType::f32);
+  const Tensor stats = Tensor::zeros({3}, DType::f32);
+  CHECK_THROWS_MATCHES(loom::kernels::layernorm_forward(x, Tensor::zeros({7}, DType::f32), w, x, stats, stats),
+                       loom::Error, loom::test::IsError(loom::ErrorCategory::invalid_argument, {"'weight'", "(8)"}));
+  CHECK_THROWS_MATCHES(loom::kernels::layernorm_forward(x, w, w, x, Tensor::zeros({3}, DType::bf16), stats),
+                       loom::Error, loom::test::IsError(loom::ErrorCategory::invalid_argument, {"'mean' must be f32"}));
+  CHECK_THROWS_MATCHES(loom::kernels::layernorm_forward(x, w, w, x, stats, stats, 0.0f), loom::Error,
+                       loom::test::IsError(loom::ErrorCategory::invalid_argument, {"eps"}));
+}
