@@ -1,0 +1,105 @@
+#include "kernels/cpu/optimizer.hpp"
+
+#include <cmath>
+
+#include "kernels/cpu/float_types.hpp"
+
+namespace loom::kernels::cpu {
+
+namespace {
+
+// Writes the rounded copy of param[i] into model (if defined), in model's dtype.
+void write_model_copy(const Tensor& model, std::int64_t n, const float* param) {
+  if (!model.defined()) return;
+  visit_float_dtype(model.dtype(), [&]<class M>() {
+    M* out = model.data<M>();
+    for (std::int64_t i = 0; i < n; ++i) out[i] = from_f32<M>(param[i]);
+  });
+}
+
+}  // namespace
+
+void adamw_step(std::span<const AdamWTensor> tensors, const AdamWHyperparameters& hp) {
+  const auto t = static_cast<double>(hp.step);
+  const auto bias1 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta1), t));
+  const auto bias2 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta2), t));
+  for (const AdamWTensor& tensor : tensors) {
+    const std::int64_t n = tensor.param.numel();
+    float* p = tensor.param.data<float>();
+    float* m = tensor.m.data<float>();
+    float* v = tensor.v.data<float>();
+    const float decay = tensor.decay ? hp.lr * hp.weight_decay : 0.0f;
+    visit_float_dtype(tensor.grad.dtype(), [&]<class G>() {
+      const G* g = tensor.grad.data<G>();
+#pragma omp parallel for if (n > (1 << 15))
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float grad = to_f32(g[i]) * hp.grad_scale;
+        m[i] = hp.beta1 * m[i] + (1.0f - hp.beta1) * grad;
+        v[i] = hp.beta2 * v[i] + (1.0f - hp.beta2) * grad * grad;
+        const float m_hat = m[i] / bias1, v_hat = v[i] / bias2;
+        p[i] = p[i] - decay * p[i] - hp.lr * m_hat / (std::sqrt(v_hat) + hp.eps);
+      }
+    });
+    write_model_copy(tensor.model, n, p);
+  }
+}
+
+void sgd_step(std::span<const SgdTensor> tensors, const SgdHyperparameters& hp) {
+  for (const SgdTensor& tensor : tensors) {
+    const std::int64_t n = tensor.param.numel();
+    float* p = tensor.param.data<float>();
+    float* buf = hp.momentum != 0.0f ? tensor.momentum_buffer.data<float>() : nullptr;
+    const float decay = tensor.decay ? hp.weight_decay : 0.0f;
+    visit_float_dtype(tensor.grad.dtype(), [&]<class G>() {
+      const G* g = tensor.grad.data<G>();
+#pragma omp parallel for if (n > (1 << 15))
+      for (std::int64_t i = 0; i < n; ++i) {
+        float grad = to_f32(g[i]) * hp.grad_scale + decay * p[i];
+        if (buf != nullptr) {
+          buf[i] = hp.step == 1 ? grad : hp.momentum * buf[i] + (1.0f - hp.dampening) * grad;
+          grad = hp.nesterov ? grad + hp.momentum * buf[i] : buf[i];
+        }
+        p[i] -= hp.lr * grad;
+      }
+    });
+    write_model_copy(tensor.model, n, p);
+  }
+}
+
+void unscale_and_check_finite(std::span<const Tensor> grads, float scale, const Tensor& found_nonfinite) {
+  bool nonfinite = false;
+  for (const Tensor& grad : grads) {
+    visit_float_dtype(grad.dtype(), [&]<class G>() {
+      G* g = grad.data<G>();
+      const std::int64_t n = grad.numel();
+      bool local = false;
+#pragma omp parallel for reduction(|| : local) if (n > (1 << 15))
+      for (std::int64_t i = 0; i < n; ++i) {
+        g[i] = from_f32<G>(to_f32(g[i]) * scale);
+        local = local || !std::isfinite(to_f32(g[i]));  // the stored value: scaling may overflow f16
+      }
+      nonfinite = nonfinite || local;
+    });
+  }
+  if (nonfinite) found_nonfinite.data<float>()[0] = 1.0f;
+}
+
+double sum_of_squares(std::span<const Tensor> tensors) {
+  double total = 0.0;
+  for (const Tensor& tensor : tensors) {
+    visit_float_dtype(tensor.dtype(), [&]<class T>() {
+      const T* x = tensor.data<T>();
+      const std::int64_t n = tensor.numel();
+      double sum = 0.0;
+#pragma omp parallel for reduction(+ : sum) if (n > (1 << 15))
+      for (std::int64_t i = 0; i < n; ++i) {
+        const double value = to_f32(x[i]);
+        sum += value * value;
+      }
+      total += sum;
+    });
+  }
+  return total;
+}
+
+}  // namespace loom::kernels::cpu
