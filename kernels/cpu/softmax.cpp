@@ -26,15 +26,17 @@ std::int64_t target_at(const Tensor& targets, std::int64_t r) {
 
 }  // namespace
 
-void softmax_forward(const Tensor& x, const Tensor& out) {
+void softmax_forward(const Tensor& x, const Tensor& out, bool causal) {
   const std::int64_t n = x.size(-1), rows = n == 0 ? 0 : x.numel() / n;
   visit_float_dtype(x.dtype(), [&]<class T>() {
 #pragma omp parallel for if (rows * n > (1 << 15))
     for (std::int64_t r = 0; r < rows; ++r) {
       const T* row = x.data<T>() + r * n;
       T* o = out.data<T>() + r * n;
-      const float lse = logsumexp(row, n);
-      for (std::int64_t j = 0; j < n; ++j) o[j] = from_f32<T>(std::exp(to_f32(row[j]) - lse));
+      const std::int64_t kept = causal ? r % n + 1 : n;  // row t of a T x T block sees columns 0..t
+      const float lse = logsumexp(row, kept);
+      for (std::int64_t j = 0; j < kept; ++j) o[j] = from_f32<T>(std::exp(to_f32(row[j]) - lse));
+      for (std::int64_t j = kept; j < n; ++j) o[j] = from_f32<T>(0.0f);
     }
   });
 }

@@ -19,7 +19,7 @@ void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias
                        const Tensor& mean, const Tensor& rstd, float eps);
 void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, const Tensor& mean,
                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias);
-void softmax_forward(const Tensor& x, const Tensor& out);
+void softmax_forward(const Tensor& x, const Tensor& out, bool causal);
 void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx);
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses,
                            std::int64_t vocab_size, std::int64_t ignore_index);

@@ -100,9 +100,11 @@ void gemm(const StridedMatrix& a, const StridedMatrix& b, const std::optional<St
   shape.batch = std::max({a.batch, b.batch, d.batch});
   require_batch(a, shape.batch, "A");
   require_batch(b, shape.batch, "B");
-  require(d.batch == shape.batch && (d.batch == 1 || d.batch_stride >= d.rows * d.ld),
-          "GEMM output D must hold all ", shape.batch, " results without overlap (batch ", d.batch, ", stride ",
-          d.batch_stride, ")");
+  // Batches of D may follow one another or sit side by side within its rows (attention heads).
+  const bool stacked = d.batch_stride >= (d.rows - 1) * d.ld + d.cols;
+  const bool side_by_side = d.batch_stride >= d.cols && (d.batch - 1) * d.batch_stride + d.cols <= d.ld;
+  require(d.batch == shape.batch && (d.batch == 1 || stacked || side_by_side), "GEMM output D must hold all ",
+          shape.batch, " results without overlap (batch ", d.batch, ", stride ", d.batch_stride, ", ld ", d.ld, ")");
   if (options.beta != 0.0f) {
     require(c.has_value(), "GEMM with beta = ", options.beta, " needs C");
     c->validate("C");

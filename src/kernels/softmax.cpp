@@ -6,15 +6,17 @@
 
 namespace loom::kernels {
 
-void softmax_forward(const Tensor& x, const Tensor& out, StreamRef stream) {
+void softmax_forward(const Tensor& x, const Tensor& out, StreamRef stream, bool causal) {
   const char* kernel = "softmax_forward";
   const Device device = detail::common_device(kernel, {{"x", x}, {"out", out}});
   detail::require_floating(kernel, {"x", x});
   detail::require_same_dtype(kernel, {{"x", x}, {"out", out}});
-  detail::last_dim(kernel, {"x", x});
+  const std::int64_t n = detail::last_dim(kernel, {"x", x});
   detail::require_shape(kernel, {"out", out}, x.shape());
+  require(!causal || (x.rank() >= 2 && x.size(-2) == n), kernel, ": a causal softmax needs [..., T, T], got ",
+          x.description());
   detail::runs_on_cpu(kernel, device, stream);
-  cpu::softmax_forward(x, out);
+  cpu::softmax_forward(x, out, causal);
 }
 
 void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, StreamRef stream) {

@@ -1,0 +1,31 @@
+// Causal multi-head self-attention, composed from batched GEMMs over strided views of the fused
+// QKV activation and a causal softmax (loom's own path; a cuDNN fused path may join on GPUs).
+//
+//   qkv [B, T, 3C] = [q | k | v], heads of size hs = C / num_heads side by side in each third
+//   att [B, NH, T, T] = softmax(q k^T / sqrt(hs)) with the causal mask, kept for backward
+//   out [B, T, C]     = att v, heads side by side
+#pragma once
+
+#include <cstdint>
+
+#include "loom/core/stream.hpp"
+#include "loom/core/tensor.hpp"
+#include "loom/kernels/gemm.hpp"
+
+namespace loom::kernels {
+
+struct AttentionOptions {
+  std::int64_t num_heads = 1;
+  GemmPrecision precision = GemmPrecision::fp32;  // must suit qkv's dtype (fp32/tf32: f32; bf16; fp16)
+};
+
+// qkv, out and att share qkv's dtype.
+void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& att, const AttentionOptions& options,
+                       StreamRef stream = {});
+
+// dqkv [B, T, 3C] is written. scratch ([NH, T, T], qkv's dtype) is optional working memory; one is
+// allocated when it is undefined.
+void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& att, const Tensor& dqkv,
+                        const AttentionOptions& options, StreamRef stream = {}, const Tensor& scratch = {});
+
+}  // namespace loom::kernels

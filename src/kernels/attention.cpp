@@ -1,0 +1,127 @@
+// Attention as batched GEMMs (batched over heads, one call per sequence) on strided views of
+// qkv, plus softmax kernels. Device-agnostic: it only calls other kernels.
+#include "loom/kernels/attention.hpp"
+
+#include <cmath>
+
+#include "loom/kernels/softmax.hpp"
+#include "validate.hpp"
+
+namespace loom::kernels {
+
+namespace {
+
+struct Dims {
+  std::int64_t batch, steps, channels, heads, head_size;
+};
+
+Dims check_attention(const char* kernel, const Tensor& qkv, const AttentionOptions& options) {
+  detail::require_floating(kernel, {"qkv", qkv});
+  require(qkv.rank() == 3 && qkv.size(2) % 3 == 0, kernel, ": qkv must be [B, T, 3C], got ", qkv.description());
+  Dims d{qkv.size(0), qkv.size(1), qkv.size(2) / 3, options.num_heads, 0};
+  require(d.heads >= 1 && d.channels % d.heads == 0, kernel, ": ", d.channels, " channels do not split into ", d.heads,
+          " heads");
+  d.head_size = d.channels / d.heads;
+  const bool matches = options.precision == GemmPrecision::fp32 || options.precision == GemmPrecision::tf32
+                           ? qkv.dtype() == DType::f32
+                           : qkv.dtype() == (options.precision == GemmPrecision::bf16 ? DType::bf16 : DType::f16);
+  require(matches, kernel, ": precision ", to_string(options.precision), " does not suit ", qkv.description());
+  return d;
+}
+
+// `count` head matrices of rows x cols starting `offset` elements into sequence b of `tensor`
+// (a [B, T, width] activation), head h at column offset + h * cols.
+StridedMatrix heads_of(const Tensor& tensor, std::int64_t b, std::int64_t offset, const Dims& d) {
+  const std::int64_t width = tensor.size(2);
+  StridedMatrix m;
+  m.tensor = tensor.flatten().slice(b * d.steps * width + offset, tensor.numel());
+  m.rows = d.steps;
+  m.cols = d.head_size;
+  m.ld = width;
+  m.batch = d.heads;
+  m.batch_stride = d.head_size;
+  return m;
+}
+
+// The NH x T x T score matrices of one sequence in `scores` ([B, NH, T, T] or [NH, T, T]).
+StridedMatrix scores_of(const Tensor& scores, std::int64_t b, const Dims& d) {
+  StridedMatrix m;
+  m.tensor = scores.flatten().slice(b * d.heads * d.steps * d.steps, scores.numel());
+  m.rows = m.cols = m.ld = d.steps;
+  m.batch = d.heads;
+  m.batch_stride = d.steps * d.steps;
+  return m;
+}
+
+GemmOptions gemm_options(const AttentionOptions& o, bool trans_a, bool trans_b, float alpha) {
+  GemmOptions g;
+  g.trans_a = trans_a;
+  g.trans_b = trans_b;
+  g.alpha = alpha;
+  g.precision = o.precision;
+  return g;
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& att, const AttentionOptions& options,
+                       StreamRef stream) {
+  const char* kernel = "attention_forward";
+  detail::common_device(kernel, {{"qkv", qkv}, {"out", out}, {"att", att}});
+  const Dims d = check_attention(kernel, qkv, options);
+  detail::require_same_dtype(kernel, {{"qkv", qkv}, {"out", out}, {"att", att}});
+  detail::require_shape(kernel, {"out", out}, Shape{d.batch, d.steps, d.channels});
+  detail::require_shape(kernel, {"att", att}, Shape{d.batch, d.heads, d.steps, d.steps});
+  if (qkv.numel() == 0) return;
+  const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_size)));
+  for (std::int64_t b = 0; b < d.batch; ++b) {
+    const StridedMatrix scores = scores_of(att, b, d);
+    gemm(heads_of(qkv, b, 0, d), heads_of(qkv, b, d.channels, d), std::nullopt, scores,
+         gemm_options(options, false, true, scale), stream);
+  }
+  softmax_forward(att, att, stream, /*causal=*/true);
+  for (std::int64_t b = 0; b < d.batch; ++b) {
+    gemm(scores_of(att, b, d), heads_of(qkv, b, 2 * d.channels, d), std::nullopt, heads_of(out, b, 0, d),
+         gemm_options(options, false, false, 1.0f), stream);
+  }
+}
+
+void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& att, const Tensor& dqkv,
+                        const AttentionOptions& options, StreamRef stream, const Tensor& scratch) {
+  const char* kernel = "attention_backward";
+  const Device device = detail::common_device(kernel, {{"dout", dout}, {"qkv", qkv}, {"att", att}, {"dqkv", dqkv}});
+  const Dims d = check_attention(kernel, qkv, options);
+  detail::require_same_dtype(kernel, {{"qkv", qkv}, {"dout", dout}, {"att", att}, {"dqkv", dqkv}});
+  detail::require_shape(kernel, {"dout", dout}, Shape{d.batch, d.steps, d.channels});
+  detail::require_shape(kernel, {"att", att}, Shape{d.batch, d.heads, d.steps, d.steps});
+  detail::require_shape(kernel, {"dqkv", dqkv}, qkv.shape());
+  Tensor work = scratch;
+  if (work.defined()) {
+    detail::common_device(kernel, {{"qkv", qkv}, {"scratch", work}});
+    detail::require_same_dtype(kernel, {{"qkv", qkv}, {"scratch", work}});
+    detail::require_shape(kernel, {"scratch", work}, Shape{d.heads, d.steps, d.steps});
+  } else {
+    work = Tensor::empty({d.heads, d.steps, d.steps}, qkv.dtype(), device);
+  }
+  if (qkv.numel() == 0) return;
+  const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_size)));
+  const StridedMatrix datt = scores_of(work, 0, d);
+  for (std::int64_t b = 0; b < d.batch; ++b) {
+    const StridedMatrix probs = scores_of(att, b, d), dout_heads = heads_of(dout, b, 0, d);
+    const StridedMatrix q = heads_of(qkv, b, 0, d), k = heads_of(qkv, b, d.channels, d),
+                        v = heads_of(qkv, b, 2 * d.channels, d);
+    // datt = dout v^T; dv = att^T dout
+    gemm(dout_heads, v, std::nullopt, datt, gemm_options(options, false, true, 1.0f), stream);
+    gemm(probs, dout_heads, std::nullopt, heads_of(dqkv, b, 2 * d.channels, d), gemm_options(options, true, false, 1.0f),
+         stream);
+    // dscores = softmax'(att) datt (masked entries have att = 0, so their gradient is 0)
+    const Tensor att_b = att.flatten().slice(b * d.heads * d.steps * d.steps, (b + 1) * d.heads * d.steps * d.steps);
+    softmax_backward(att_b.view({d.heads * d.steps, d.steps}), work.view({d.heads * d.steps, d.steps}),
+                     work.view({d.heads * d.steps, d.steps}), stream);
+    // dq = dscores k / sqrt(hs); dk = dscores^T q / sqrt(hs)
+    gemm(datt, k, std::nullopt, heads_of(dqkv, b, 0, d), gemm_options(options, false, false, scale), stream);
+    gemm(datt, q, std::nullopt, heads_of(dqkv, b, d.channels, d), gemm_options(options, true, false, scale), stream);
+  }
+}
+
+}  // namespace loom::kernels

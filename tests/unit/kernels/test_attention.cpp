@@ -1,0 +1,124 @@
+// Causal multi-head attention against a direct fp64 implementation; its backward against finite
+// differences of that fp64 forward.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "loom/kernels/attention.hpp"
+#include "loom/kernels/softmax.hpp"
+#include "support/reference.hpp"
+#include "support/tensor_checks.hpp"
+
+using loom::DType;
+using loom::Tensor;
+using loom::kernels::AttentionOptions;
+using loom::kernels::GemmPrecision;
+
+namespace {
+
+// out [B, T, C] of causal attention over qkv [B, T, 3C] with nh heads, in fp64.
+std::vector<double> attention64(const std::vector<double>& qkv, std::size_t batch, std::size_t steps, std::size_t channels,
+                                std::size_t heads) {
+  const std::size_t hs = channels / heads, width = 3 * channels;
+  std::vector<double> out(batch * steps * channels, 0.0);
+  for (std::size_t b = 0; b < batch; ++b) {
+    for (std::size_t h = 0; h < heads; ++h) {
+      for (std::size_t t = 0; t < steps; ++t) {
+        std::vector<double> scores(t + 1);
+        double m = -INFINITY;
+        for (std::size_t u = 0; u <= t; ++u) {
+          double dot = 0;
+          for (std::size_t i = 0; i < hs; ++i) {
+            dot += qkv[(b * steps + t) * width + h * hs + i] * qkv[(b * steps + u) * width + channels + h * hs + i];
+          }
+          scores[u] = dot / std::sqrt(static_cast<double>(hs));
+          m = std::max(m, scores[u]);
+        }
+        double sum = 0;
+        for (double& s : scores) sum += (s = std::exp(s - m));
+        for (std::size_t u = 0; u <= t; ++u) {
+          for (std::size_t i = 0; i < hs; ++i) {
+            out[(b * steps + t) * channels + h * hs + i] +=
+                scores[u] / sum * qkv[(b * steps + u) * width + 2 * channels + h * hs + i];
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("causal attention forward matches fp64 in fp32, tf32 and bf16", "[kernels][attention]") {
+  std::mt19937 rng(61);
+  const std::int64_t batch = 2, steps = 13, channels = 24, heads = 3;
+  for (auto [precision, dtype, tolerance] : std::vector<std::tuple<GemmPrecision, DType, double>>{
+           {GemmPrecision::fp32, DType::f32, 1e-5}, {GemmPrecision::tf32, DType::f32, 3e-3},
+           {GemmPrecision::bf16, DType::bf16, 3e-2}}) {
+    INFO(loom::kernels::to_string(precision));
+    auto qkv = loom::test::random_tensor({batch, steps, 3 * channels}, dtype, rng, 2.0);
+    const Tensor out = Tensor::empty({batch, steps, channels}, dtype);
+    const Tensor att = Tensor::empty({batch, heads, steps, steps}, dtype);
+    loom::test::poison(out);
+    loom::test::poison(att);
+    loom::kernels::attention_forward(qkv.tensor, out, att, AttentionOptions{heads, precision});
+    loom::test::require_close(out, attention64(qkv.values, batch, steps, channels, heads), tolerance, tolerance);
+    // Each row of att is a distribution over the visible steps, zero beyond them.
+    const auto probs = loom::test::as_doubles(att);
+    for (std::int64_t row = 0; row < batch * heads * steps; ++row) {
+      const std::int64_t t = row % steps;
+      double sum = 0;
+      for (std::int64_t u = 0; u < steps; ++u) {
+        const double p = probs[static_cast<std::size_t>(row * steps + u)];
+        if (u > t) REQUIRE(p == 0.0);
+        sum += p;
+      }
+      REQUIRE(std::fabs(sum - 1.0) < 10 * tolerance);
+    }
+  }
+}
+
+TEST_CASE("causal attention backward matches finite differences of the fp64 forward", "[kernels][attention]") {
+  std::mt19937 rng(62);
+  const std::size_t batch = 2, steps = 5, channels = 8, heads = 2;
+  auto qkv = loom::test::random_tensor({2, 5, 24}, DType::f32, rng, 1.5);
+  auto dout = loom::test::random_tensor({2, 5, 8}, DType::f32, rng);
+  const Tensor out = Tensor::empty({2, 5, 8}, DType::f32), att = Tensor::empty({2, 2, 5, 5}, DType::f32);
+  const AttentionOptions options{static_cast<std::int64_t>(heads), GemmPrecision::fp32};
+  loom::kernels::attention_forward(qkv.tensor, out, att, options);
+  const Tensor dqkv = Tensor::empty({2, 5, 24}, DType::f32);
+  loom::test::poison(dqkv);
+  loom::kernels::attention_backward(dout.tensor, qkv.tensor, att, dqkv, options);
+
+  std::vector<double> x = qkv.values, grad(x.size());
+  auto loss = [&] {
+    const auto y = attention64(x, batch, steps, channels, heads);
+    double l = 0;
+    for (std::size_t i = 0; i < y.size(); ++i) l += dout.values[i] * y[i];
+    return l;
+  };
+  for (std::size_t i = 0; i < x.size(); ++i) grad[i] = loom::test::finite_difference(x, i, loss);
+  loom::test::require_close(dqkv, grad, 1e-4, 1e-5);
+}
+
+TEST_CASE("attention rejects heads that do not divide the channels and mismatched precision", "[kernels][attention]") {
+  const Tensor qkv = Tensor::zeros({1, 4, 30}, DType::f32);
+  const Tensor out = Tensor::zeros({1, 4, 10}, DType::f32), att = Tensor::zeros({1, 3, 4, 4}, DType::f32);
+  CHECK_THROWS_MATCHES(loom::kernels::attention_forward(qkv, out, att, AttentionOptions{3, GemmPrecision::fp32}),
+                       loom::Error, loom::test::IsError(loom::ErrorCategory::invalid_argument, {"10 channels", "3 heads"}));
+  CHECK_THROWS_MATCHES(loom::kernels::attention_forward(qkv, out, att, AttentionOptions{2, GemmPrecision::bf16}),
+                       loom::Error, loom::test::IsError(loom::ErrorCategory::invalid_argument, {"precision bf16"}));
+}
+
+TEST_CASE("causal softmax masks the future and normalizes the past", "[kernels][softmax]") {
+  const Tensor x = Tensor::zeros({2, 3, 3}, DType::f32);
+  loom::kernels::softmax_forward(x, x, {}, true);
+  const std::vector<float> row_major = x.to_vector<float>();
+  const std::vector<float> expected = {1, 0, 0, 0.5f, 0.5f, 0, 1 / 3.0f, 1 / 3.0f, 1 / 3.0f};
+  for (std::size_t i = 0; i < row_major.size(); ++i) CHECK(row_major[i] == Approx(expected[i % 9]));
+  CHECK_THROWS_AS(loom::kernels::softmax_forward(Tensor::zeros({3, 4}, DType::f32), Tensor::zeros({3, 4}, DType::f32), {}, true),
+                  loom::Error);
+}
