@@ -10,14 +10,15 @@ namespace loom::kernels::cpu {
 
 namespace {
 
-// log(sum(exp(row[0..n)))) in fp32, with the maximum subtracted.
+// Loads row[0..n) as fp32 into e and replaces it by exp(row - max(row)), with Eigen's vectorized
+// exp; returns log(sum(exp(row))). n >= 1.
 template <class T>
-float logsumexp(const T* row, std::int64_t n) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (std::int64_t j = 0; j < n; ++j) m = std::max(m, to_f32(row[j]));
-  float sum = 0.0f;
-  for (std::int64_t j = 0; j < n; ++j) sum += std::exp(to_f32(row[j]) - m);
-  return m + std::log(sum);
+float exp_row(const T* row, std::int64_t n, Eigen::ArrayXf& e) {
+  e.resize(n);
+  for (std::int64_t j = 0; j < n; ++j) e[j] = to_f32(row[j]);
+  const float m = e.maxCoeff();
+  e = (e - m).exp();
+  return m + std::log(e.sum());
 }
 
 std::int64_t target_at(const Tensor& targets, std::int64_t r) {
@@ -29,14 +30,19 @@ std::int64_t target_at(const Tensor& targets, std::int64_t r) {
 void softmax_forward(const Tensor& x, const Tensor& out, bool causal) {
   const std::int64_t n = x.size(-1), rows = n == 0 ? 0 : x.numel() / n;
   visit_float_dtype(x.dtype(), [&]<class T>() {
-#pragma omp parallel for if (rows * n > (1 << 15))
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const T* row = x.data<T>() + r * n;
-      T* o = out.data<T>() + r * n;
-      const std::int64_t kept = causal ? r % n + 1 : n;  // row t of a T x T block sees columns 0..t
-      const float lse = logsumexp(row, kept);
-      for (std::int64_t j = 0; j < kept; ++j) o[j] = from_f32<T>(std::exp(to_f32(row[j]) - lse));
-      for (std::int64_t j = kept; j < n; ++j) o[j] = from_f32<T>(0.0f);
+#pragma omp parallel if (rows * n > (1 << 15))
+    {
+      Eigen::ArrayXf e;
+#pragma omp for
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const T* row = x.data<T>() + r * n;
+        T* o = out.data<T>() + r * n;
+        const std::int64_t kept = causal ? r % n + 1 : n;  // row t of a T x T block sees columns 0..t
+        exp_row(row, kept, e);
+        const float inverse_sum = 1.0f / e.sum();
+        for (std::int64_t j = 0; j < kept; ++j) o[j] = from_f32<T>(e[j] * inverse_sum);
+        for (std::int64_t j = kept; j < n; ++j) o[j] = from_f32<T>(0.0f);
+      }
     }
   });
 }
@@ -66,11 +72,15 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Te
   }
   visit_float_dtype(logits.dtype(), [&]<class T>() {
     float* out = losses.data<float>();
-#pragma omp parallel for if (rows * vocab_size > (1 << 15))
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const std::int64_t t = target_at(targets, r);
-      const T* row = logits.data<T>() + r * padded;
-      out[r] = t == ignore_index ? 0.0f : logsumexp(row, vocab_size) - to_f32(row[t]);
+#pragma omp parallel if (rows * vocab_size > (1 << 15))
+    {
+      Eigen::ArrayXf e;
+#pragma omp for
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::int64_t t = target_at(targets, r);
+        const T* row = logits.data<T>() + r * padded;
+        out[r] = t == ignore_index ? 0.0f : exp_row(row, vocab_size, e) - to_f32(row[t]);
+      }
     }
   });
 }
@@ -80,21 +90,25 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
   const std::int64_t padded = logits.size(-1), rows = logits.size(0);
   visit_float_dtype(logits.dtype(), [&]<class T>() {
     const float* dloss = dlosses.data<float>();
-#pragma omp parallel for if (rows * vocab_size > (1 << 15))
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const std::int64_t t = target_at(targets, r);
-      const T* row = logits.data<T>() + r * padded;
-      T* out = dlogits.data<T>() + r * padded;  // may be row itself: each element is read before written
-      if (t == ignore_index) {
-        for (std::int64_t j = 0; j < padded; ++j) out[j] = from_f32<T>(0.0f);
-        continue;
+#pragma omp parallel if (rows * vocab_size > (1 << 15))
+    {
+      Eigen::ArrayXf e;
+#pragma omp for
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::int64_t t = target_at(targets, r);
+        const T* row = logits.data<T>() + r * padded;
+        T* out = dlogits.data<T>() + r * padded;  // may be row itself: the row is read into e first
+        if (t == ignore_index) {
+          for (std::int64_t j = 0; j < padded; ++j) out[j] = from_f32<T>(0.0f);
+          continue;
+        }
+        exp_row(row, vocab_size, e);
+        const float scale = dloss[r] / e.sum();
+        for (std::int64_t j = 0; j < vocab_size; ++j) {
+          out[j] = from_f32<T>(e[j] * scale - (j == t ? dloss[r] : 0.0f));
+        }
+        for (std::int64_t j = vocab_size; j < padded; ++j) out[j] = from_f32<T>(0.0f);
       }
-      const float lse = logsumexp(row, vocab_size);
-      for (std::int64_t j = 0; j < vocab_size; ++j) {
-        const float p = std::exp(to_f32(row[j]) - lse);
-        out[j] = from_f32<T>(dloss[r] * (p - (j == t ? 1.0f : 0.0f)));
-      }
-      for (std::int64_t j = vocab_size; j < padded; ++j) out[j] = from_f32<T>(0.0f);
     }
   });
 }

@@ -1,0 +1,114 @@
+// kernel_bench: achieved memory bandwidth of loom's memory-bound kernels against the device's
+// copy bandwidth measured in the same run (a tensor copy: bytes read + bytes written). Prints a
+// table; --json writes the record.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_report.hpp"
+#include "loom/kernels/cast.hpp"
+#include "loom/kernels/cross_entropy.hpp"
+#include "loom/kernels/elementwise.hpp"
+#include "loom/kernels/layernorm.hpp"
+#include "loom/kernels/optimizer.hpp"
+#include "loom/kernels/softmax.hpp"
+#include "loom/loom.hpp"
+
+namespace {
+
+double median_seconds(const std::function<void()>& fn, int repeats) {
+  fn();
+  std::vector<double> samples;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    samples.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return loom::bench::median(samples);
+}
+
+loom::Tensor random_tensor(const loom::Shape& shape, loom::DType dtype, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const loom::Tensor f32 = loom::Tensor::empty(shape, loom::DType::f32);
+  for (float& v : f32.span<float>()) v = dist(rng);
+  if (dtype == loom::DType::f32) return f32;
+  const loom::Tensor out = loom::Tensor::empty(shape, dtype);
+  loom::kernels::cast(f32, out);
+  return out;
+}
+
+struct KernelCase {
+  std::string name;
+  double bytes;                  // bytes the kernel must read and write at least once
+  std::function<void()> run;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("kernel_bench: memory-bound kernels against the same-run copy bandwidth");
+  std::string dtype_name = "bf16", json_path;
+  std::int64_t rows = 4096, channels = 768;
+  int repeats = 5;
+  app.add_option("--dtype", dtype_name, "activation dtype: f32, bf16 or f16");
+  app.add_option("--rows", rows, "rows (tokens)")->check(CLI::PositiveNumber);
+  app.add_option("--channels", channels, "channels per row")->check(CLI::PositiveNumber);
+  app.add_option("--repeats", repeats, "timed repeats; the median is reported")->check(CLI::PositiveNumber);
+  app.add_option("--json", json_path, "write the JSON record here");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    const loom::DType dtype = loom::parse_dtype(dtype_name);
+    const std::int64_t n = rows * channels;
+    const double e = static_cast<double>(loom::dtype_size(dtype)), nd = static_cast<double>(n);
+    std::mt19937 rng(9);
+    const loom::Tensor x = random_tensor({rows, channels}, dtype, rng), y = random_tensor({rows, channels}, dtype, rng);
+    const loom::Tensor out = loom::Tensor::empty({rows, channels}, dtype);
+    const loom::Tensor w = random_tensor({channels}, dtype, rng), b = random_tensor({channels}, dtype, rng);
+    const loom::Tensor mean = loom::Tensor::empty({rows}, loom::DType::f32), rstd = loom::Tensor::empty({rows}, loom::DType::f32);
+    const loom::Tensor dw = loom::Tensor::zeros({channels}, loom::DType::f32), db = loom::Tensor::zeros({channels}, loom::DType::f32);
+    const loom::Tensor master = random_tensor({n}, loom::DType::f32, rng), f32_out = loom::Tensor::empty({n}, loom::DType::f32);
+    const loom::Tensor m = loom::Tensor::zeros({n}, loom::DType::f32), v = loom::Tensor::zeros({n}, loom::DType::f32);
+    const loom::Tensor model = loom::Tensor::empty({n}, loom::DType::bf16);
+    const loom::Tensor targets = loom::Tensor::zeros({rows}, loom::DType::i32), losses = loom::Tensor::empty({rows}, loom::DType::f32);
+    loom::kernels::layernorm_forward(x, w, b, out, mean, rstd);
+    const loom::kernels::AdamWTensor adam{master, x.flatten(), m, v, model, true};
+
+    const std::vector<KernelCase> cases = {
+        {"copy (baseline)", 2 * nd * e, [&] { loom::copy(out, x); }},
+        {"gelu_forward", 2 * nd * e, [&] { loom::kernels::gelu_forward(x, out); }},
+        {"gelu_backward", 3 * nd * e, [&] { loom::kernels::gelu_backward(x, y, out); }},
+        {"residual_add", 3 * nd * e, [&] { loom::kernels::residual_add(x, y, out); }},
+        {"layernorm_forward", 2 * nd * e, [&] { loom::kernels::layernorm_forward(x, w, b, out, mean, rstd); }},
+        {"layernorm_backward", 3 * nd * e, [&] { loom::kernels::layernorm_backward(y, x, w, mean, rstd, out, dw, db); }},
+        {"softmax_forward", 2 * nd * e, [&] { loom::kernels::softmax_forward(x, out); }},
+        {"cross_entropy_forward", nd * e, [&] { loom::kernels::cross_entropy_forward(x, targets, losses); }},
+        {"cast f32->bf16", nd * 6, [&] { loom::kernels::cast(master, model); }},
+        {"adamw_step", nd * (4 * 6 + e + 2), [&] { loom::kernels::adamw_step(std::span(&adam, 1), {}); }},
+    };
+
+    nlohmann::json record = loom::bench::make_record(
+        "kernel_bench", {{"device", "cpu"}, {"dtype", dtype_name}, {"rows", rows}, {"channels", channels}, {"repeats", repeats}});
+    std::printf("%s\n%lld x %lld %s activations on the CPU, median of %d\n\n", loom::to_string(loom::build_info()).c_str(),
+                static_cast<long long>(rows), static_cast<long long>(channels), dtype_name.c_str(), repeats);
+    std::printf("%-22s %10s %10s %10s\n", "kernel", "ms", "GB/s", "vs_copy");
+    double copy_gbs = 0;
+    for (const KernelCase& c : cases) {
+      const double seconds = median_seconds(c.run, repeats);
+      const double gbs = c.bytes / seconds / 1e9;
+      if (copy_gbs == 0) copy_gbs = gbs;
+      std::printf("%-22s %10.3f %10.2f %9.0f%%\n", c.name.c_str(), seconds * 1e3, gbs, 100 * gbs / copy_gbs);
+      record["rows"].push_back({{"kernel", c.name}, {"ms", seconds * 1e3}, {"gb_per_s", gbs}, {"vs_copy", gbs / copy_gbs}});
+    }
+    if (!json_path.empty()) loom::bench::write_json(json_path, record);
+    return 0;
+  } catch (const loom::Error& error) {
+    std::fprintf(stderr, "%s\n", error.what());
+    return 1;
+  }
+}
