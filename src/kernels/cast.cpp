@@ -1,6 +1,7 @@
 #include "loom/kernels/cast.hpp"
 
 #include "kernels/cpu/training.hpp"
+#include "kernels/cuda/training.hpp"
 #include "validate.hpp"
 
 namespace loom::kernels {
@@ -25,8 +26,8 @@ void cast(const Tensor& src, const Tensor& dst, const CastOptions& options, Stre
     require(src.dtype() == DType::f32 && dst.dtype() == DType::bf16,
             "cast: stochastic rounding is f32 -> bf16 only, got ", src.dtype(), " -> ", dst.dtype());
   }
-  detail::runs_on_cpu(kernel, device, stream);
-  cpu::cast(src, dst, options);
+  detail::dispatch(kernel, device, stream, [&] { cpu::cast(src, dst, options); },
+                   [&](void* s) { cuda::cast(src, dst, options, s); });
 }
 
 }  // namespace loom::kernels

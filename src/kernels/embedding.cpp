@@ -1,6 +1,7 @@
 #include "loom/kernels/embedding.hpp"
 
 #include "kernels/cpu/training.hpp"
+#include "kernels/cuda/training.hpp"
 #include "validate.hpp"
 
 namespace loom::kernels {
@@ -23,8 +24,8 @@ void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wp
   detail::require_same_dtype(kernel, {{"wte", wte}, {"wpe", wpe}, {"out", out}});
   check_tokens(kernel, tokens, wte, wpe);
   detail::require_shape(kernel, {"out", out}, Shape{tokens.size(0), tokens.size(1), wte.size(1)});
-  detail::runs_on_cpu(kernel, device, stream);
-  cpu::embedding_forward(tokens, wte, wpe, out);
+  detail::dispatch(kernel, device, stream, [&] { cpu::embedding_forward(tokens, wte, wpe, out); },
+                   [&](void* s) { cuda::embedding_forward(tokens, wte, wpe, out, s); });
 }
 
 void embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& dwte, const Tensor& dwpe,
@@ -38,8 +39,8 @@ void embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& 
           dout.dtype(), ", got ", dwte.description());
   check_tokens(kernel, tokens, dwte, dwpe);
   detail::require_shape(kernel, {"dout", dout}, Shape{tokens.size(0), tokens.size(1), dwte.size(1)});
-  detail::runs_on_cpu(kernel, device, stream);
-  cpu::embedding_backward(tokens, dout, dwte, dwpe);
+  detail::dispatch(kernel, device, stream, [&] { cpu::embedding_backward(tokens, dout, dwte, dwpe); },
+                   [&](void* s) { cuda::embedding_backward(tokens, dout, dwte, dwpe, s); });
 }
 
 }  // namespace loom::kernels

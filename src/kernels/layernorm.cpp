@@ -1,6 +1,7 @@
 #include "loom/kernels/layernorm.hpp"
 
 #include "kernels/cpu/training.hpp"
+#include "kernels/cuda/training.hpp"
 #include "validate.hpp"
 
 namespace loom::kernels {
@@ -24,8 +25,8 @@ void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias
     detail::require_dtype(kernel, stat, DType::f32);
     detail::require_numel(kernel, stat, x.numel() / channels);
   }
-  detail::runs_on_cpu(kernel, device, stream);
-  cpu::layernorm_forward(x, weight, bias, out, mean, rstd, eps);
+  detail::dispatch(kernel, device, stream, [&] { cpu::layernorm_forward(x, weight, bias, out, mean, rstd, eps); },
+                   [&](void* s) { cuda::layernorm_forward(x, weight, bias, out, mean, rstd, eps, s); });
 }
 
 void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, const Tensor& mean,
@@ -51,8 +52,9 @@ void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weigh
     detail::require_dtype(kernel, stat, DType::f32);
     detail::require_numel(kernel, stat, x.numel() / channels);
   }
-  detail::runs_on_cpu(kernel, device, stream);
-  cpu::layernorm_backward(dout, x, weight, mean, rstd, dx, dweight, dbias);
+  detail::dispatch(
+      kernel, device, stream, [&] { cpu::layernorm_backward(dout, x, weight, mean, rstd, dx, dweight, dbias); },
+      [&](void* s) { cuda::layernorm_backward(dout, x, weight, mean, rstd, dx, dweight, dbias, s); });
 }
 
 }  // namespace loom::kernels

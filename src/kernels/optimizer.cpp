@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kernels/cpu/optimizer.hpp"
+#include "kernels/cuda/training.hpp"
 #include "loom/kernels/grad_utils.hpp"
 #include "validate.hpp"
 
@@ -34,7 +35,7 @@ Device check_parameter(const char* kernel, std::size_t index, const Tensor& para
 }
 
 template <class Tensors, class Check>
-Device check_all(const char* kernel, Tensors tensors, Check&& check, StreamRef stream) {
+Device check_all(const char* kernel, Tensors tensors, Check&& check) {
   require(!tensors.empty(), kernel, ": no tensors given");
   Device device = Device::cpu();
   for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -42,7 +43,6 @@ Device check_all(const char* kernel, Tensors tensors, Check&& check, StreamRef s
     require(i == 0 || d == device, kernel, ": tensor ", i, " is on ", d, " but tensor 0 is on ", device);
     device = d;
   }
-  detail::runs_on_cpu(kernel, device, stream);
   return device;
 }
 
@@ -55,10 +55,11 @@ void adamw_step(std::span<const AdamWTensor> tensors, const AdamWHyperparameters
           hp.beta1, " and ", hp.beta2);
   require(hp.eps > 0 && std::isfinite(hp.lr), kernel, ": eps must be > 0 and lr finite, got eps ", hp.eps, ", lr ",
           hp.lr);
-  check_all(kernel, tensors, [&](std::size_t i, const AdamWTensor& t) {
+  const Device device = check_all(kernel, tensors, [&](std::size_t i, const AdamWTensor& t) {
     return check_parameter(kernel, i, t.param, t.grad, {{"m", t.m}, {"v", t.v}}, t.model);
-  }, stream);
-  cpu::adamw_step(tensors, hp);
+  });
+  detail::dispatch(kernel, device, stream, [&] { cpu::adamw_step(tensors, hp); },
+                   [&](void* s) { cuda::adamw_step(tensors, hp, s); });
 }
 
 void sgd_step(std::span<const SgdTensor> tensors, const SgdHyperparameters& hp, StreamRef stream) {
@@ -66,16 +67,17 @@ void sgd_step(std::span<const SgdTensor> tensors, const SgdHyperparameters& hp, 
   require(hp.step >= 1, kernel, ": step must be >= 1 (1-based), got ", hp.step);
   require(!hp.nesterov || (hp.momentum > 0 && hp.dampening == 0), kernel,
           ": nesterov needs momentum > 0 and dampening 0, got momentum ", hp.momentum, ", dampening ", hp.dampening);
-  check_all(kernel, tensors, [&](std::size_t i, const SgdTensor& t) {
+  const Device device = check_all(kernel, tensors, [&](std::size_t i, const SgdTensor& t) {
     if (hp.momentum == 0.0f) return check_parameter(kernel, i, t.param, t.grad, {}, t.model);
     return check_parameter(kernel, i, t.param, t.grad, {{"momentum_buffer", t.momentum_buffer}}, t.model);
-  }, stream);
-  cpu::sgd_step(tensors, hp);
+  });
+  detail::dispatch(kernel, device, stream, [&] { cpu::sgd_step(tensors, hp); },
+                   [&](void* s) { cuda::sgd_step(tensors, hp, s); });
 }
 
 namespace {
-Device check_scalar_output(const char* kernel, std::span<const Tensor> tensors, const Tensor& out, const char* out_name,
-                           StreamRef stream) {
+Device check_scalar_output(const char* kernel, std::span<const Tensor> tensors, const Tensor& out,
+                           const char* out_name) {
   const Device device = detail::common_device(kernel, {{out_name, out}});
   detail::require_dtype(kernel, {out_name, out}, DType::f32);
   detail::require_shape(kernel, {out_name, out}, Shape{1});
@@ -84,25 +86,30 @@ Device check_scalar_output(const char* kernel, std::span<const Tensor> tensors, 
     detail::common_device(kernel, {{out_name, out}, {name.c_str(), tensors[i]}});
     detail::require_floating(kernel, {name.c_str(), tensors[i]});
   }
-  detail::runs_on_cpu(kernel, device, stream);
   return device;
 }
 }  // namespace
 
 void unscale_and_check_finite(std::span<const Tensor> grads, float scale, const Tensor& found_nonfinite,
                               StreamRef stream) {
-  check_scalar_output("unscale_and_check_finite", grads, found_nonfinite, "found_nonfinite", stream);
-  cpu::unscale_and_check_finite(grads, scale, found_nonfinite);
+  const char* kernel = "unscale_and_check_finite";
+  const Device device = check_scalar_output(kernel, grads, found_nonfinite, "found_nonfinite");
+  detail::dispatch(kernel, device, stream, [&] { cpu::unscale_and_check_finite(grads, scale, found_nonfinite); },
+                   [&](void* s) { cuda::unscale_and_check_finite(grads, scale, found_nonfinite, s); });
 }
 
 void sum_of_squares(std::span<const Tensor> tensors, const Tensor& out, StreamRef stream) {
-  check_scalar_output("sum_of_squares", tensors, out, "out", stream);
-  out.data<float>()[0] = static_cast<float>(cpu::sum_of_squares(tensors));
+  const Device device = check_scalar_output("sum_of_squares", tensors, out, "out");
+  detail::dispatch("sum_of_squares", device, stream,
+                   [&] { out.data<float>()[0] = static_cast<float>(cpu::sum_of_squares(tensors)); },
+                   [&](void* s) { cuda::sum_of_squares(tensors, out, false, s); });
 }
 
 void global_l2_norm(std::span<const Tensor> tensors, const Tensor& out, StreamRef stream) {
-  check_scalar_output("global_l2_norm", tensors, out, "out", stream);
-  out.data<float>()[0] = static_cast<float>(std::sqrt(cpu::sum_of_squares(tensors)));
+  const Device device = check_scalar_output("global_l2_norm", tensors, out, "out");
+  detail::dispatch("global_l2_norm", device, stream,
+                   [&] { out.data<float>()[0] = static_cast<float>(std::sqrt(cpu::sum_of_squares(tensors))); },
+                   [&](void* s) { cuda::sum_of_squares(tensors, out, true, s); });
 }
 
 }  // namespace loom::kernels

@@ -48,13 +48,4 @@ std::int64_t last_dim(const char* kernel, const Arg& arg) {
   return arg.tensor.size(-1);
 }
 
-bool runs_on_cpu(const char* kernel, Device device, StreamRef stream) {
-  if (device.is_cpu()) {
-    require(stream.device().is_cpu(), kernel, ": CPU tensors were given a stream on ", stream.device());
-    return true;
-  }
-  fail(ErrorCategory::invalid_argument, kernel, " on ", device,
-       " is not available yet: the CUDA training kernels have not landed (issue 3 in progress)");
-}
-
 }  // namespace loom::kernels::detail

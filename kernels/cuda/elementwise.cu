@@ -1,0 +1,126 @@
+// GELU, residual add and casts: grid-stride loops, fp32 math, one element per thread step.
+#include "common.cuh"
+#include "training.hpp"
+
+namespace loom::kernels::cuda {
+
+namespace {
+
+constexpr int threads = 256;
+
+// The sigmoid form of tanh-GELU, as on the CPU: x * sigmoid(2z).
+__device__ __forceinline__ float gelu(float x) {
+  const float z = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  return x / (1.0f + __expf(-2.0f * z));
+}
+
+__device__ __forceinline__ float gelu_grad(float x) {
+  const float k = 0.7978845608028654f;
+  const float z = k * (x + 0.044715f * x * x * x);
+  const float s = 1.0f / (1.0f + __expf(-2.0f * z));
+  const float dz = k * (1.0f + 3.0f * 0.044715f * x * x);
+  return s + 2.0f * x * s * (1.0f - s) * dz;
+}
+
+template <class T>
+__global__ void gelu_forward_kernel(const T* x, T* out, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = from_f32<T>(gelu(to_f32(x[i])));
+  }
+}
+
+template <class T>
+__global__ void gelu_backward_kernel(const T* x, const T* dout, T* dx, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    dx[i] = from_f32<T>(to_f32(dout[i]) * gelu_grad(to_f32(x[i])));
+  }
+}
+
+template <class T>
+__global__ void residual_add_kernel(const T* a, const T* b, T* out, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i]));
+  }
+}
+
+template <class In, class Out>
+__global__ void cast_kernel(const In* src, Out* dst, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    dst[i] = from_f32<Out>(to_f32(src[i]));
+  }
+}
+
+// The same counter-based bits as loom::kernels::stochastic_rounding_bits (splitmix64).
+__device__ __forceinline__ std::uint32_t rounding_bits(std::uint64_t seed, std::uint64_t index) {
+  std::uint64_t z = seed + 0x9e3779b97f4a7c15ull * (index + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<std::uint32_t>(z >> 48);
+}
+
+__global__ void stochastic_bf16_kernel(const float* src, std::uint16_t* dst, std::int64_t n, std::uint64_t seed,
+                                       std::uint64_t offset) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::uint32_t bits = __float_as_uint(src[i]);
+    if ((bits & 0x7f800000u) == 0x7f800000u) {
+      dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(src[i]));
+    } else {
+      dst[i] = static_cast<std::uint16_t>((bits + rounding_bits(seed, offset + static_cast<std::uint64_t>(i))) >> 16);
+    }
+  }
+}
+
+}  // namespace
+
+void gelu_forward(const Tensor& x, const Tensor& out, void* stream) {
+  const DeviceGuard guard(x.device());
+  visit_float_dtype(x.dtype(), [&]<class T>() {
+    gelu_forward_kernel<T><<<grid_for(x.numel(), threads), threads, 0, as_stream(stream)>>>(
+        device_data<T>(x), device_data<T>(out), x.numel());
+  });
+  check_launch("gelu_forward");
+}
+
+void gelu_backward(const Tensor& x, const Tensor& dout, const Tensor& dx, void* stream) {
+  const DeviceGuard guard(x.device());
+  visit_float_dtype(x.dtype(), [&]<class T>() {
+    gelu_backward_kernel<T><<<grid_for(x.numel(), threads), threads, 0, as_stream(stream)>>>(
+        device_data<T>(x), device_data<T>(dout), device_data<T>(dx), x.numel());
+  });
+  check_launch("gelu_backward");
+}
+
+void residual_add(const Tensor& a, const Tensor& b, const Tensor& out, void* stream) {
+  const DeviceGuard guard(a.device());
+  visit_float_dtype(a.dtype(), [&]<class T>() {
+    residual_add_kernel<T><<<grid_for(a.numel(), threads), threads, 0, as_stream(stream)>>>(
+        device_data<T>(a), device_data<T>(b), device_data<T>(out), a.numel());
+  });
+  check_launch("residual_add");
+}
+
+void cast(const Tensor& src, const Tensor& dst, const CastOptions& options, void* stream) {
+  const DeviceGuard guard(src.device());
+  const std::int64_t n = src.numel();
+  if (n == 0) return;
+  if (options.rounding == Rounding::stochastic) {
+    stochastic_bf16_kernel<<<grid_for(n, threads), threads, 0, as_stream(stream)>>>(
+        device_data<float>(src), device_data<std::uint16_t>(dst), n, options.seed, options.offset);
+  } else {
+    visit_float_dtype(src.dtype(), [&]<class In>() {
+      visit_float_dtype(dst.dtype(), [&]<class Out>() {
+        cast_kernel<In, Out><<<grid_for(n, threads), threads, 0, as_stream(stream)>>>(device_data<In>(src),
+                                                                                     device_data<Out>(dst), n);
+      });
+    });
+  }
+  check_launch("cast");
+}
+
+}  // namespace loom::kernels::cuda

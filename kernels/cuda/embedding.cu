@@ -1,0 +1,81 @@
+// Token + position embedding. The backward pass is deterministic without atomics: dwpe by one
+// thread per (position, channel) summing over the batch in order; dwte by one thread per channel
+// walking every position in order (parallel only over channels, a known cost to improve with a
+// sort by token).
+#include "common.cuh"
+#include "indices.hpp"
+#include "training.hpp"
+
+namespace loom::kernels::cuda {
+
+namespace {
+
+constexpr int threads = 256;
+
+template <class T>
+__global__ void embedding_forward_kernel(const std::int32_t* tokens, const T* wte, const T* wpe, T* out,
+                                         std::int64_t positions, std::int64_t steps, std::int64_t channels) {
+  const std::int64_t n = positions * channels;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t p = i / channels, c = i % channels;
+    out[i] = from_f32<T>(to_f32(wte[static_cast<std::int64_t>(tokens[p]) * channels + c]) +
+                         to_f32(wpe[(p % steps) * channels + c]));
+  }
+}
+
+template <class T, class G>
+__global__ void position_grad_kernel(const T* dout, G* dwpe, std::int64_t batch, std::int64_t steps,
+                                     std::int64_t channels) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < steps * channels;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    float sum = 0.0f;
+    for (std::int64_t b = 0; b < batch; ++b) sum += to_f32(dout[b * steps * channels + i]);
+    dwpe[i] = from_f32<G>(to_f32(dwpe[i]) + sum);
+  }
+}
+
+template <class T, class G>
+__global__ void token_grad_kernel(const std::int32_t* tokens, const T* dout, G* dwte, std::int64_t positions,
+                                  std::int64_t channels) {
+  const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= channels) return;
+  for (std::int64_t p = 0; p < positions; ++p) {
+    G* cell = dwte + static_cast<std::int64_t>(tokens[p]) * channels + c;
+    *cell = from_f32<G>(to_f32(*cell) + to_f32(dout[p * channels + c]));
+  }
+}
+
+}  // namespace
+
+void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, const Tensor& out, void* stream) {
+  check_index_range(tokens, wte.size(0), -1, "embedding_forward: token", stream);
+  const DeviceGuard guard(wte.device());
+  const std::int64_t positions = tokens.numel(), steps = tokens.size(1), channels = wte.size(1);
+  if (positions == 0) return;
+  visit_float_dtype(wte.dtype(), [&]<class T>() {
+    embedding_forward_kernel<T><<<grid_for(positions * channels, threads), threads, 0, as_stream(stream)>>>(
+        device_data<std::int32_t>(tokens), device_data<T>(wte), device_data<T>(wpe), device_data<T>(out), positions,
+        steps, channels);
+  });
+  check_launch("embedding_forward");
+}
+
+void embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& dwte, const Tensor& dwpe, void* stream) {
+  check_index_range(tokens, dwte.size(0), -1, "embedding_backward: token", stream);
+  const DeviceGuard guard(dout.device());
+  const std::int64_t batch = tokens.size(0), steps = tokens.size(1), channels = dout.size(-1);
+  if (batch * steps == 0) return;
+  visit_float_dtype(dout.dtype(), [&]<class T>() {
+    visit_float_dtype(dwte.dtype(), [&]<class G>() {
+      position_grad_kernel<T, G><<<grid_for(steps * channels, threads), threads, 0, as_stream(stream)>>>(
+          device_data<T>(dout), device_data<G>(dwpe), batch, steps, channels);
+      token_grad_kernel<T, G><<<static_cast<unsigned>((channels + threads - 1) / threads), threads, 0,
+                                as_stream(stream)>>>(device_data<std::int32_t>(tokens), device_data<T>(dout),
+                                                     device_data<G>(dwte), batch * steps, channels);
+    });
+  });
+  check_launch("embedding_backward");
+}
+
+}  // namespace loom::kernels::cuda

@@ -1,0 +1,145 @@
+// Softmax and fused cross-entropy: one block per row, fp32 block reductions (max, then the sum
+// of exponentials), so no probability tensor is kept for cross-entropy.
+#include "common.cuh"
+#include "training.hpp"
+
+namespace loom::kernels::cuda {
+
+namespace {
+
+constexpr int threads = 256;
+
+// log(sum(exp(row[0..n)))) over the block.
+template <class T>
+__device__ float block_logsumexp(const T* row, std::int64_t n) {
+  float m = -INFINITY;
+  for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, to_f32(row[j]));
+  m = block_reduce<true>(m);
+  float sum = 0.0f;
+  for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x) sum += expf(to_f32(row[j]) - m);
+  return m + logf(block_reduce(sum));
+}
+
+template <class T>
+__device__ std::int64_t target_of(const T* targets, std::int64_t r) {
+  return static_cast<std::int64_t>(targets[r]);
+}
+
+template <class T>
+__global__ void softmax_forward_kernel(const T* x, T* out, std::int64_t n, bool causal) {
+  const std::int64_t r = blockIdx.x;
+  const std::int64_t kept = causal ? r % n + 1 : n;
+  const T* row = x + r * n;
+  const float lse = block_logsumexp(row, kept);
+  __syncthreads();  // out may be x: every thread has read the row before anyone writes it
+  for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    out[r * n + j] = from_f32<T>(j < kept ? expf(to_f32(row[j]) - lse) : 0.0f);
+  }
+}
+
+template <class T>
+__global__ void softmax_backward_kernel(const T* y, const T* dy, T* dx, std::int64_t n) {
+  const std::int64_t r = blockIdx.x;
+  float dot = 0.0f;
+  for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x) dot += to_f32(y[r * n + j]) * to_f32(dy[r * n + j]);
+  dot = block_reduce(dot);
+  for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    dx[r * n + j] = from_f32<T>(to_f32(y[r * n + j]) * (to_f32(dy[r * n + j]) - dot));
+  }
+}
+
+template <class T, class Target>
+__global__ void cross_entropy_forward_kernel(const T* logits, const Target* targets, float* losses,
+                                             std::int64_t padded, std::int64_t vocab, std::int64_t ignore) {
+  const std::int64_t r = blockIdx.x;
+  const std::int64_t t = target_of(targets, r);
+  if (t == ignore) {
+    if (threadIdx.x == 0) losses[r] = 0.0f;
+    return;
+  }
+  const T* row = logits + r * padded;
+  const float lse = block_logsumexp(row, vocab);
+  if (threadIdx.x == 0) losses[r] = lse - to_f32(row[t]);
+}
+
+template <class T, class Target>
+__global__ void cross_entropy_backward_kernel(const T* logits, const Target* targets, const float* dlosses, T* dlogits,
+                                              std::int64_t padded, std::int64_t vocab, std::int64_t ignore) {
+  const std::int64_t r = blockIdx.x;
+  const std::int64_t t = target_of(targets, r);
+  const T* row = logits + r * padded;
+  T* out = dlogits + r * padded;
+  if (t == ignore) {
+    for (std::int64_t j = threadIdx.x; j < padded; j += blockDim.x) out[j] = from_f32<T>(0.0f);
+    return;
+  }
+  const float lse = block_logsumexp(row, vocab);
+  const float g = dlosses[r];
+  // In place is safe: each element is read and written by the same thread, after the reductions.
+  for (std::int64_t j = threadIdx.x; j < padded; j += blockDim.x) {
+    const float d = j < vocab ? g * (expf(to_f32(row[j]) - lse) - (j == t ? 1.0f : 0.0f)) : 0.0f;
+    out[j] = from_f32<T>(d);
+  }
+}
+
+template <class Body>
+void visit_target_dtype(DType dtype, Body&& body) {
+  if (dtype == DType::i32) body.template operator()<std::int32_t>();
+  else body.template operator()<std::int64_t>();
+}
+
+}  // namespace
+
+void softmax_forward(const Tensor& x, const Tensor& out, bool causal, void* stream) {
+  const DeviceGuard guard(x.device());
+  const std::int64_t n = x.size(-1), rows = n == 0 ? 0 : x.numel() / n;
+  if (rows == 0) return;
+  visit_float_dtype(x.dtype(), [&]<class T>() {
+    softmax_forward_kernel<T><<<static_cast<unsigned>(rows), threads, 0, as_stream(stream)>>>(
+        device_data<T>(x), device_data<T>(out), n, causal);
+  });
+  check_launch("softmax_forward");
+}
+
+void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, void* stream) {
+  const DeviceGuard guard(y.device());
+  const std::int64_t n = y.size(-1), rows = n == 0 ? 0 : y.numel() / n;
+  if (rows == 0) return;
+  visit_float_dtype(y.dtype(), [&]<class T>() {
+    softmax_backward_kernel<T><<<static_cast<unsigned>(rows), threads, 0, as_stream(stream)>>>(
+        device_data<T>(y), device_data<T>(dy), device_data<T>(dx), n);
+  });
+  check_launch("softmax_backward");
+}
+
+void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses, std::int64_t vocab_size,
+                           std::int64_t ignore_index, void* stream) {
+  const DeviceGuard guard(logits.device());
+  const std::int64_t rows = logits.size(0), padded = logits.size(1);
+  if (rows == 0) return;
+  visit_float_dtype(logits.dtype(), [&]<class T>() {
+    visit_target_dtype(targets.dtype(), [&]<class Target>() {
+      cross_entropy_forward_kernel<T, Target><<<static_cast<unsigned>(rows), threads, 0, as_stream(stream)>>>(
+          device_data<T>(logits), device_data<Target>(targets), device_data<float>(losses), padded, vocab_size,
+          ignore_index);
+    });
+  });
+  check_launch("cross_entropy_forward");
+}
+
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& dlosses, const Tensor& dlogits,
+                            std::int64_t vocab_size, std::int64_t ignore_index, void* stream) {
+  const DeviceGuard guard(logits.device());
+  const std::int64_t rows = logits.size(0), padded = logits.size(1);
+  if (rows == 0) return;
+  visit_float_dtype(logits.dtype(), [&]<class T>() {
+    visit_target_dtype(targets.dtype(), [&]<class Target>() {
+      cross_entropy_backward_kernel<T, Target><<<static_cast<unsigned>(rows), threads, 0, as_stream(stream)>>>(
+          device_data<T>(logits), device_data<Target>(targets), device_data<float>(dlosses), device_data<T>(dlogits),
+          padded, vocab_size, ignore_index);
+    });
+  });
+  check_launch("cross_entropy_backward");
+}
+
+}  // namespace loom::kernels::cuda

@@ -1,0 +1,201 @@
+// Every CUDA training kernel against the CPU kernel on the same inputs (the CPU kernels are
+// themselves checked against fp64 in tests/unit). Outputs on the GPU are poisoned first.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "loom/kernels/cast.hpp"
+#include "loom/kernels/cross_entropy.hpp"
+#include "loom/kernels/elementwise.hpp"
+#include "loom/kernels/embedding.hpp"
+#include "loom/kernels/grad_utils.hpp"
+#include "loom/kernels/layernorm.hpp"
+#include "loom/kernels/optimizer.hpp"
+#include "loom/kernels/softmax.hpp"
+#include "support/reference.hpp"
+#include "support/tensor_checks.hpp"
+
+using loom::Device;
+using loom::DType;
+using loom::Tensor;
+
+namespace {
+
+const Device gpu = Device::cuda(0);
+
+// A poisoned GPU tensor shaped like t.
+Tensor gpu_like(const Tensor& t) {
+  const Tensor out = Tensor::empty(t.shape(), t.dtype(), gpu);
+  loom::test::poison(out);
+  return out;
+}
+
+// The GPU result equals the CPU result within tolerance (relative to the CPU value).
+void require_matches(const Tensor& gpu_result, const Tensor& cpu_result, double rel, double abs) {
+  loom::test::require_close(gpu_result.to(Device::cpu()), loom::test::as_doubles(cpu_result), rel, abs);
+}
+
+double tolerance(DType dtype) { return dtype == DType::f32 ? 1e-5 : 2 * loom::test::ulp_of(dtype); }
+
+const DType floating[] = {DType::f32, DType::bf16, DType::f16};
+
+}  // namespace
+
+TEST_CASE("CUDA elementwise kernels and casts match the CPU", "[cuda][kernels]") {
+  std::mt19937 rng(71);
+  for (DType dtype : floating) {
+    INFO(loom::dtype_name(dtype));
+    const auto x = loom::test::random_tensor({3, 1001}, dtype, rng, 4.0), y = loom::test::random_tensor({3, 1001}, dtype, rng);
+    const Tensor cpu_out = Tensor::empty({3, 1001}, dtype), gx = x.tensor.to(gpu), gy = y.tensor.to(gpu);
+    Tensor out = gpu_like(cpu_out);
+    loom::kernels::gelu_forward(x.tensor, cpu_out);
+    loom::kernels::gelu_forward(gx, out);
+    require_matches(out, cpu_out, tolerance(dtype), 1e-6);
+    loom::kernels::gelu_backward(x.tensor, y.tensor, cpu_out);
+    loom::kernels::gelu_backward(gx, gy, out);
+    require_matches(out, cpu_out, tolerance(dtype), 1e-6);
+    loom::kernels::residual_add(x.tensor, y.tensor, cpu_out);
+    loom::kernels::residual_add(gx, gy, out);
+    require_matches(out, cpu_out, 0, 0);
+    for (DType to : floating) {
+      const Tensor cast_cpu = Tensor::empty({3, 1001}, to);
+      const Tensor cast_gpu = gpu_like(cast_cpu);
+      loom::kernels::cast(x.tensor, cast_cpu);
+      loom::kernels::cast(gx, cast_gpu);
+      require_matches(cast_gpu, cast_cpu, 0, 0);
+    }
+  }
+  // Stochastic rounding draws the same bits on both devices.
+  const auto master = loom::test::random_tensor({5000}, DType::f32, rng);
+  loom::kernels::CastOptions sr;
+  sr.rounding = loom::kernels::Rounding::stochastic;
+  sr.seed = 7;
+  sr.offset = 100;
+  const Tensor cpu_bf16 = Tensor::empty({5000}, DType::bf16), gpu_bf16 = gpu_like(cpu_bf16);
+  loom::kernels::cast(master.tensor, cpu_bf16, sr);
+  loom::kernels::cast(master.tensor.to(gpu), gpu_bf16, sr);
+  CHECK(gpu_bf16.to(Device::cpu()).as_bytes().to_vector<std::uint8_t>() == cpu_bf16.as_bytes().to_vector<std::uint8_t>());
+}
+
+TEST_CASE("CUDA layernorm forward and backward match the CPU", "[cuda][kernels]") {
+  std::mt19937 rng(72);
+  for (DType dtype : floating) {
+    INFO(loom::dtype_name(dtype));
+    const std::int64_t rows = 300, channels = 771;
+    const auto x = loom::test::random_tensor({rows, channels}, dtype, rng, 3.0);
+    const auto w = loom::test::random_tensor({channels}, dtype, rng), b = loom::test::random_tensor({channels}, dtype, rng);
+    const auto dout = loom::test::random_tensor({rows, channels}, dtype, rng);
+    const Tensor out = Tensor::empty({rows, channels}, dtype), mean = Tensor::empty({rows}, DType::f32),
+                 rstd = Tensor::empty({rows}, DType::f32);
+    loom::kernels::layernorm_forward(x.tensor, w.tensor, b.tensor, out, mean, rstd);
+    const Tensor g_out = gpu_like(out), g_mean = gpu_like(mean), g_rstd = gpu_like(rstd);
+    loom::kernels::layernorm_forward(x.tensor.to(gpu), w.tensor.to(gpu), b.tensor.to(gpu), g_out, g_mean, g_rstd);
+    require_matches(g_out, out, tolerance(dtype), 1e-5);
+    require_matches(g_mean, mean, 1e-5, 1e-6);
+    require_matches(g_rstd, rstd, 1e-5, 1e-6);
+
+    const Tensor dx = Tensor::empty({rows, channels}, dtype);
+    const Tensor dw = Tensor::full({channels}, DType::f32, 0.5), db = Tensor::full({channels}, DType::f32, 0.5);
+    const Tensor g_dx = gpu_like(dx), g_dw = dw.to(gpu), g_db = db.to(gpu);
+    loom::kernels::layernorm_backward(dout.tensor, x.tensor, w.tensor, mean, rstd, dx, dw, db);
+    loom::kernels::layernorm_backward(dout.tensor.to(gpu), x.tensor.to(gpu), w.tensor.to(gpu), mean.to(gpu),
+                                      rstd.to(gpu), g_dx, g_dw, g_db);
+    require_matches(g_dx, dx, tolerance(dtype), 1e-4);
+    require_matches(g_dw, dw, 1e-4, 1e-4);
+    require_matches(g_db, db, 1e-4, 1e-4);
+  }
+}
+
+TEST_CASE("CUDA softmax and cross-entropy match the CPU", "[cuda][kernels]") {
+  std::mt19937 rng(73);
+  for (DType dtype : floating) {
+    INFO(loom::dtype_name(dtype));
+    const auto x = loom::test::random_tensor({4, 37, 37}, dtype, rng, 5.0), dy = loom::test::random_tensor({4, 37, 37}, dtype, rng);
+    for (bool causal : {false, true}) {
+      const Tensor y = Tensor::empty({4, 37, 37}, dtype), g_y = gpu_like(y);
+      loom::kernels::softmax_forward(x.tensor, y, {}, causal);
+      loom::kernels::softmax_forward(x.tensor.to(gpu), g_y, {}, causal);
+      require_matches(g_y, y, tolerance(dtype), 1e-7);
+      const Tensor dx = Tensor::empty({4, 37, 37}, dtype), g_dx = gpu_like(dx);
+      loom::kernels::softmax_backward(y, dy.tensor, dx);
+      loom::kernels::softmax_backward(y.to(gpu), dy.tensor.to(gpu), g_dx);
+      require_matches(g_dx, dx, tolerance(dtype), 1e-6);
+    }
+    const std::int64_t rows = 9, width = 50304, vocab = 50257;
+    const auto logits = loom::test::random_tensor({rows, width}, dtype, rng, 6.0);
+    const Tensor targets = Tensor::from_vector(std::vector<std::int32_t>{0, 50256, 17, -1, 3, 3, 40000, 9, 1}, {rows});
+    const auto dloss = loom::test::random_tensor({rows}, DType::f32, rng);
+    loom::kernels::CrossEntropyOptions options;
+    options.vocab_size = vocab;
+    const Tensor losses = Tensor::empty({rows}, DType::f32), g_losses = gpu_like(losses);
+    loom::kernels::cross_entropy_forward(logits.tensor, targets, losses, options);
+    loom::kernels::cross_entropy_forward(logits.tensor.to(gpu), targets.to(gpu), g_losses, options);
+    require_matches(g_losses, losses, 1e-5, 1e-5);
+    const Tensor dlogits = Tensor::empty({rows, width}, dtype);
+    const Tensor g_dlogits = logits.tensor.to(gpu);  // in place on the GPU
+    loom::kernels::cross_entropy_backward(logits.tensor, targets, dloss.tensor, dlogits, options);
+    loom::kernels::cross_entropy_backward(g_dlogits, targets.to(gpu), dloss.tensor.to(gpu), g_dlogits, options);
+    require_matches(g_dlogits, dlogits, tolerance(dtype), 1e-7);
+    // An out-of-range target is an error on the GPU too.
+    const Tensor bad = Tensor::from_vector(std::vector<std::int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 50257}, {rows}).to(gpu);
+    CHECK_THROWS_MATCHES(loom::kernels::cross_entropy_forward(logits.tensor.to(gpu), bad, g_losses, options), loom::Error,
+                         loom::test::IsError(loom::ErrorCategory::invalid_argument, {"index 50257", "position 8"}));
+  }
+}
+
+TEST_CASE("CUDA embedding matches the CPU exactly and deterministically", "[cuda][kernels]") {
+  std::mt19937 rng(74);
+  const std::int64_t batch = 4, steps = 64, vocab = 500, channels = 96;
+  const auto wte = loom::test::random_tensor({vocab, channels}, DType::f32, rng);
+  const auto wpe = loom::test::random_tensor({steps, channels}, DType::f32, rng);
+  std::vector<std::int32_t> tokens(batch * steps);
+  for (auto& t : tokens) t = static_cast<std::int32_t>(rng() % 40);  // many repeats
+  const Tensor tok = Tensor::from_vector(tokens, {batch, steps});
+  const Tensor out = Tensor::empty({batch, steps, channels}, DType::f32), g_out = gpu_like(out);
+  loom::kernels::embedding_forward(tok, wte.tensor, wpe.tensor, out);
+  loom::kernels::embedding_forward(tok.to(gpu), wte.tensor.to(gpu), wpe.tensor.to(gpu), g_out);
+  require_matches(g_out, out, 0, 0);
+  const auto dout = loom::test::random_tensor({batch, steps, channels}, DType::f32, rng);
+  const Tensor dwte = Tensor::zeros({vocab, channels}, DType::f32), dwpe = Tensor::zeros({steps, channels}, DType::f32);
+  loom::kernels::embedding_backward(tok, dout.tensor, dwte, dwpe);
+  const Tensor g_dwte = Tensor::zeros({vocab, channels}, DType::f32, gpu), g_dwpe = Tensor::zeros({steps, channels}, DType::f32, gpu);
+  loom::kernels::embedding_backward(tok.to(gpu), dout.tensor.to(gpu), g_dwte, g_dwpe);
+  require_matches(g_dwte, dwte, 0, 0);  // same order of additions: identical bits
+  require_matches(g_dwpe, dwpe, 1e-6, 1e-7);
+}
+
+TEST_CASE("CUDA optimizers and gradient utilities match the CPU", "[cuda][kernels]") {
+  std::mt19937 rng(75);
+  const auto param = loom::test::random_tensor({10007}, DType::f32, rng);
+  const auto grad = loom::test::random_tensor({10007}, DType::bf16, rng);
+  loom::kernels::AdamWHyperparameters hp;
+  hp.lr = 1e-2f, hp.weight_decay = 0.1f, hp.step = 3;
+  const Tensor cpu_p = param.tensor.clone(), cpu_m = Tensor::full({10007}, DType::f32, 0.01),
+               cpu_v = Tensor::full({10007}, DType::f32, 0.02), cpu_model = Tensor::empty({10007}, DType::bf16);
+  const loom::kernels::AdamWTensor on_cpu{cpu_p, grad.tensor, cpu_m, cpu_v, cpu_model, true};
+  const loom::kernels::AdamWTensor on_gpu{cpu_p.to(gpu).clone(), grad.tensor.to(gpu), cpu_m.to(gpu).clone(),
+                                          cpu_v.to(gpu).clone(), gpu_like(cpu_model), true};
+  loom::kernels::adamw_step(std::span(&on_cpu, 1), hp);
+  loom::kernels::adamw_step(std::span(&on_gpu, 1), hp);
+  require_matches(on_gpu.param, on_cpu.param, 1e-6, 1e-7);
+  require_matches(on_gpu.m, on_cpu.m, 1e-6, 1e-8);
+  require_matches(on_gpu.v, on_cpu.v, 1e-6, 1e-9);
+
+  const std::vector<Tensor> cpu_grads = {loom::test::random_tensor({999}, DType::f32, rng).tensor,
+                                         loom::test::random_tensor({70001}, DType::bf16, rng).tensor};
+  const std::vector<Tensor> gpu_grads = {cpu_grads[0].to(gpu), cpu_grads[1].to(gpu)};
+  const Tensor norm = Tensor::empty({1}, DType::f32), g_norm = gpu_like(norm);
+  loom::kernels::global_l2_norm(cpu_grads, norm);
+  loom::kernels::global_l2_norm(gpu_grads, g_norm);
+  require_matches(g_norm, norm, 1e-5, 0);
+  const Tensor flag = Tensor::zeros({1}, DType::f32, gpu);
+  loom::kernels::unscale_and_check_finite(gpu_grads, 0.5f, flag);
+  CHECK(flag.item<float>() == 0.0f);
+  loom::kernels::unscale_and_check_finite(cpu_grads, 0.5f, Tensor::zeros({1}, DType::f32));
+  require_matches(gpu_grads[1], cpu_grads[1], 0, 0);
+  loom::fill(gpu_grads[0].slice(5, 6), NAN);
+  loom::kernels::unscale_and_check_finite(gpu_grads, 1.0f, flag);
+  CHECK(flag.item<float>() == 1.0f);
+}
