@@ -1,6 +1,8 @@
 #include "kernels/cpu/optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels/cpu/float_types.hpp"
 
@@ -85,18 +87,25 @@ void unscale_and_check_finite(std::span<const Tensor> grads, float scale, const 
 }
 
 double sum_of_squares(std::span<const Tensor> tensors) {
+  // Fixed chunks, each summed in order, then the chunk sums in order: the same result whatever
+  // the thread count.
+  constexpr std::int64_t chunk = 1 << 14;
   double total = 0.0;
   for (const Tensor& tensor : tensors) {
     visit_float_dtype(tensor.dtype(), [&]<class T>() {
       const T* x = tensor.data<T>();
-      const std::int64_t n = tensor.numel();
-      double sum = 0.0;
-#pragma omp parallel for reduction(+ : sum) if (n > (1 << 15))
-      for (std::int64_t i = 0; i < n; ++i) {
-        const double value = to_f32(x[i]);
-        sum += value * value;
+      const std::int64_t n = tensor.numel(), chunks = (n + chunk - 1) / chunk;
+      std::vector<double> sums(static_cast<std::size_t>(chunks), 0.0);
+#pragma omp parallel for if (chunks > 1)
+      for (std::int64_t c = 0; c < chunks; ++c) {
+        double sum = 0.0;
+        for (std::int64_t i = c * chunk; i < std::min(n, (c + 1) * chunk); ++i) {
+          const double value = to_f32(x[i]);
+          sum += value * value;
+        }
+        sums[static_cast<std::size_t>(c)] = sum;
       }
-      total += sum;
+      for (double s : sums) total += s;
     });
   }
   return total;

@@ -35,12 +35,15 @@ __global__ void position_grad_kernel(const T* dout, G* dwpe, std::int64_t batch,
   }
 }
 
+// Tokens were range-checked by the forward pass; one outside [0, vocab) is skipped here rather
+// than written out of bounds.
 template <class T, class G>
 __global__ void token_grad_kernel(const std::int32_t* tokens, const T* dout, G* dwte, std::int64_t positions,
-                                  std::int64_t channels) {
+                                  std::int64_t vocab, std::int64_t channels) {
   const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (c >= channels) return;
   for (std::int64_t p = 0; p < positions; ++p) {
+    if (tokens[p] < 0 || tokens[p] >= vocab) continue;
     G* cell = dwte + static_cast<std::int64_t>(tokens[p]) * channels + c;
     *cell = from_f32<G>(to_f32(*cell) + to_f32(dout[p * channels + c]));
   }
@@ -49,7 +52,7 @@ __global__ void token_grad_kernel(const std::int32_t* tokens, const T* dout, G* 
 }  // namespace
 
 void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, const Tensor& out, void* stream) {
-  check_index_range(tokens, wte.size(0), -1, "embedding_forward: token", stream);
+  check_index_range(tokens, wte.size(0), std::nullopt, "embedding_forward: token", stream);
   const DeviceGuard guard(wte.device());
   const std::int64_t positions = tokens.numel(), steps = tokens.size(1), channels = wte.size(1);
   if (positions == 0) return;
@@ -62,7 +65,6 @@ void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wp
 }
 
 void embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& dwte, const Tensor& dwpe, void* stream) {
-  check_index_range(tokens, dwte.size(0), -1, "embedding_backward: token", stream);
   const DeviceGuard guard(dout.device());
   const std::int64_t batch = tokens.size(0), steps = tokens.size(1), channels = dout.size(-1);
   if (batch * steps == 0) return;
@@ -72,7 +74,7 @@ void embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& 
           device_data<T>(dout), device_data<G>(dwpe), batch, steps, channels);
       token_grad_kernel<T, G><<<static_cast<unsigned>((channels + threads - 1) / threads), threads, 0,
                                 as_stream(stream)>>>(device_data<std::int32_t>(tokens), device_data<T>(dout),
-                                                     device_data<G>(dwte), batch * steps, channels);
+                                                     device_data<G>(dwte), batch * steps, dwte.size(0), channels);
     });
   });
   check_launch("embedding_backward");

@@ -8,18 +8,18 @@ namespace loom::kernels::cuda {
 namespace {
 
 template <class Index>
-__global__ void find_out_of_range(const Index* indices, std::int64_t n, std::int64_t limit, std::int64_t allowed,
-                                  unsigned long long* first_bad) {
+__global__ void find_out_of_range(const Index* indices, std::int64_t n, std::int64_t limit, bool has_allowed,
+                                  std::int64_t allowed, unsigned long long* first_bad) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const auto v = static_cast<std::int64_t>(indices[i]);
-    if (v != allowed && (v < 0 || v >= limit)) atomicMin(first_bad, static_cast<unsigned long long>(i));
+    if (!(has_allowed && v == allowed) && (v < 0 || v >= limit)) atomicMin(first_bad, static_cast<unsigned long long>(i));
   }
 }
 
 }  // namespace
 
-void check_index_range(const Tensor& indices, std::int64_t limit, std::int64_t allowed, const char* what,
+void check_index_range(const Tensor& indices, std::int64_t limit, std::optional<std::int64_t> allowed, const char* what,
                        void* stream) {
   const std::int64_t n = indices.numel();
   if (n == 0) return;
@@ -29,9 +29,9 @@ void check_index_range(const Tensor& indices, std::int64_t limit, std::int64_t a
   unsigned long long* first_bad = scratch.as<unsigned long long>();
   check(cudaMemsetAsync(first_bad, 0xff, sizeof(unsigned long long), s), "cudaMemsetAsync");
   if (indices.dtype() == DType::i32) {
-    find_out_of_range<<<grid_for(n, 256), 256, 0, s>>>(device_data<std::int32_t>(indices), n, limit, allowed, first_bad);
+    find_out_of_range<<<grid_for(n, 256), 256, 0, s>>>(device_data<std::int32_t>(indices), n, limit, allowed.has_value(), allowed.value_or(0), first_bad);
   } else {
-    find_out_of_range<<<grid_for(n, 256), 256, 0, s>>>(device_data<std::int64_t>(indices), n, limit, allowed, first_bad);
+    find_out_of_range<<<grid_for(n, 256), 256, 0, s>>>(device_data<std::int64_t>(indices), n, limit, allowed.has_value(), allowed.value_or(0), first_bad);
   }
   check_launch(what);
   unsigned long long found = 0;

@@ -8,7 +8,7 @@ namespace loom::kernels::cuda {
 namespace {
 
 constexpr int threads = 256;
-constexpr std::int64_t rows_per_chunk = 256;
+constexpr std::int64_t max_chunks = 65535;  // gridDim.y limit
 
 template <class T>
 __global__ void layernorm_forward_kernel(const T* x, const T* weight, const T* bias, T* out, float* mean, float* rstd,
@@ -59,7 +59,7 @@ __global__ void layernorm_dx_kernel(const T* dout, const T* x, const T* weight, 
 template <class T>
 __global__ void layernorm_param_partials(const T* dout, const T* x, const float* mean, const float* rstd,
                                          float* dweight_partial, float* dbias_partial, std::int64_t rows,
-                                         std::int64_t channels) {
+                                         std::int64_t channels, std::int64_t rows_per_chunk) {
   const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (c >= channels) return;
   const std::int64_t first = blockIdx.y * rows_per_chunk, last = min(rows, first + rows_per_chunk);
@@ -108,6 +108,7 @@ void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weigh
   const std::int64_t channels = x.size(-1), rows = x.numel() / channels;
   if (rows == 0) return;
   const cudaStream_t s = as_stream(stream);
+  const std::int64_t rows_per_chunk = std::max<std::int64_t>(256, (rows + max_chunks - 1) / max_chunks);
   const std::int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
   const StreamScratch partials(2 * static_cast<std::size_t>(chunks * channels) * sizeof(float), s);
   float* dw_partial = partials.as<float>();
@@ -119,7 +120,7 @@ void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weigh
         device_data<float>(rstd), device_data<T>(dx), channels);
     layernorm_param_partials<T><<<dim3(channel_blocks, static_cast<unsigned>(chunks)), threads, 0, s>>>(
         device_data<T>(dout), device_data<T>(x), device_data<float>(mean), device_data<float>(rstd), dw_partial,
-        db_partial, rows, channels);
+        db_partial, rows, channels, rows_per_chunk);
   });
   visit_float_dtype(dweight.dtype(), [&]<class G>() {
     layernorm_param_accumulate<G><<<channel_blocks, threads, 0, s>>>(dw_partial, db_partial, device_data<G>(dweight),

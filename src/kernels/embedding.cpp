@@ -34,9 +34,8 @@ void embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& 
   const Device device =
       detail::common_device(kernel, {{"tokens", tokens}, {"dout", dout}, {"dwte", dwte}, {"dwpe", dwpe}});
   detail::require_floating(kernel, {"dout", dout});
-  detail::require_same_dtype(kernel, {{"dwte", dwte}, {"dwpe", dwpe}});
-  require(dwte.dtype() == DType::f32 || dwte.dtype() == dout.dtype(), kernel, ": gradients must be f32 or ",
-          dout.dtype(), ", got ", dwte.description());
+  detail::require_dtype(kernel, {"dwte", dwte}, DType::f32);
+  detail::require_dtype(kernel, {"dwpe", dwpe}, DType::f32);
   check_tokens(kernel, tokens, dwte, dwpe);
   detail::require_shape(kernel, {"dout", dout}, Shape{tokens.size(0), tokens.size(1), dwte.size(1)});
   detail::dispatch(kernel, device, stream, [&] { cpu::embedding_backward(tokens, dout, dwte, dwpe); },

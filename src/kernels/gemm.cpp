@@ -6,6 +6,8 @@
 #include <string>
 
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cuda/gemm.hpp"
+#include "validate.hpp"
 #include "loom/core/error.hpp"
 
 namespace loom::kernels {
@@ -116,13 +118,15 @@ void gemm(const StridedMatrix& a, const StridedMatrix& b, const std::optional<St
   }
   validate_epilogue(options.epilogue, shape, input, output, device);
 
-  if (device.is_cpu()) {
-    require(stream.device().is_cpu(), "a CPU GEMM was given a stream on ", stream.device());
-    cpu::gemm(a, b, options.beta != 0.0f ? c : std::nullopt, d, options, shape);
-    return;
-  }
-  fail(ErrorCategory::invalid_argument, "GEMM on ", device,
-       " is not available yet: the CUDA GEMM kernels have not landed (issue 3 in progress)");
+  const std::optional<StridedMatrix> used_c = options.beta != 0.0f ? c : std::nullopt;
+  detail::dispatch(
+      "gemm", device, stream, [&] { cpu::gemm(a, b, used_c, d, options, shape); },
+      [&](void* s) {
+        // Until loom's own tensor-core kernels land, Auto means cuBLASLt.
+        require(options.backend != GemmBackend::loom, "gemm: GemmBackend::loom on ", device,
+                " is not available yet (loom's own tensor-core GEMM has not landed); use automatic or cublaslt");
+        cuda::gemm_cublaslt(a, b, used_c, d, options, shape, s);
+      });
 }
 
 void gemm(const Tensor& a, const Tensor& b, const Tensor& d, const GemmOptions& options, StreamRef stream) {

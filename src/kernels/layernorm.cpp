@@ -43,6 +43,9 @@ void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weigh
   detail::require_shape(kernel, {"dout", dout}, x.shape());
   detail::require_shape(kernel, {"dx", dx}, x.shape());
   detail::require_shape(kernel, {"weight", weight}, Shape{channels});
+  detail::require_same_dtype(kernel, {{"dweight", dweight}, {"dbias", dbias}});
+  require(!dx.shares_storage_with(dout) && !dx.shares_storage_with(x), kernel,
+          ": dx must not share storage with dout or x (they are read after dx is written)");
   for (const Arg grad : {Arg{"dweight", dweight}, Arg{"dbias", dbias}}) {
     detail::require_shape(kernel, grad, Shape{channels});
     require(grad.tensor.dtype() == DType::f32 || grad.tensor.dtype() == x.dtype(), kernel, ": '", grad.name,

@@ -112,6 +112,12 @@ TEST_CASE("CUDA softmax and cross-entropy match the CPU", "[cuda][kernels]") {
   std::mt19937 rng(73);
   for (DType dtype : floating) {
     INFO(loom::dtype_name(dtype));
+    // Rows narrower and wider than a 256-thread block.
+    const auto wide = loom::test::random_tensor({3, 1000}, dtype, rng, 5.0);
+    const Tensor wide_y = Tensor::empty({3, 1000}, dtype), wide_gpu = gpu_like(wide_y);
+    loom::kernels::softmax_forward(wide.tensor, wide_y);
+    loom::kernels::softmax_forward(wide.tensor.to(gpu), wide_gpu);
+    require_matches(wide_gpu, wide_y, tolerance(dtype), 1e-8);
     const auto x = loom::test::random_tensor({4, 37, 37}, dtype, rng, 5.0), dy = loom::test::random_tensor({4, 37, 37}, dtype, rng);
     for (bool causal : {false, true}) {
       const Tensor y = Tensor::empty({4, 37, 37}, dtype), g_y = gpu_like(y);
@@ -164,6 +170,14 @@ TEST_CASE("CUDA embedding matches the CPU exactly and deterministically", "[cuda
   loom::kernels::embedding_backward(tok.to(gpu), dout.tensor.to(gpu), g_dwte, g_dwpe);
   require_matches(g_dwte, dwte, 0, 0);  // same order of additions: identical bits
   require_matches(g_dwpe, dwpe, 1e-6, 1e-7);
+  for (std::int32_t bad : {-1, static_cast<std::int32_t>(vocab)}) {
+    std::vector<std::int32_t> with_bad = tokens;
+    with_bad[77] = bad;
+    CHECK_THROWS_MATCHES(loom::kernels::embedding_forward(Tensor::from_vector(with_bad, {batch, steps}).to(gpu),
+                                                          wte.tensor.to(gpu), wpe.tensor.to(gpu), g_out),
+                         loom::Error,
+                         loom::test::IsError(loom::ErrorCategory::invalid_argument, {"token", "position 77"}));
+  }
 }
 
 TEST_CASE("CUDA optimizers and gradient utilities match the CPU", "[cuda][kernels]") {
@@ -182,6 +196,21 @@ TEST_CASE("CUDA optimizers and gradient utilities match the CPU", "[cuda][kernel
   require_matches(on_gpu.param, on_cpu.param, 1e-6, 1e-7);
   require_matches(on_gpu.m, on_cpu.m, 1e-6, 1e-8);
   require_matches(on_gpu.v, on_cpu.v, 1e-6, 1e-9);
+  // The bf16 model copy is the (nearly equal) master weights rounded: at most one bf16 step apart.
+  require_matches(on_gpu.model, on_cpu.model, loom::test::ulp_of(DType::bf16), 1e-7);
+
+  loom::kernels::SgdHyperparameters sgd;
+  sgd.lr = 0.1f, sgd.momentum = 0.9f, sgd.weight_decay = 0.01f, sgd.nesterov = true, sgd.step = 1;
+  const loom::kernels::SgdTensor sgd_cpu{param.tensor.clone(), grad.tensor, Tensor::empty({10007}, DType::f32), Tensor(), true};
+  const loom::kernels::SgdTensor sgd_gpu{param.tensor.to(gpu), grad.tensor.to(gpu), gpu_like(sgd_cpu.momentum_buffer),
+                                         Tensor(), true};
+  for (std::int64_t step = 1; step <= 2; ++step) {
+    sgd.step = step;
+    loom::kernels::sgd_step(std::span(&sgd_cpu, 1), sgd);
+    loom::kernels::sgd_step(std::span(&sgd_gpu, 1), sgd);
+  }
+  require_matches(sgd_gpu.param, sgd_cpu.param, 1e-6, 1e-7);
+  require_matches(sgd_gpu.momentum_buffer, sgd_cpu.momentum_buffer, 1e-6, 1e-7);
 
   const std::vector<Tensor> cpu_grads = {loom::test::random_tensor({999}, DType::f32, rng).tensor,
                                          loom::test::random_tensor({70001}, DType::bf16, rng).tensor};
@@ -189,6 +218,9 @@ TEST_CASE("CUDA optimizers and gradient utilities match the CPU", "[cuda][kernel
   const Tensor norm = Tensor::empty({1}, DType::f32), g_norm = gpu_like(norm);
   loom::kernels::global_l2_norm(cpu_grads, norm);
   loom::kernels::global_l2_norm(gpu_grads, g_norm);
+  require_matches(g_norm, norm, 1e-5, 0);
+  loom::kernels::sum_of_squares(cpu_grads, norm);
+  loom::kernels::sum_of_squares(gpu_grads, g_norm);
   require_matches(g_norm, norm, 1e-5, 0);
   const Tensor flag = Tensor::zeros({1}, DType::f32, gpu);
   loom::kernels::unscale_and_check_finite(gpu_grads, 0.5f, flag);

@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -94,6 +95,18 @@ double finite_difference(std::vector<double>& x, std::size_t i, F&& f, double h 
   const double down = f();
   x[i] = saved;
   return (up - down) / (2 * h);
+}
+
+// GELU (tanh form, GPT-2) in fp64, written from its definition.
+inline double gelu64(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
+
+// x rounded to TF32 (10 mantissa bits) to nearest with ties away from zero, by value in double.
+inline double tf32_round_away(double x) {
+  if (x == 0 || !std::isfinite(x)) return x;
+  int exponent = 0;
+  std::frexp(std::fabs(x), &exponent);
+  const double ulp = std::ldexp(1.0, std::max(exponent - 1, -126) - 10);
+  return std::copysign(std::floor(std::fabs(x) / ulp + 0.5) * ulp, x);
 }
 
 // Relative size of one rounding step of dtype (its unit roundoff times two: one ulp at 1.0).

@@ -13,9 +13,9 @@
 
 namespace loom::test {
 
-// Every byte 0xA5: a NaN for f32/f16/bf16 and an unlikely integer, so an element a kernel forgot
-// to write fails the comparison that follows.
-inline constexpr unsigned poison_byte = 0xA5;
+// Every byte 0xFF: NaN in f32, f16 and bf16 (and -1 or the maximum in integer dtypes), so an
+// element a kernel forgot to write fails any comparison, even with an expected zero.
+inline constexpr unsigned poison_byte = 0xFF;
 inline void poison(const Tensor& tensor, StreamRef stream = {}) {
   fill(tensor.as_bytes(), poison_byte, stream);
 }

@@ -20,7 +20,8 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Te
                            const CrossEntropyOptions& options = {}, StreamRef stream = {});
 
 // dlogits[r, j] = dlosses[r] * (softmax(logits[r, :V])[j] - [j == targets[r]]) for j < V, and 0
-// for padded columns. dlosses: [rows] f32. dlogits may be logits (computed in place).
+// for padded columns. dlosses: [rows] f32. dlogits may be logits (computed in place). The targets
+// are trusted here (the forward pass range-checked them); the backward never indexes with them.
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& dlosses,
                             const Tensor& dlogits, const CrossEntropyOptions& options = {}, StreamRef stream = {});
 

@@ -12,8 +12,9 @@ void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wp
                        StreamRef stream = {});
 
 // dwte[v] += sum of dout[b, t] over positions holding token v; dwpe[t] += sum over b of
-// dout[b, t]. Deterministic: sums run in a fixed order, never with atomics. dwte, dwpe: f32 or
-// dout's dtype.
+// dout[b, t]. Deterministic: sums run in a fixed order, never with atomics. dwte, dwpe: f32 (a
+// frequent token's many small contributions would vanish in a 16-bit accumulator). Tokens are
+// trusted here (the forward pass checked them); on the GPU an out-of-range one is skipped.
 void embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& dwte, const Tensor& dwpe,
                         StreamRef stream = {});
 

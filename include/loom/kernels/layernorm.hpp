@@ -12,8 +12,9 @@ namespace loom::kernels {
 void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
                        const Tensor& mean, const Tensor& rstd, float eps = 1e-5f, StreamRef stream = {});
 
-// dx is written; dweight and dbias are accumulated into (+=), as parameter gradients are over
-// micro-batches. dweight/dbias are f32 or x's dtype.
+// dx is written (it must not share storage with dout or x); dweight and dbias are accumulated into
+// (+=), as parameter gradients are over micro-batches, summed in fp32 and rounded once.
+// dweight/dbias share one dtype: f32 or x's.
 void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, const Tensor& mean,
                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                         StreamRef stream = {});

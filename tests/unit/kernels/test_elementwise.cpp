@@ -18,7 +18,7 @@ using loom::Tensor;
 using loom::test::IsError;
 
 namespace {
-double gelu64(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
+using loom::test::gelu64;
 const DType floating[] = {DType::f32, DType::f16, DType::bf16};
 }  // namespace
 

@@ -49,6 +49,10 @@ TEST_CASE("embedding backward sums gradients per token and position, determinist
   }
   loom::test::require_close(dwte, wte_ref, 0, 0);
   loom::test::require_close(dwpe, wpe_ref, 0, 0);
+  CHECK_THROWS_MATCHES(loom::kernels::embedding_backward(token_tensor, Tensor::zeros({batch, steps, channels}, DType::bf16),
+                                                         Tensor::zeros({vocab, channels}, DType::bf16),
+                                                         Tensor::zeros({8, channels}, DType::bf16)),
+                       loom::Error, loom::test::IsError(loom::ErrorCategory::invalid_argument, {"'dwte' must be f32"}));
   CHECK_THROWS_MATCHES(loom::kernels::embedding_forward(Tensor::from_vector(std::vector<std::int32_t>{2, 6}, {1, 2}),
                                                         Tensor::zeros({6, 4}, DType::f32),
                                                         Tensor::zeros({2, 4}, DType::f32),

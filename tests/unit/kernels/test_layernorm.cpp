@@ -101,4 +101,10 @@ TEST_CASE("layernorm checks shapes and statistics dtypes", "[kernels][layernorm]
                        loom::Error, loom::test::IsError(loom::ErrorCategory::invalid_argument, {"'mean' must be f32"}));
   CHECK_THROWS_MATCHES(loom::kernels::layernorm_forward(x, w, w, x, stats, stats, 0.0f), loom::Error,
                        loom::test::IsError(loom::ErrorCategory::invalid_argument, {"eps"}));
+  const Tensor dout = Tensor::zeros({3, 8}, DType::f32), grads = Tensor::zeros({8}, DType::f32);
+  CHECK_THROWS_MATCHES(loom::kernels::layernorm_backward(dout, x, w, stats, stats, dout, grads, grads), loom::Error,
+                       loom::test::IsError(loom::ErrorCategory::invalid_argument, {"dx must not share storage"}));
+  CHECK_THROWS_MATCHES(loom::kernels::layernorm_backward(dout, x, w, stats, stats, Tensor::zeros({3, 8}, DType::f32),
+                                                         grads, Tensor::zeros({8}, DType::bf16)),
+                       loom::Error, loom::test::IsError(loom::ErrorCategory::invalid_argument, {"'dbias' is bf16"}));
 }

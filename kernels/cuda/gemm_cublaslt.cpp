@@ -1,0 +1,163 @@
+// The cuBLASLt GEMM path. Row-major operands are column-major transposes of themselves, so
+// D = op(A) op(B) is issued as D^T = op(B)^T op(A)^T: cuBLASLt's "A" is our B and its "B" is our A.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/cuda/gemm.hpp"
+#include "loom/core/cuda_check.hpp"
+#include "loom/core/error.hpp"
+
+namespace loom::kernels::cuda {
+
+namespace {
+
+constexpr std::size_t workspace_bytes = std::size_t{32} << 20;  // what cuBLASLt suggests for Hopper
+
+cudaDataType_t cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return CUDA_R_32F;
+    case DType::f16: return CUDA_R_16F;
+    case DType::bf16: return CUDA_R_16BF;
+    default: fail(ErrorCategory::invalid_argument, "cuBLASLt GEMM: unsupported dtype ", dtype);
+  }
+}
+
+// RAII owners of the cuBLASLt objects one GEMM call needs.
+struct Handle {
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  cublasLtHandle_t value = nullptr;
+  Handle() { check(cublasLtCreate(&value), "cublasLtCreate"); }
+  ~Handle() { cublasLtDestroy(value); }
+};
+struct MatmulDesc {
+  MatmulDesc(const MatmulDesc&) = delete;
+  MatmulDesc& operator=(const MatmulDesc&) = delete;
+  cublasLtMatmulDesc_t value = nullptr;
+  MatmulDesc(cublasComputeType_t compute) {
+    check(cublasLtMatmulDescCreate(&value, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  }
+  ~MatmulDesc() { cublasLtMatmulDescDestroy(value); }
+  template <class T>
+  void set(cublasLtMatmulDescAttributes_t attribute, const T& v) {
+    check(cublasLtMatmulDescSetAttribute(value, attribute, &v, sizeof(v)), "cublasLtMatmulDescSetAttribute");
+  }
+};
+struct Layout {
+  Layout(const Layout&) = delete;
+  Layout& operator=(const Layout&) = delete;
+  cublasLtMatrixLayout_t value = nullptr;
+  // A column-major rows x cols matrix with leading dimension ld, batched.
+  Layout(DType dtype, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int64_t batch, std::int64_t stride) {
+    check(cublasLtMatrixLayoutCreate(&value, cuda_type(dtype), static_cast<std::uint64_t>(rows),
+                                     static_cast<std::uint64_t>(cols), ld),
+          "cublasLtMatrixLayoutCreate");
+    const auto count = static_cast<std::int32_t>(batch);
+    check(cublasLtMatrixLayoutSetAttribute(value, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
+          "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)");
+    check(cublasLtMatrixLayoutSetAttribute(value, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)),
+          "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)");
+  }
+  ~Layout() { cublasLtMatrixLayoutDestroy(value); }
+};
+struct Preference {
+  Preference(const Preference&) = delete;
+  Preference& operator=(const Preference&) = delete;
+  cublasLtMatmulPreference_t value = nullptr;
+  Preference() { check(cublasLtMatmulPreferenceCreate(&value), "cublasLtMatmulPreferenceCreate"); }
+  ~Preference() { cublasLtMatmulPreferenceDestroy(value); }
+  template <class T>
+  void set(cublasLtMatmulPreferenceAttributes_t attribute, const T& v) {
+    check(cublasLtMatmulPreferenceSetAttribute(value, attribute, &v, sizeof(v)), "cublasLtMatmulPreferenceSetAttribute");
+  }
+};
+struct Workspace {
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  void* data = nullptr;
+  cudaStream_t stream;
+  Workspace(std::size_t bytes, cudaStream_t s) : stream(s) {
+    check(cudaMallocAsync(&data, bytes, s), "cudaMallocAsync(cuBLASLt workspace)");
+  }
+  ~Workspace() { cudaFreeAsync(data, stream); }
+};
+
+// Largest power of two (up to 256) dividing the address: what cuBLASLt may assume of it.
+std::uint32_t alignment_of(const void* ptr) {
+  const auto address = reinterpret_cast<std::uintptr_t>(ptr);
+  std::uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+std::int64_t stride_of(const StridedMatrix& m) { return m.batch == 1 ? 0 : m.batch_stride; }
+
+}  // namespace
+
+void gemm_cublaslt(const StridedMatrix& a, const StridedMatrix& b, const std::optional<StridedMatrix>& c,
+                   const StridedMatrix& d, const GemmOptions& options, const GemmShape& shape, void* stream) {
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const DType input = a.tensor.dtype(), output = d.tensor.dtype();
+  const GemmEpilogue& e = options.epilogue;
+  const std::string what = "cuBLASLt GEMM (" + std::to_string(shape.batch) + " x " + std::to_string(shape.m) + " x " +
+                           std::to_string(shape.n) + " x " + std::to_string(shape.k) + ", " +
+                           std::string(to_string(options.precision)) + ")";
+
+  Handle handle;
+  MatmulDesc desc(options.precision == GemmPrecision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+  desc.set(CUBLASLT_MATMUL_DESC_TRANSA, options.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
+  desc.set(CUBLASLT_MATMUL_DESC_TRANSB, options.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
+
+  const bool gelu = e.activation == Activation::gelu, bias = e.bias.defined(), aux = e.pre_activation.defined();
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  if (gelu && aux) epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  else if (gelu) epilogue = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+  else if (bias) epilogue = CUBLASLT_EPILOGUE_BIAS;
+  desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+  if (bias) {
+    desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, e.bias.raw_data());
+    desc.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(e.bias.dtype()));
+  }
+  if (aux) {
+    // pre_activation is [batch, M, N] row-major: column-major N x M, ld N.
+    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, e.pre_activation.raw_data());
+    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, shape.n);
+    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, shape.m * shape.n);
+    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, cuda_type(e.pre_activation.dtype()));
+  }
+
+  // cuBLASLt's A = our B (column-major b.cols x b.rows), its B = our A, C/D = D^T (N x M).
+  const Layout layout_a(input, b.cols, b.rows, b.ld, shape.batch, stride_of(b));
+  const Layout layout_b(input, a.cols, a.rows, a.ld, shape.batch, stride_of(a));
+  const Layout layout_d(output, d.cols, d.rows, d.ld, shape.batch, stride_of(d));
+  const Layout layout_c = c ? Layout(output, c->cols, c->rows, c->ld, shape.batch, stride_of(*c))
+                            : Layout(output, d.cols, d.rows, d.ld, shape.batch, stride_of(d));
+  const void* c_data = c ? c->tensor.raw_data() : d.tensor.raw_data();
+
+  Preference preference;
+  preference.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace_bytes);
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(b.tensor.raw_data()));
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(a.tensor.raw_data()));
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(c_data));
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(d.tensor.raw_data()));
+
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  check(cublasLtMatmulAlgoGetHeuristic(handle.value, desc.value, layout_a.value, layout_b.value, layout_c.value,
+                                       layout_d.value, preference.value, 1, &heuristic, &found),
+        what + ": cublasLtMatmulAlgoGetHeuristic");
+  if (found == 0) fail(ErrorCategory::cuda, what, ": cuBLASLt has no algorithm for this configuration");
+
+  const Workspace workspace(workspace_bytes, s);
+  const float alpha = options.alpha, beta = c ? options.beta : 0.0f;
+  check(cublasLtMatmul(handle.value, desc.value, &alpha, b.tensor.raw_data(), layout_a.value, a.tensor.raw_data(),
+                       layout_b.value, &beta, c_data, layout_c.value, d.tensor.raw_data(), layout_d.value,
+                       &heuristic.algo, workspace.data, workspace_bytes, s),
+        what + ": cublasLtMatmul");
+  if (e.bias_grad.defined()) gemm_bias_grad(a, options.trans_a, shape, e.bias_grad, stream);
+}
+
+}  // namespace loom::kernels::cuda
