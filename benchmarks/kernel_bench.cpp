@@ -1,9 +1,9 @@
 // kernel_bench: achieved memory bandwidth of loom's memory-bound kernels against the device's
-// copy bandwidth measured in the same run (a tensor copy: bytes read + bytes written). Prints a
-// table; --json writes the record.
+// copy bandwidth measured in the same run (a tensor copy: bytes read + bytes written), on the CPU
+// or a GPU. Timed with loom's streams and events, so the same code times both. Prints a table;
+// --json writes the record.
 #include <CLI/CLI.hpp>
 
-#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <random>
@@ -21,25 +21,29 @@
 
 namespace {
 
-double median_seconds(const std::function<void()>& fn, int repeats) {
+// Median over repeats of the time between events recorded around fn on stream, in seconds.
+double median_seconds(const std::function<void()>& fn, const loom::Stream& stream, int repeats) {
   fn();
+  stream.synchronize();
   std::vector<double> samples;
+  loom::Event start(stream.device(), true), end(stream.device(), true);
   for (int r = 0; r < repeats; ++r) {
-    const auto start = std::chrono::steady_clock::now();
+    start.record(stream);
     fn();
-    samples.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    end.record(stream);
+    end.synchronize();
+    samples.push_back(start.elapsed_ms(end) / 1e3);
   }
   return loom::bench::median(samples);
 }
 
-loom::Tensor random_tensor(const loom::Shape& shape, loom::DType dtype, std::mt19937& rng) {
+loom::Tensor random_tensor(const loom::Shape& shape, loom::DType dtype, loom::Device device, std::mt19937& rng) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   const loom::Tensor f32 = loom::Tensor::empty(shape, loom::DType::f32);
   for (float& v : f32.span<float>()) v = dist(rng);
-  if (dtype == loom::DType::f32) return f32;
   const loom::Tensor out = loom::Tensor::empty(shape, dtype);
   loom::kernels::cast(f32, out);
-  return out;
+  return out.to(device);
 }
 
 struct KernelCase {
@@ -52,10 +56,11 @@ struct KernelCase {
 
 int main(int argc, char** argv) {
   CLI::App app("kernel_bench: memory-bound kernels against the same-run copy bandwidth");
-  std::string dtype_name = "bf16", json_path;
+  std::string dtype_name = "bf16", device_name = "auto", json_path;
   std::int64_t rows = 4096, channels = 768;
   int repeats = 5;
   app.add_option("--dtype", dtype_name, "activation dtype: f32, bf16 or f16");
+  app.add_option("--device", device_name, "cpu, cuda:N or auto (a GPU when there is one)");
   app.add_option("--rows", rows, "rows (tokens)")->check(CLI::PositiveNumber);
   app.add_option("--channels", channels, "channels per row")->check(CLI::PositiveNumber);
   app.add_option("--repeats", repeats, "timed repeats; the median is reported")->check(CLI::PositiveNumber);
@@ -64,42 +69,51 @@ int main(int argc, char** argv) {
 
   try {
     const loom::DType dtype = loom::parse_dtype(dtype_name);
+    const loom::Device device = device_name == "auto"
+                                    ? (loom::cuda_runtime_status().available() ? loom::Device::cuda(0) : loom::Device::cpu())
+                                    : loom::Device::parse(device_name);
+    const loom::Stream stream(device);
+    const loom::StreamRef s = stream.ref();
     const std::int64_t n = rows * channels;
     const double e = static_cast<double>(loom::dtype_size(dtype)), nd = static_cast<double>(n);
     std::mt19937 rng(9);
-    const loom::Tensor x = random_tensor({rows, channels}, dtype, rng), y = random_tensor({rows, channels}, dtype, rng);
-    const loom::Tensor out = loom::Tensor::empty({rows, channels}, dtype);
-    const loom::Tensor w = random_tensor({channels}, dtype, rng), b = random_tensor({channels}, dtype, rng);
-    const loom::Tensor mean = loom::Tensor::empty({rows}, loom::DType::f32), rstd = loom::Tensor::empty({rows}, loom::DType::f32);
-    const loom::Tensor dw = loom::Tensor::zeros({channels}, loom::DType::f32), db = loom::Tensor::zeros({channels}, loom::DType::f32);
-    const loom::Tensor master = random_tensor({n}, loom::DType::f32, rng), f32_out = loom::Tensor::empty({n}, loom::DType::f32);
-    const loom::Tensor m = loom::Tensor::zeros({n}, loom::DType::f32), v = loom::Tensor::zeros({n}, loom::DType::f32);
-    const loom::Tensor model = loom::Tensor::empty({n}, loom::DType::bf16);
-    const loom::Tensor targets = loom::Tensor::zeros({rows}, loom::DType::i32), losses = loom::Tensor::empty({rows}, loom::DType::f32);
-    loom::kernels::layernorm_forward(x, w, b, out, mean, rstd);
+    auto empty = [&](const loom::Shape& shape, loom::DType t) { return loom::Tensor::empty(shape, t, device); };
+    auto zeros = [&](const loom::Shape& shape) { return loom::Tensor::zeros(shape, loom::DType::f32, device); };
+    const loom::Tensor x = random_tensor({rows, channels}, dtype, device, rng), y = random_tensor({rows, channels}, dtype, device, rng);
+    const loom::Tensor out = empty({rows, channels}, dtype);
+    const loom::Tensor w = random_tensor({channels}, dtype, device, rng), b = random_tensor({channels}, dtype, device, rng);
+    const loom::Tensor mean = empty({rows}, loom::DType::f32), rstd = empty({rows}, loom::DType::f32);
+    const loom::Tensor dw = zeros({channels}), db = zeros({channels});
+    const loom::Tensor master = random_tensor({n}, loom::DType::f32, device, rng);
+    const loom::Tensor m = zeros({n}), v = zeros({n});
+    const loom::Tensor model = empty({n}, loom::DType::bf16);
+    const loom::Tensor targets = loom::Tensor::zeros({rows}, loom::DType::i32, device), losses = empty({rows}, loom::DType::f32);
+    loom::kernels::layernorm_forward(x, w, b, out, mean, rstd, 1e-5f, s);
     const loom::kernels::AdamWTensor adam{master, x.flatten(), m, v, model, true};
 
     const std::vector<KernelCase> cases = {
-        {"copy (baseline)", 2 * nd * e, [&] { loom::copy(out, x); }},
-        {"gelu_forward", 2 * nd * e, [&] { loom::kernels::gelu_forward(x, out); }},
-        {"gelu_backward", 3 * nd * e, [&] { loom::kernels::gelu_backward(x, y, out); }},
-        {"residual_add", 3 * nd * e, [&] { loom::kernels::residual_add(x, y, out); }},
-        {"layernorm_forward", 2 * nd * e, [&] { loom::kernels::layernorm_forward(x, w, b, out, mean, rstd); }},
-        {"layernorm_backward", 3 * nd * e, [&] { loom::kernels::layernorm_backward(y, x, w, mean, rstd, out, dw, db); }},
-        {"softmax_forward", 2 * nd * e, [&] { loom::kernels::softmax_forward(x, out); }},
-        {"cross_entropy_forward", nd * e, [&] { loom::kernels::cross_entropy_forward(x, targets, losses); }},
-        {"cast f32->bf16", nd * 6, [&] { loom::kernels::cast(master, model); }},
-        {"adamw_step", nd * (4 * 6 + e + 2), [&] { loom::kernels::adamw_step(std::span(&adam, 1), {}); }},
+        {"copy (baseline)", 2 * nd * e, [&] { loom::copy(out, x, s); }},
+        {"gelu_forward", 2 * nd * e, [&] { loom::kernels::gelu_forward(x, out, s); }},
+        {"gelu_backward", 3 * nd * e, [&] { loom::kernels::gelu_backward(x, y, out, s); }},
+        {"residual_add", 3 * nd * e, [&] { loom::kernels::residual_add(x, y, out, s); }},
+        {"layernorm_forward", 2 * nd * e, [&] { loom::kernels::layernorm_forward(x, w, b, out, mean, rstd, 1e-5f, s); }},
+        {"layernorm_backward", 3 * nd * e,
+         [&] { loom::kernels::layernorm_backward(y, x, w, mean, rstd, out, dw, db, s); }},
+        {"softmax_forward", 2 * nd * e, [&] { loom::kernels::softmax_forward(x, out, s); }},
+        {"cross_entropy_fwd", nd * e, [&] { loom::kernels::cross_entropy_forward(x, targets, losses, {}, s); }},
+        {"cast f32->bf16", nd * 6, [&] { loom::kernels::cast(master, model, {}, s); }},
+        {"adamw_step", nd * (4 * 6 + e + 2), [&] { loom::kernels::adamw_step(std::span(&adam, 1), {}, s); }},
     };
 
     nlohmann::json record = loom::bench::make_record(
-        "kernel_bench", {{"device", "cpu"}, {"dtype", dtype_name}, {"rows", rows}, {"channels", channels}, {"repeats", repeats}});
-    std::printf("%s\n%lld x %lld %s activations on the CPU, median of %d\n\n", loom::to_string(loom::build_info()).c_str(),
-                static_cast<long long>(rows), static_cast<long long>(channels), dtype_name.c_str(), repeats);
+        "kernel_bench", {{"device", device.to_string()}, {"dtype", dtype_name}, {"rows", rows}, {"channels", channels}, {"repeats", repeats}});
+    std::printf("%s\n%lld x %lld %s activations on %s, median of %d\n\n", loom::to_string(loom::build_info()).c_str(),
+                static_cast<long long>(rows), static_cast<long long>(channels), dtype_name.c_str(),
+                device.to_string().c_str(), repeats);
     std::printf("%-22s %10s %10s %10s\n", "kernel", "ms", "GB/s", "vs_copy");
     double copy_gbs = 0;
     for (const KernelCase& c : cases) {
-      const double seconds = median_seconds(c.run, repeats);
+      const double seconds = median_seconds(c.run, stream, repeats);
       const double gbs = c.bytes / seconds / 1e9;
       if (copy_gbs == 0) copy_gbs = gbs;
       std::printf("%-22s %10.3f %10.2f %9.0f%%\n", c.name.c_str(), seconds * 1e3, gbs, 100 * gbs / copy_gbs);

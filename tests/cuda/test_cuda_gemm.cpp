@@ -1,0 +1,144 @@
+// The CUDA GEMM (cuBLASLt) and attention against the CPU implementations (which tests/unit checks
+// against fp64), over precisions, output dtypes, transposes, broadcast batches, padded leading
+// dimensions, alpha/beta and epilogues.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <optional>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "loom/kernels/attention.hpp"
+#include "loom/kernels/gemm.hpp"
+#include "support/reference.hpp"
+#include "support/tensor_checks.hpp"
+
+using loom::Device;
+using loom::DType;
+using loom::Tensor;
+using loom::kernels::Activation;
+using loom::kernels::GemmOptions;
+using loom::kernels::GemmPrecision;
+using loom::kernels::StridedMatrix;
+
+namespace {
+
+const Device gpu = Device::cuda(0);
+
+DType input_of(GemmPrecision p) {
+  return p == GemmPrecision::bf16 ? DType::bf16 : p == GemmPrecision::fp16 ? DType::f16 : DType::f32;
+}
+
+// Relative agreement expected between two correct implementations of a precision.
+double agreement(GemmPrecision p, DType output) {
+  double rel = p == GemmPrecision::fp32 ? 1e-5 : 2e-3;  // tf32/fp16/bf16: rounding and order differences
+  if (output != DType::f32) rel = std::max(rel, 2 * loom::test::ulp_of(output));
+  return rel;
+}
+
+// The same strided operand on the GPU.
+StridedMatrix on_gpu(const StridedMatrix& m) {
+  StridedMatrix g = m;
+  g.tensor = m.tensor.to(gpu);
+  return g;
+}
+
+StridedMatrix padded(const Tensor& t, std::int64_t cols) {
+  StridedMatrix m = StridedMatrix::of(t);
+  m.cols = cols;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("CUDA GEMM matches the CPU GEMM over precisions, layouts and epilogues", "[cuda][gemm]") {
+  std::mt19937 rng(81);
+  const std::int64_t batch = 3, m = 67, n = 45, k = 129, pad = 3;
+  for (auto [precision, output] : std::vector<std::pair<GemmPrecision, DType>>{
+           {GemmPrecision::fp32, DType::f32}, {GemmPrecision::tf32, DType::f32}, {GemmPrecision::bf16, DType::bf16},
+           {GemmPrecision::bf16, DType::f32}, {GemmPrecision::fp16, DType::f16}}) {
+    for (bool trans_a : {false, true}) {
+      for (bool trans_b : {false, true}) {
+        for (int epilogue = 0; epilogue < 3; ++epilogue) {  // none; bias + alpha/beta; bias + GELU with aux
+          INFO(loom::kernels::to_string(precision) << " -> " << loom::dtype_name(output) << " ta=" << trans_a
+                                                   << " tb=" << trans_b << " epilogue=" << epilogue);
+          const DType input = input_of(precision);
+          const auto a = loom::test::random_tensor({batch, trans_a ? k : m, (trans_a ? m : k) + pad}, input, rng);
+          const auto b = loom::test::random_tensor({1, trans_b ? n : k, (trans_b ? k : n) + pad}, input, rng);  // broadcast
+          const auto c = loom::test::random_tensor({batch, m, n}, output, rng);
+          const auto bias = loom::test::random_tensor({n}, input, rng);
+          const StridedMatrix am = padded(a.tensor, trans_a ? m : k), bm = padded(b.tensor, trans_b ? k : n);
+          GemmOptions options;
+          options.trans_a = trans_a, options.trans_b = trans_b, options.precision = precision;
+          if (epilogue >= 1) options.epilogue.bias = bias.tensor, options.alpha = 0.5f, options.beta = epilogue == 1 ? 2.0f : 0.0f;
+          if (epilogue == 2) options.epilogue.activation = Activation::gelu;
+
+          const Tensor d_cpu = c.tensor.clone();
+          GemmOptions cpu_options = options;
+          if (epilogue == 2) cpu_options.epilogue.pre_activation = Tensor::empty({batch, m, n}, output);
+          loom::kernels::gemm(am, bm, StridedMatrix::of(d_cpu), StridedMatrix::of(d_cpu), cpu_options);
+
+          const Tensor d_gpu = c.tensor.to(gpu);
+          GemmOptions gpu_options = options;
+          gpu_options.epilogue.bias = options.epilogue.bias.defined() ? bias.tensor.to(gpu) : Tensor();
+          if (epilogue == 2) {
+            gpu_options.epilogue.pre_activation = Tensor::empty({batch, m, n}, output, gpu);
+            loom::test::poison(gpu_options.epilogue.pre_activation);
+          }
+          loom::kernels::gemm(on_gpu(am), on_gpu(bm), StridedMatrix::of(d_gpu), StridedMatrix::of(d_gpu), gpu_options);
+          const double rel = agreement(precision, output), abs = rel * std::sqrt(static_cast<double>(k));
+          loom::test::require_close(d_gpu.to(Device::cpu()), loom::test::as_doubles(d_cpu), rel, abs);
+          if (epilogue == 2) {
+            loom::test::require_close(gpu_options.epilogue.pre_activation.to(Device::cpu()),
+                                      loom::test::as_doubles(cpu_options.epilogue.pre_activation), rel, abs);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("CUDA GEMM bias gradient matches the CPU", "[cuda][gemm]") {
+  std::mt19937 rng(82);
+  // dW = dY^T X with dY [tokens, out], X [tokens, in]; bias_grad = column sums of dY.
+  const auto dy = loom::test::random_tensor({300, 96}, DType::bf16, rng), x = loom::test::random_tensor({300, 64}, DType::bf16, rng);
+  GemmOptions options;
+  options.trans_a = true, options.precision = GemmPrecision::bf16;
+  options.epilogue.bias_grad = Tensor::empty({96}, DType::f32);
+  const Tensor dw = Tensor::empty({96, 64}, DType::f32);
+  loom::kernels::gemm(dy.tensor, x.tensor, dw, options);
+  GemmOptions gpu_options = options;
+  gpu_options.epilogue.bias_grad = Tensor::empty({96}, DType::f32, gpu);
+  loom::test::poison(gpu_options.epilogue.bias_grad);
+  const Tensor dw_gpu = Tensor::empty({96, 64}, DType::f32, gpu);
+  loom::kernels::gemm(dy.tensor.to(gpu), x.tensor.to(gpu), dw_gpu, gpu_options);
+  loom::test::require_close(dw_gpu.to(Device::cpu()), loom::test::as_doubles(dw), 2e-3, 2e-3 * std::sqrt(300.0));
+  loom::test::require_close(gpu_options.epilogue.bias_grad.to(Device::cpu()),
+                            loom::test::as_doubles(options.epilogue.bias_grad), 1e-5, 1e-4);
+}
+
+TEST_CASE("CUDA attention forward and backward match the CPU", "[cuda][attention]") {
+  std::mt19937 rng(83);
+  const std::int64_t batch = 2, steps = 70, channels = 96, heads = 4;
+  for (auto [precision, dtype] : std::vector<std::pair<GemmPrecision, DType>>{{GemmPrecision::fp32, DType::f32},
+                                                                              {GemmPrecision::bf16, DType::bf16}}) {
+    INFO(loom::kernels::to_string(precision));
+    const loom::kernels::AttentionOptions options{heads, precision};
+    const auto qkv = loom::test::random_tensor({batch, steps, 3 * channels}, dtype, rng);
+    const auto dout = loom::test::random_tensor({batch, steps, channels}, dtype, rng);
+    const Tensor out = Tensor::empty({batch, steps, channels}, dtype), att = Tensor::empty({batch, heads, steps, steps}, dtype);
+    const Tensor dqkv = Tensor::empty({batch, steps, 3 * channels}, dtype);
+    loom::kernels::attention_forward(qkv.tensor, out, att, options);
+    loom::kernels::attention_backward(dout.tensor, qkv.tensor, att, dqkv, options);
+    const Tensor g_out = Tensor::empty(out.shape(), dtype, gpu), g_att = Tensor::empty(att.shape(), dtype, gpu),
+                 g_dqkv = Tensor::empty(dqkv.shape(), dtype, gpu);
+    for (const Tensor& t : {g_out, g_att, g_dqkv}) loom::test::poison(t);
+    loom::kernels::attention_forward(qkv.tensor.to(gpu), g_out, g_att, options);
+    loom::kernels::attention_backward(dout.tensor.to(gpu), qkv.tensor.to(gpu), g_att, g_dqkv, options);
+    const double rel = agreement(precision, dtype);
+    loom::test::require_close(g_out.to(Device::cpu()), loom::test::as_doubles(out), rel, rel);
+    loom::test::require_close(g_att.to(Device::cpu()), loom::test::as_doubles(att), rel, rel);
+    loom::test::require_close(g_dqkv.to(Device::cpu()), loom::test::as_doubles(dqkv), 5 * rel, 5 * rel);
+  }
+}
