@@ -20,6 +20,21 @@ double median(std::vector<double> samples) {
   return samples.size() % 2 ? samples[mid] : (samples[mid - 1] + samples[mid]) / 2;
 }
 
+double median_seconds(const std::function<void()>& fn, int repeats, const Stream& stream) {
+  fn();
+  stream.synchronize();
+  Event start(stream.device(), true), end(stream.device(), true);
+  std::vector<double> samples;
+  for (int r = 0; r < repeats; ++r) {
+    start.record(stream);
+    fn();
+    end.record(stream);
+    end.synchronize();
+    samples.push_back(start.elapsed_ms(end) / 1e3);
+  }
+  return median(samples);
+}
+
 nlohmann::json make_record(const std::string& benchmark, const nlohmann::json& config) {
   const char* commit = std::getenv("LOOM_COMMIT");
   char host[256] = {};

@@ -30,22 +30,6 @@ struct GemmShape {
   std::int64_t m, n, k;
 };
 
-// Median time of fn over repeats, after one warm-up call, in seconds, between events recorded on
-// stream (host time on the CPU, device time on a GPU).
-double median_seconds(const std::function<void()>& fn, int repeats, const loom::Stream& stream = loom::Stream()) {
-  fn();
-  stream.synchronize();
-  loom::Event start(stream.device(), true), end(stream.device(), true);
-  std::vector<double> samples;
-  for (int r = 0; r < repeats; ++r) {
-    start.record(stream);
-    fn();
-    end.record(stream);
-    end.synchronize();
-    samples.push_back(start.elapsed_ms(end) / 1e3);
-  }
-  return loom::bench::median(samples);
-}
 
 loom::Tensor random_f32(std::int64_t rows, std::int64_t cols, std::mt19937& rng) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -134,7 +118,7 @@ int main(int argc, char** argv) {
           report(name, "cublaslt", baseline, baseline);
           loom::kernels::GemmOptions options;
           options.precision = precision;
-          const double seconds = median_seconds([&] { loom::kernels::gemm(a, b, c, options, stream); }, repeats, stream);
+          const double seconds = loom::bench::median_seconds([&] { loom::kernels::gemm(a, b, c, options, stream); }, repeats, stream);
           report(name, "loom", seconds, baseline);
         }
         continue;
@@ -144,13 +128,13 @@ int main(int argc, char** argv) {
       }
       // Baseline: Eigen's own fp32 GEMM on the same row-major data, no conversions.
       using Map = Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
-      const double eigen = median_seconds([&] {
+      const double eigen = loom::bench::median_seconds([&] {
         Map(c32.data<float>(), shape.m, shape.n).noalias() =
             Map(a32.data<float>(), shape.m, shape.k) * Map(b32.data<float>(), shape.k, shape.n);
       }, repeats);
       report("fp32", "eigen", eigen, eigen);
 #if LOOM_BENCH_HAVE_OPENBLAS
-      const double openblas = median_seconds([&] {
+      const double openblas = loom::bench::median_seconds([&] {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(shape.m), static_cast<int>(shape.n),
                     static_cast<int>(shape.k), 1.0f, a32.data<float>(), static_cast<int>(shape.k), b32.data<float>(),
                     static_cast<int>(shape.n), 0.0f, c32.data<float>(), static_cast<int>(shape.n));
@@ -165,7 +149,7 @@ int main(int argc, char** argv) {
         const loom::Tensor a = cast_to(a32, input), b = cast_to(b32, input);
         loom::kernels::GemmOptions options;
         options.precision = precision;
-        const double seconds = median_seconds([&] { loom::kernels::gemm(a, b, c32, options); }, repeats);
+        const double seconds = loom::bench::median_seconds([&] { loom::kernels::gemm(a, b, c32, options); }, repeats);
         report(name, "loom", seconds, eigen);
       }
     }

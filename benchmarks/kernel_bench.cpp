@@ -21,21 +21,6 @@
 
 namespace {
 
-// Median over repeats of the time between events recorded around fn on stream, in seconds.
-double median_seconds(const std::function<void()>& fn, const loom::Stream& stream, int repeats) {
-  fn();
-  stream.synchronize();
-  std::vector<double> samples;
-  loom::Event start(stream.device(), true), end(stream.device(), true);
-  for (int r = 0; r < repeats; ++r) {
-    start.record(stream);
-    fn();
-    end.record(stream);
-    end.synchronize();
-    samples.push_back(start.elapsed_ms(end) / 1e3);
-  }
-  return loom::bench::median(samples);
-}
 
 loom::Tensor random_tensor(const loom::Shape& shape, loom::DType dtype, loom::Device device, std::mt19937& rng) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -113,7 +98,7 @@ int main(int argc, char** argv) {
     std::printf("%-22s %10s %10s %10s\n", "kernel", "ms", "GB/s", "vs_copy");
     double copy_gbs = 0;
     for (const KernelCase& c : cases) {
-      const double seconds = median_seconds(c.run, stream, repeats);
+      const double seconds = loom::bench::median_seconds(c.run, repeats, stream);
       const double gbs = c.bytes / seconds / 1e9;
       if (copy_gbs == 0) copy_gbs = gbs;
       std::printf("%-22s %10.3f %10.2f %9.0f%%\n", c.name.c_str(), seconds * 1e3, gbs, 100 * gbs / copy_gbs);
