@@ -120,6 +120,12 @@ int main(int argc, char** argv) {
           options.precision = precision;
           const double seconds = loom::bench::median_seconds([&] { loom::kernels::gemm(a, b, c, options, stream); }, repeats, stream);
           report(name, "loom", seconds, baseline);
+          if (precision == loom::kernels::GemmPrecision::bf16 || precision == loom::kernels::GemmPrecision::fp16) {
+            options.backend = loom::kernels::GemmBackend::loom;
+            const double own = loom::bench::median_seconds([&] { loom::kernels::gemm(a, b, c, options, stream); },
+                                                           repeats, stream);
+            report(name, "loom-wmma", own, baseline);
+          }
         }
         continue;
 #else

@@ -39,6 +39,8 @@ bench() {  # name, args...: runs a benchmark, its table into the summary, its JS
   echo "== $name" >> "$summary"
   "$build/benchmarks/$name" "$@" --json "$out/$name.json" >> "$summary" 2>&1 || { echo "$name failed" >> "$summary"; status=1; }
 }
+echo "== check-sass" >> "$summary"
+"$root/scripts/check-sass.sh" "$build" >> "$summary" 2>&1 || status=1
 echo "== smoke" >> "$summary"
 "$build/examples/smoke/loom_smoke" >> "$summary" 2>&1 || status=1
 bench gemm_bench --device cuda:0 --repeats 20 --precisions tf32,bf16,fp16 \
@@ -46,6 +48,7 @@ bench gemm_bench --device cuda:0 --repeats 20 --precisions tf32,bf16,fp16 \
 bench kernel_bench --device cuda:0 --repeats 20 --rows 16384 --channels 768
 bench alloc_bench --device cuda:0
 
+grep "check-sass" "$summary"
 echo "== cuda tests"; grep -E "tests passed|tests failed|\*\*\*Failed|Skipped" "$out/cuda-tests.log" | tail -15
 sed -n '/== gemm_bench/,$p' "$summary" | grep -E "^==|^[0-9]|^copy|^[a-z_]+ " | head -80
 exit $status

@@ -13,6 +13,11 @@ namespace loom::kernels::cuda {
 void gemm_cublaslt(const StridedMatrix& a, const StridedMatrix& b, const std::optional<StridedMatrix>& c,
                    const StridedMatrix& d, const GemmOptions& options, const GemmShape& shape, void* stream);
 
+// loom's own tensor-core GEMM (WMMA, sm_80+), for f16 and bf16 inputs; same semantics as
+// gemm_cublaslt, epilogues included.
+void gemm_loom(const StridedMatrix& a, const StridedMatrix& b, const std::optional<StridedMatrix>& c,
+               const StridedMatrix& d, const GemmOptions& options, const GemmShape& shape, void* stream);
+
 // bias_grad[i] = sum over batches and k of op(A)[i, k], in fp32, deterministic.
 void gemm_bias_grad(const StridedMatrix& a, bool trans_a, const GemmShape& shape, const Tensor& bias_grad, void* stream);
 

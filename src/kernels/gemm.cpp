@@ -122,10 +122,15 @@ void gemm(const StridedMatrix& a, const StridedMatrix& b, const std::optional<St
   detail::dispatch(
       "gemm", device, stream, [&] { cpu::gemm(a, b, used_c, d, options, shape); },
       [&](void* s) {
-        // Until loom's own tensor-core kernels land, Auto means cuBLASLt.
-        require(options.backend != GemmBackend::loom, "gemm: GemmBackend::loom on ", device,
-                " is not available yet (loom's own tensor-core GEMM has not landed); use automatic or cublaslt");
-        cuda::gemm_cublaslt(a, b, used_c, d, options, shape, s);
+        // automatic means cuBLASLt until loom's kernels are measured against it on a GPU.
+        if (options.backend == GemmBackend::loom) {
+          require(options.precision == GemmPrecision::fp16 || options.precision == GemmPrecision::bf16,
+                  "gemm: GemmBackend::loom supports fp16 and bf16 precision, got ", to_string(options.precision),
+                  " (use automatic or cublaslt for fp32/tf32)");
+          cuda::gemm_loom(a, b, used_c, d, options, shape, s);
+        } else {
+          cuda::gemm_cublaslt(a, b, used_c, d, options, shape, s);
+        }
       });
 }
 

@@ -79,19 +79,27 @@ TEST_CASE("CUDA GEMM matches the CPU GEMM over precisions, layouts and epilogues
           if (epilogue == 2) cpu_options.epilogue.pre_activation = Tensor::empty({batch, m, n}, output);
           loom::kernels::gemm(am, bm, StridedMatrix::of(d_cpu), StridedMatrix::of(d_cpu), cpu_options);
 
-          const Tensor d_gpu = c.tensor.to(gpu);
-          GemmOptions gpu_options = options;
-          gpu_options.epilogue.bias = options.epilogue.bias.defined() ? bias.tensor.to(gpu) : Tensor();
-          if (epilogue == 2) {
-            gpu_options.epilogue.pre_activation = Tensor::empty({batch, m, n}, output, gpu);
-            loom::test::poison(gpu_options.epilogue.pre_activation);
+          std::vector<loom::kernels::GemmBackend> backends = {loom::kernels::GemmBackend::automatic};
+          if (precision == GemmPrecision::bf16 || precision == GemmPrecision::fp16) {
+            backends.push_back(loom::kernels::GemmBackend::loom);
           }
-          loom::kernels::gemm(on_gpu(am), on_gpu(bm), StridedMatrix::of(d_gpu), StridedMatrix::of(d_gpu), gpu_options);
-          const double rel = agreement(precision, output), abs = rel * std::sqrt(static_cast<double>(k));
-          loom::test::require_close(d_gpu.to(Device::cpu()), loom::test::as_doubles(d_cpu), rel, abs);
-          if (epilogue == 2) {
-            loom::test::require_close(gpu_options.epilogue.pre_activation.to(Device::cpu()),
-                                      loom::test::as_doubles(cpu_options.epilogue.pre_activation), rel, abs);
+          for (auto backend : backends) {
+            INFO("backend " << static_cast<int>(backend));
+            const Tensor d_gpu = c.tensor.to(gpu);
+            GemmOptions gpu_options = options;
+            gpu_options.backend = backend;
+            gpu_options.epilogue.bias = options.epilogue.bias.defined() ? bias.tensor.to(gpu) : Tensor();
+            if (epilogue == 2) {
+              gpu_options.epilogue.pre_activation = Tensor::empty({batch, m, n}, output, gpu);
+              loom::test::poison(gpu_options.epilogue.pre_activation);
+            }
+            loom::kernels::gemm(on_gpu(am), on_gpu(bm), StridedMatrix::of(d_gpu), StridedMatrix::of(d_gpu), gpu_options);
+            const double rel = agreement(precision, output), abs = rel * std::sqrt(static_cast<double>(k));
+            loom::test::require_close(d_gpu.to(Device::cpu()), loom::test::as_doubles(d_cpu), rel, abs);
+            if (epilogue == 2) {
+              loom::test::require_close(gpu_options.epilogue.pre_activation.to(Device::cpu()),
+                                        loom::test::as_doubles(cpu_options.epilogue.pre_activation), rel, abs);
+            }
           }
         }
       }
