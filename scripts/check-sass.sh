@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Proves, without a GPU, that loom's tensor-core GEMM kernels really use tensor-core instructions.
-# With cuobjdump (or nvdisasm) it disassembles the built object and requires HMMA instructions in
+# With cuobjdump it disassembles the built object and requires HMMA instructions in
 # the WMMA GEMM kernels for every SASS architecture in it. Toolkits without a disassembler (such
 # as this project's development machines) fall back to the PTX the build emits for the same
 # source, which must contain mma.sync inside those kernels; the output says which check ran.
@@ -16,7 +16,7 @@ object=$(find "$build" -name 'gemm_wmma.cu.o' | head -n1)
 
 if [ -n "$cuobjdump" ]; then
   sass=$("$cuobjdump" -sass "$object")
-  archs=$(printf '%s\n' "$sass" | grep -oE 'arch = sm_[0-9]+a?' | sort -u | awk '{print $3}')
+  archs=$(printf '%s\n' "$sass" | grep -oE 'arch = sm_[0-9]+a?' | sort -u | awk '{print $3}' || true)
   [ -n "$archs" ] || { echo "check-sass: no SASS in $object"; exit 1; }
   status=0
   for arch in $archs; do
@@ -35,8 +35,8 @@ fi
 ptx=$(find "$build" -name 'gemm_wmma.ptx' | head -n1)
 [ -n "$ptx" ] || { echo "check-sass: no disassembler and no gemm_wmma.ptx under $build"; exit 1; }
 count=$(awk -v pat="$kernel_pattern" '
-  /^\.visible \.entry|^\.entry/ { in_kernel = index($0, pat) > 0 }
+  /\.entry/ { in_kernel = index($0, pat) > 0 }
   in_kernel && /mma\.sync/ { n++ }
   END { print n + 0 }' "$ptx")
-echo "check-sass: no cuobjdump/nvdisasm in this toolkit; checked PTX instead: $count mma.sync in $kernel_pattern ($ptx)"
+echo "check-sass: no cuobjdump in this toolkit; checked PTX instead: $count mma.sync in $kernel_pattern ($ptx)"
 [ "$count" -gt 0 ]

@@ -9,7 +9,10 @@
 namespace loom::kernels::cuda {
 
 // cuBLASLt: row-major D = op(A) op(B) computed as the column-major D^T = op(B)^T op(A)^T, with
-// cuBLASLt's bias and GELU(-aux) epilogues; the bias gradient by loom's own reduction kernel.
+// cuBLASLt's bias and GELU(-aux) epilogues; the bias gradient by loom's own reduction kernel. The
+// bias must have D's dtype or be 16-bit with an f32 D (widened here); where cuBLASLt cannot keep
+// the pre-activation (its leading dimension must be a multiple of 8), the GEMM writes the
+// pre-activation and loom applies GELU.
 void gemm_cublaslt(const StridedMatrix& a, const StridedMatrix& b, const std::optional<StridedMatrix>& c,
                    const StridedMatrix& d, const GemmOptions& options, const GemmShape& shape, void* stream);
 
@@ -17,6 +20,10 @@ void gemm_cublaslt(const StridedMatrix& a, const StridedMatrix& b, const std::op
 // gemm_cublaslt, epilogues included.
 void gemm_loom(const StridedMatrix& a, const StridedMatrix& b, const std::optional<StridedMatrix>& c,
                const StridedMatrix& d, const GemmOptions& options, const GemmShape& shape, void* stream);
+
+// D = gelu(pre_activation) element by element, pre_activation contiguous [batch, M, N], D strided.
+void gemm_gelu_from_pre_activation(const Tensor& pre_activation, const StridedMatrix& d, const GemmShape& shape,
+                                   void* stream);
 
 // bias_grad[i] = sum over batches and k of op(A)[i, k], in fp32, deterministic.
 void gemm_bias_grad(const StridedMatrix& a, bool trans_a, const GemmShape& shape, const Tensor& bias_grad, void* stream);

@@ -3,10 +3,13 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/training.hpp"
 #include "loom/core/cuda_check.hpp"
 #include "loom/core/error.hpp"
 
@@ -95,16 +98,46 @@ std::uint32_t alignment_of(const void* ptr) {
 
 std::int64_t stride_of(const StridedMatrix& m) { return m.batch == 1 ? 0 : m.batch_stride; }
 
+// What cuBLASLt may assume about every matrix of an operand: the base pointer's alignment, reduced
+// by the alignment of the row and batch offsets.
+std::uint32_t operand_alignment(const void* base, std::int64_t ld, std::int64_t batch_stride, std::size_t element) {
+  std::uint32_t alignment = alignment_of(base);
+  for (std::int64_t offset : {ld, batch_stride}) {
+    if (offset != 0) alignment = std::min(alignment, alignment_of(reinterpret_cast<const void*>(offset * static_cast<std::int64_t>(element))));
+  }
+  return alignment;
+}
+
+// Makes the tensors' device current for the call.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    check(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceGuard() {
+    int current = previous_;
+    if (cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
 }  // namespace
 
 void gemm_cublaslt(const StridedMatrix& a, const StridedMatrix& b, const std::optional<StridedMatrix>& c,
                    const StridedMatrix& d, const GemmOptions& options, const GemmShape& shape, void* stream) {
+  const DeviceGuard guard(d.tensor.device().index());
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const DType input = a.tensor.dtype(), output = d.tensor.dtype();
   const GemmEpilogue& e = options.epilogue;
   const std::string what = "cuBLASLt GEMM (" + std::to_string(shape.batch) + " x " + std::to_string(shape.m) + " x " +
                            std::to_string(shape.n) + " x " + std::to_string(shape.k) + ", " +
                            std::string(to_string(options.precision)) + ")";
+  if (shape.m == 0 || shape.n == 0) return;
 
   Handle handle;
   MatmulDesc desc(options.precision == GemmPrecision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
@@ -112,37 +145,58 @@ void gemm_cublaslt(const StridedMatrix& a, const StridedMatrix& b, const std::op
   desc.set(CUBLASLT_MATMUL_DESC_TRANSB, options.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
 
   const bool gelu = e.activation == Activation::gelu, bias = e.bias.defined(), aux = e.pre_activation.defined();
+  // cuBLASLt keeps the pre-activation only with a leading dimension and batch stride divisible by 8;
+  // otherwise the GEMM writes the pre-activation itself and loom applies GELU after.
+  const bool fused_aux = aux && shape.n % 8 == 0 && (shape.batch == 1 || (shape.m * shape.n) % 8 == 0);
+  const bool gelu_after = aux && !fused_aux;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  if (gelu && aux) epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-  else if (gelu) epilogue = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+  if (gelu && fused_aux) epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  else if (gelu && !gelu_after) epilogue = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
   else if (bias) epilogue = CUBLASLT_EPILOGUE_BIAS;
   desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+
+  // cuBLASLt wants the bias in D's dtype: a 16-bit bias for an f32 D is widened (exactly).
+  std::optional<Workspace> widened;
   if (bias) {
-    desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, e.bias.raw_data());
-    desc.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(e.bias.dtype()));
+    const void* bias_data = e.bias.raw_data();
+    if (e.bias.dtype() != output) {
+      widened.emplace(static_cast<std::size_t>(shape.n) * sizeof(float), s);
+      const Tensor wide = Tensor::from_blob(widened->data, Shape{shape.n}, DType::f32, d.tensor.device());
+      cast(e.bias, wide, {}, stream);
+      bias_data = widened->data;
+    }
+    desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_data);
+    desc.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(output));
   }
-  if (aux) {
+  if (fused_aux) {
     // pre_activation is [batch, M, N] row-major: column-major N x M, ld N.
     desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, e.pre_activation.raw_data());
     desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, shape.n);
     desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, shape.m * shape.n);
-    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, cuda_type(e.pre_activation.dtype()));
   }
 
-  // cuBLASLt's A = our B (column-major b.cols x b.rows), its B = our A, C/D = D^T (N x M).
+  // cuBLASLt's A = our B (column-major b.cols x b.rows), its B = our A, C/D = D^T (N x M). When
+  // GELU follows, the GEMM's D is the contiguous pre-activation.
+  void* d_data = gelu_after ? e.pre_activation.raw_data() : d.tensor.raw_data();
+  const std::int64_t d_ld = gelu_after ? shape.n : d.ld;
+  const std::int64_t d_stride = gelu_after ? (shape.batch == 1 ? 0 : shape.m * shape.n) : stride_of(d);
+  const std::size_t in_size = dtype_size(input), out_size = dtype_size(output);
   const Layout layout_a(input, b.cols, b.rows, b.ld, shape.batch, stride_of(b));
   const Layout layout_b(input, a.cols, a.rows, a.ld, shape.batch, stride_of(a));
-  const Layout layout_d(output, d.cols, d.rows, d.ld, shape.batch, stride_of(d));
+  const Layout layout_d(output, shape.n, shape.m, d_ld, shape.batch, d_stride);
   const Layout layout_c = c ? Layout(output, c->cols, c->rows, c->ld, shape.batch, stride_of(*c))
-                            : Layout(output, d.cols, d.rows, d.ld, shape.batch, stride_of(d));
-  const void* c_data = c ? c->tensor.raw_data() : d.tensor.raw_data();
+                            : Layout(output, shape.n, shape.m, d_ld, shape.batch, d_stride);
+  const void* c_data = c ? c->tensor.raw_data() : d_data;
 
   Preference preference;
   preference.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace_bytes);
-  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(b.tensor.raw_data()));
-  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(a.tensor.raw_data()));
-  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(c_data));
-  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(d.tensor.raw_data()));
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                 operand_alignment(b.tensor.raw_data(), b.ld, stride_of(b), in_size));
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                 operand_alignment(a.tensor.raw_data(), a.ld, stride_of(a), in_size));
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                 c ? operand_alignment(c_data, c->ld, stride_of(*c), out_size) : operand_alignment(c_data, d_ld, d_stride, out_size));
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, operand_alignment(d_data, d_ld, d_stride, out_size));
 
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
@@ -154,9 +208,10 @@ void gemm_cublaslt(const StridedMatrix& a, const StridedMatrix& b, const std::op
   const Workspace workspace(workspace_bytes, s);
   const float alpha = options.alpha, beta = c ? options.beta : 0.0f;
   check(cublasLtMatmul(handle.value, desc.value, &alpha, b.tensor.raw_data(), layout_a.value, a.tensor.raw_data(),
-                       layout_b.value, &beta, c_data, layout_c.value, d.tensor.raw_data(), layout_d.value,
-                       &heuristic.algo, workspace.data, workspace_bytes, s),
+                       layout_b.value, &beta, c_data, layout_c.value, d_data, layout_d.value, &heuristic.algo,
+                       workspace.data, workspace_bytes, s),
         what + ": cublasLtMatmul");
+  if (gelu_after) gemm_gelu_from_pre_activation(e.pre_activation, d, shape, stream);
   if (e.bias_grad.defined()) gemm_bias_grad(a, options.trans_a, shape, e.bias_grad, stream);
 }
 

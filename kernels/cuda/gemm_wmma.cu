@@ -125,6 +125,8 @@ void gemm_loom(const StridedMatrix& a, const StridedMatrix& b, const std::option
                const StridedMatrix& d, const GemmOptions& options, const GemmShape& shape, void* stream) {
   const DeviceGuard guard(d.tensor.device());
   const GemmEpilogue& ge = options.epilogue;
+  require(shape.batch <= 65535, "gemm (loom backend): batch ", shape.batch, " exceeds 65535");
+  if (shape.m == 0 || shape.n == 0) return;
   Epilogue e{c ? c->tensor.raw_data() : nullptr,
              c ? c->ld : 0,
              c ? stride_of(*c) : 0,
@@ -138,11 +140,13 @@ void gemm_loom(const StridedMatrix& a, const StridedMatrix& b, const std::option
   const dim3 grid(static_cast<unsigned>((shape.n + block_n - 1) / block_n),
                   static_cast<unsigned>((shape.m + block_m - 1) / block_m), static_cast<unsigned>(shape.batch));
   auto launch = [&]<class T>() {
-    visit_float_dtype(d.tensor.dtype(), [&]<class Out>() {
+    auto run = [&]<class Out>() {
       wmma_gemm_kernel<T, Out><<<grid, threads, 0, as_stream(stream)>>>(
           oa, ob, device_data<Out>(d.tensor), d.ld, stride_of(d), shape.m, shape.n, shape.k, options.trans_a,
           options.trans_b, e);
-    });
+    };
+    if (d.tensor.dtype() == DType::f32) run.template operator()<float>();
+    else run.template operator()<T>();  // D is f32 or the input dtype (validated)
   };
   if (a.tensor.dtype() == DType::bf16) launch.template operator()<__nv_bfloat16>();
   else launch.template operator()<__half>();

@@ -123,7 +123,10 @@ void gemm(const StridedMatrix& a, const StridedMatrix& b, const std::optional<St
       "gemm", device, stream, [&] { cpu::gemm(a, b, used_c, d, options, shape); },
       [&](void* s) {
         // automatic means cuBLASLt until loom's kernels are measured against it on a GPU.
-        if (options.backend == GemmBackend::loom) {
+        // cuBLASLt takes no f32 bias for a 16-bit D; loom's kernel does (16-bit D means fp16/bf16).
+        const bool f32_bias_16bit_d = options.epilogue.bias.defined() &&
+                                      options.epilogue.bias.dtype() == DType::f32 && output != DType::f32;
+        if (options.backend == GemmBackend::loom || f32_bias_16bit_d) {
           require(options.precision == GemmPrecision::fp16 || options.precision == GemmPrecision::bf16,
                   "gemm: GemmBackend::loom supports fp16 and bf16 precision, got ", to_string(options.precision),
                   " (use automatic or cublaslt for fp32/tf32)");
