@@ -11,6 +11,7 @@
 #include <string>
 
 #include "loom/core/cuda_check.hpp"
+#include "src/core/cuda/device_guard.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/tensor.hpp"
 
@@ -50,23 +51,6 @@ inline unsigned grid_for(std::int64_t n, int threads) {
   return static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, 65535 * 16));
 }
 
-// Makes a tensor's device current while kernels are launched for it.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(Device device) {
-    check(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device.index()) check(cudaSetDevice(device.index()), "cudaSetDevice");
-  }
-  ~DeviceGuard() {
-    int current = previous_;
-    if (cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -110,6 +94,9 @@ class StreamScratch {
   void* data_ = nullptr;
   cudaStream_t stream_;
 };
+
+// Makes a tensor's device current while kernels are launched for it.
+using DeviceGuard = detail::CudaDeviceGuard;
 
 // Throws a cuda Error naming the kernel if its launch failed.
 inline void check_launch(const char* kernel) { check(cudaGetLastError(), std::string("launch of ") + kernel); }

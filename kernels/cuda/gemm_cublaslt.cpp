@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/training.hpp"
+#include "src/core/cuda/device_guard.hpp"
 #include "loom/core/cuda_check.hpp"
 #include "loom/core/error.hpp"
 
@@ -108,29 +109,12 @@ std::uint32_t operand_alignment(const void* base, std::int64_t ld, std::int64_t 
   return alignment;
 }
 
-// Makes the tensors' device current for the call.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    check(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceGuard() {
-    int current = previous_;
-    if (cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 }  // namespace
 
 void gemm_cublaslt(const StridedMatrix& a, const StridedMatrix& b, const std::optional<StridedMatrix>& c,
                    const StridedMatrix& d, const GemmOptions& options, const GemmShape& shape, void* stream) {
-  const DeviceGuard guard(d.tensor.device().index());
+  const detail::CudaDeviceGuard guard(d.tensor.device());
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const DType input = a.tensor.dtype(), output = d.tensor.dtype();
   const GemmEpilogue& e = options.epilogue;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <string>
 
+#include "device_guard.hpp"
 #include "kernels/cuda/fill.hpp"
 #include "loom/core/cuda_check.hpp"
 #include "loom/core/error.hpp"
@@ -21,25 +22,6 @@ void report_in_destructor(cudaError_t status, const char* call) {
                  cudaGetErrorString(status));
   }
 }
-
-// Makes device current for the guard's lifetime, restoring the previous one after.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    check(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
-  }
-  ~DeviceGuard() {
-    int current = previous_;
-    report_in_destructor(cudaGetDevice(&current), "cudaGetDevice");
-    if (current != previous_) report_in_destructor(cudaSetDevice(previous_), "cudaSetDevice");
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 // "cudaXxx on cuda:N", the call named in an error.
 std::string on_device(const char* call, int device) { return std::string(call) + " on cuda:" + std::to_string(device); }
@@ -102,7 +84,7 @@ CudaDeviceProperties device_properties(int device) {
 }
 
 void* malloc(int device, std::size_t bytes) {
-  DeviceGuard guard(device);
+  CudaDeviceGuard guard(device);
   void* ptr = nullptr;
   const cudaError_t error = cudaMalloc(&ptr, bytes);
   if (error == cudaErrorMemoryAllocation) {
@@ -123,7 +105,7 @@ void free(int device, void* ptr) noexcept {
 }
 
 void memcpy(int device, void* dst, const void* src, std::size_t bytes, void* stream) {
-  DeviceGuard guard(device);
+  CudaDeviceGuard guard(device);
   const std::string call = "cudaMemcpyAsync(" + std::to_string(bytes) + " bytes) on cuda:" + std::to_string(device);
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(stream)), call);
   if (stream == nullptr) check(cudaStreamSynchronize(nullptr), call + ", synchronizing");
@@ -131,7 +113,7 @@ void memcpy(int device, void* dst, const void* src, std::size_t bytes, void* str
 
 void fill(int device, void* dst, std::int64_t count, std::uint64_t pattern, std::size_t element_size,
           void* stream) {
-  DeviceGuard guard(device);
+  CudaDeviceGuard guard(device);
   check(cudaGetLastError(), "an earlier CUDA call on cuda:" + std::to_string(device));  // not the fill's
   kernels::cuda::launch_fill(dst, count, pattern, element_size, as_stream(stream));
   const std::string call = "fill kernel (" + std::to_string(count) + " x " + std::to_string(element_size) +
@@ -142,7 +124,7 @@ void fill(int device, void* dst, std::int64_t count, std::uint64_t pattern, std:
 
 void* stream_create(int device) {
   require_device(device);
-  DeviceGuard guard(device);
+  CudaDeviceGuard guard(device);
   cudaStream_t stream = nullptr;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), on_device("cudaStreamCreateWithFlags", device));
   return stream;
@@ -151,23 +133,23 @@ void* stream_create(int device) {
 void stream_destroy(int, void* stream) noexcept { report_in_destructor(cudaStreamDestroy(as_stream(stream)), "cudaStreamDestroy"); }
 
 void stream_synchronize(int device, void* stream) {
-  DeviceGuard guard(device);
+  CudaDeviceGuard guard(device);
   check(cudaStreamSynchronize(as_stream(stream)), on_device("cudaStreamSynchronize", device));
 }
 
 bool stream_query(int device, void* stream) {
-  DeviceGuard guard(device);
+  CudaDeviceGuard guard(device);
   return completed(cudaStreamQuery(as_stream(stream)), on_device("cudaStreamQuery", device));
 }
 
 void stream_wait_event(int device, void* stream, void* event) {
-  DeviceGuard guard(device);
+  CudaDeviceGuard guard(device);
   check(cudaStreamWaitEvent(as_stream(stream), as_event(event), 0), on_device("cudaStreamWaitEvent", device));
 }
 
 void* event_create(int device, bool enable_timing) {
   require_device(device);
-  DeviceGuard guard(device);
+  CudaDeviceGuard guard(device);
   cudaEvent_t event = nullptr;
   check(cudaEventCreateWithFlags(&event, enable_timing ? cudaEventDefault : cudaEventDisableTiming),
         on_device("cudaEventCreateWithFlags", device));
@@ -177,22 +159,22 @@ void* event_create(int device, bool enable_timing) {
 void event_destroy(int, void* event) noexcept { report_in_destructor(cudaEventDestroy(as_event(event)), "cudaEventDestroy"); }
 
 void event_record(int device, void* event, void* stream) {
-  DeviceGuard guard(device);
+  CudaDeviceGuard guard(device);
   check(cudaEventRecord(as_event(event), as_stream(stream)), on_device("cudaEventRecord", device));
 }
 
 void event_synchronize(int device, void* event) {
-  DeviceGuard guard(device);
+  CudaDeviceGuard guard(device);
   check(cudaEventSynchronize(as_event(event)), on_device("cudaEventSynchronize", device));
 }
 
 bool event_query(int device, void* event) {
-  DeviceGuard guard(device);
+  CudaDeviceGuard guard(device);
   return completed(cudaEventQuery(as_event(event)), on_device("cudaEventQuery", device));
 }
 
 float event_elapsed_ms(int device, void* start, void* end) {
-  DeviceGuard guard(device);
+  CudaDeviceGuard guard(device);
   float ms = 0.0f;
   check(cudaEventElapsedTime(&ms, as_event(start), as_event(end)), on_device("cudaEventElapsedTime", device));
   return ms;
