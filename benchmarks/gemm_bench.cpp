@@ -107,9 +107,7 @@ int main(int argc, char** argv) {
         const loom::Stream stream(device);
         for (const std::string& name : precision_names) {
           const loom::kernels::GemmPrecision precision = loom::kernels::parse_gemm_precision(name);
-          const loom::DType input = precision == loom::kernels::GemmPrecision::bf16   ? loom::DType::bf16
-                                    : precision == loom::kernels::GemmPrecision::fp16 ? loom::DType::f16
-                                                                                      : loom::DType::f32;
+          const loom::DType input = loom::kernels::input_dtype(precision);
           const loom::DType output = input;  // the training case: low precision in and out
           const loom::Tensor a = cast_to(a32, input).to(device), b = cast_to(b32, input).to(device);
           const loom::Tensor c = loom::Tensor::empty({shape.m, shape.n}, output, device);
@@ -149,9 +147,7 @@ int main(int argc, char** argv) {
 #endif
       for (const std::string& name : precision_names) {
         const loom::kernels::GemmPrecision precision = loom::kernels::parse_gemm_precision(name);
-        const loom::DType input = precision == loom::kernels::GemmPrecision::bf16   ? loom::DType::bf16
-                                  : precision == loom::kernels::GemmPrecision::fp16 ? loom::DType::f16
-                                                                                    : loom::DType::f32;
+        const loom::DType input = loom::kernels::input_dtype(precision);
         const loom::Tensor a = cast_to(a32, input), b = cast_to(b32, input);
         loom::kernels::GemmOptions options;
         options.precision = precision;

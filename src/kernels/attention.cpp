@@ -22,10 +22,8 @@ Dims check_attention(const char* kernel, const Tensor& qkv, const AttentionOptio
   require(d.heads >= 1 && d.channels % d.heads == 0, kernel, ": ", d.channels, " channels do not split into ", d.heads,
           " heads");
   d.head_size = d.channels / d.heads;
-  const bool matches = options.precision == GemmPrecision::fp32 || options.precision == GemmPrecision::tf32
-                           ? qkv.dtype() == DType::f32
-                           : qkv.dtype() == (options.precision == GemmPrecision::bf16 ? DType::bf16 : DType::f16);
-  require(matches, kernel, ": precision ", to_string(options.precision), " does not suit ", qkv.description());
+  require(qkv.dtype() == input_dtype(options.precision), kernel, ": precision ", to_string(options.precision),
+          " does not suit ", qkv.description());
   return d;
 }
 

@@ -29,17 +29,15 @@ GemmPrecision parse_gemm_precision(std::string_view text) {
   fail(ErrorCategory::invalid_argument, "unknown GEMM precision '", text, "'; expected fp32, tf32, fp16 or bf16");
 }
 
-namespace {
-
-DType input_dtype_for(GemmPrecision precision) {
+DType input_dtype(GemmPrecision precision) noexcept {
   switch (precision) {
-    case GemmPrecision::fp32:
-    case GemmPrecision::tf32: return DType::f32;
     case GemmPrecision::fp16: return DType::f16;
     case GemmPrecision::bf16: return DType::bf16;
+    default: return DType::f32;
   }
-  return DType::f32;
 }
+
+namespace {
 
 void require_same_device(const Tensor& tensor, Device device, const char* name) {
   require(tensor.device() == device, "GEMM operand ", name, " is on ", tensor.device(), " but A is on ", device);
@@ -84,7 +82,7 @@ void gemm(const StridedMatrix& a, const StridedMatrix& b, const std::optional<St
   require_same_device(b.tensor, device, "B");
   require_same_device(d.tensor, device, "D");
 
-  const DType input = input_dtype_for(options.precision);
+  const DType input = input_dtype(options.precision);
   require(a.tensor.dtype() == input && b.tensor.dtype() == input, "GEMM precision ", to_string(options.precision),
           " needs ", input, " inputs, got A ", a.tensor.dtype(), " and B ", b.tensor.dtype());
   const DType output = d.tensor.dtype();

@@ -42,6 +42,8 @@ struct GemmOptions {
 };
 
 std::string_view to_string(GemmPrecision precision) noexcept;
+// The input dtype a precision multiplies: f32 for fp32/tf32, f16 for fp16, bf16 for bf16.
+DType input_dtype(GemmPrecision precision) noexcept;
 GemmPrecision parse_gemm_precision(std::string_view text);
 
 // The general form: D = epilogue(alpha op(A) op(B) + beta C). c may be std::nullopt when beta is

@@ -37,7 +37,7 @@ struct Case {
   bool bias = false, gelu = false, bias_grad = false;
 };
 
-DType input_dtype(GemmPrecision p) {
+DType test_input_dtype(GemmPrecision p) {
   return p == GemmPrecision::fp16 ? DType::f16 : p == GemmPrecision::bf16 ? DType::bf16 : DType::f32;
 }
 
@@ -62,7 +62,7 @@ Operand make_operand(std::int64_t batch, std::int64_t rows, std::int64_t cols, s
 }
 
 void run_case(const Case& cs, std::mt19937& rng) {
-  const DType input = input_dtype(cs.precision);
+  const DType input = test_input_dtype(cs.precision);
   const std::int64_t batch_b = cs.broadcast_b ? 1 : cs.batch;
   const Operand a = cs.trans_a ? make_operand(cs.batch, cs.k, cs.m, cs.pad, input, rng)
                                : make_operand(cs.batch, cs.m, cs.k, cs.pad, input, rng);
