@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
@@ -33,6 +34,23 @@ double median_seconds(const std::function<void()>& fn, int repeats, const Stream
     samples.push_back(start.elapsed_ms(end) / 1e3);
   }
   return median(samples);
+}
+
+std::vector<double> interleaved_median_seconds(const std::vector<std::function<void()>>& contenders, int repeats,
+                                               std::chrono::milliseconds pause) {
+  for (const auto& fn : contenders) fn();
+  std::vector<std::vector<double>> samples(contenders.size());
+  for (int r = 0; r < repeats; ++r) {
+    for (std::size_t i = 0; i < contenders.size(); ++i) {
+      std::this_thread::sleep_for(pause);
+      const auto start = std::chrono::steady_clock::now();
+      contenders[i]();
+      samples[i].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  }
+  std::vector<double> medians;
+  for (auto& s : samples) medians.push_back(median(std::move(s)));
+  return medians;
 }
 
 nlohmann::json make_record(const std::string& benchmark, const nlohmann::json& config) {

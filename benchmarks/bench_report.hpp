@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -17,6 +18,13 @@ double median(std::vector<double> samples);
 // Median time of fn over repeats, after one warm-up call, in seconds, between events recorded on
 // stream around it: host time on the CPU, device time on a GPU.
 double median_seconds(const std::function<void()>& fn, int repeats, const Stream& stream = Stream());
+
+// Host-timed medians of several contenders run round-robin (one call each per round, after one
+// warm-up round), so that a noisy machine slows them all alike. Seconds, in the order given. A
+// pause before each call lets the previous contender's spinning worker threads (OpenMP, OpenBLAS)
+// go to sleep, so that they do not steal cores from the next one.
+std::vector<double> interleaved_median_seconds(const std::vector<std::function<void()>>& contenders, int repeats,
+                                               std::chrono::milliseconds pause = std::chrono::milliseconds(0));
 
 // {"benchmark", "commit", "machine": {host, cpus, gpus, build}, "config", "rows"}
 nlohmann::json make_record(const std::string& benchmark, const nlohmann::json& config);

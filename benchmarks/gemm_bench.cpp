@@ -1,12 +1,13 @@
 // gemm_bench: loom's GEMM in TFLOP/s against baselines measured in the same run.
-// CPU: loom's GEMM (Eigen + OpenMP, with its precision handling) vs Eigen's own fp32 GEMM on the
-// same data and, when built with it, OpenBLAS sgemm. GPU: loom's GEMM (backend automatic) vs a
+// CPU: loom's GEMM (its packed fp32 engine, with its precision handling) vs Eigen's own fp32 GEMM on the
+// same data and, when built with it, OpenBLAS sgemm, all timed round-robin. GPU: loom's GEMM (backend automatic) vs a
 // plain cuBLASLt call with a persistent handle. Prints a table; --json writes the record.
 #include <Eigen/Core>
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <functional>
+#include <utility>
 #include <random>
 #include <string>
 #include <vector>
@@ -72,10 +73,13 @@ int main(int argc, char** argv) {
   std::vector<std::string> shape_specs = {"1024", "2048", "1024x2304x768", "1024x3072x768", "1024x768x3072"};
   std::vector<std::string> precision_names = {"fp32", "tf32", "bf16"};
   int repeats = 5;
+  int pause_ms = 200;
   app.add_option("--device", device_name, "cpu or cuda:N");
   app.add_option("--shapes", shape_specs, "N (N^3) or MxNxK (C[M,N] = A[M,K] B[K,N])")->delimiter(',');
   app.add_option("--precisions", precision_names, "fp32, tf32, fp16, bf16")->delimiter(',');
   app.add_option("--repeats", repeats, "timed repeats; the median is reported")->check(CLI::PositiveNumber);
+  app.add_option("--pause-ms", pause_ms, "CPU: idle time before each timed call, so worker threads left spinning "
+                 "by the previous library sleep (OpenBLAS spins ~0.1 s)")->check(CLI::NonNegativeNumber);
   app.add_option("--json", json_path, "write the JSON record here");
   CLI11_PARSE(app, argc, argv);
 
@@ -86,20 +90,27 @@ int main(int argc, char** argv) {
         "gemm_bench", {{"device", device.to_string()}, {"repeats", repeats}, {"eigen_threads", Eigen::nbThreads()}});
     std::printf("%s\nGEMM C = A B, median of %d, %d Eigen threads\n\n", loom::to_string(loom::build_info()).c_str(),
                 repeats, Eigen::nbThreads());
-    std::printf("%-16s %-6s %-10s %10s %9s %12s\n", "shape", "prec", "backend", "ms", "TFLOP/s", "vs_baseline");
+    std::printf("%-16s %-6s %-10s %10s %9s %12s %12s\n", "shape", "prec", "backend", "ms", "TFLOP/s", "vs_baseline",
+                "vs_openblas");
 
     std::mt19937 rng(5);
     for (const GemmShape& shape : shapes) {
       const loom::Tensor a32 = random_f32(shape.m, shape.k, rng), b32 = random_f32(shape.k, shape.n, rng);
       const loom::Tensor c32 = loom::Tensor::empty({shape.m, shape.n}, loom::DType::f32);
       const double flops = 2.0 * static_cast<double>(shape.m) * static_cast<double>(shape.n) * static_cast<double>(shape.k);
-      auto report = [&](const std::string& precision, const std::string& backend, double seconds, double baseline) {
+      // baseline: Eigen (CPU) or cuBLASLt (GPU); openblas: the outside CPU reference, 0 when absent.
+      auto report = [&](const std::string& precision, const std::string& backend, double seconds, double baseline,
+                        double openblas = 0.0) {
         const double tflops = flops / seconds / 1e12;
-        std::printf("%-16s %-6s %-10s %10.3f %9.4f %11.2fx\n", shape.name.c_str(), precision.c_str(), backend.c_str(),
-                    seconds * 1e3, tflops, baseline / seconds);
-        record["rows"].push_back({{"shape", shape.name}, {"m", shape.m}, {"n", shape.n}, {"k", shape.k},
-                                  {"precision", precision}, {"backend", backend}, {"ms", seconds * 1e3},
-                                  {"tflops", tflops}, {"vs_baseline", baseline / seconds}});
+        char versus_openblas[32] = "-";
+        if (openblas > 0) std::snprintf(versus_openblas, sizeof(versus_openblas), "%.2fx", openblas / seconds);
+        std::printf("%-16s %-6s %-10s %10.3f %9.4f %11.2fx %12s\n", shape.name.c_str(), precision.c_str(),
+                    backend.c_str(), seconds * 1e3, tflops, baseline / seconds, versus_openblas);
+        nlohmann::json row = {{"shape", shape.name}, {"m", shape.m}, {"n", shape.n}, {"k", shape.k},
+                              {"precision", precision}, {"backend", backend}, {"ms", seconds * 1e3},
+                              {"tflops", tflops}, {"vs_baseline", baseline / seconds}};
+        if (openblas > 0) row["vs_openblas"] = openblas / seconds;
+        record["rows"].push_back(row);
       };
 
       if (device.is_cuda()) {
@@ -130,29 +141,43 @@ int main(int argc, char** argv) {
         loom::fail(loom::ErrorCategory::cuda, "gemm_bench: this build has no CUDA support");
 #endif
       }
-      // Baseline: Eigen's own fp32 GEMM on the same row-major data, no conversions.
+      // CPU contenders, timed round-robin: Eigen's own fp32 GEMM on the same row-major data (the
+      // baseline), OpenBLAS sgemm where built with it, and loom in each precision.
       using Map = Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
-      const double eigen = loom::bench::median_seconds([&] {
+      std::vector<std::pair<std::string, std::string>> names = {{"fp32", "eigen"}};
+      std::vector<std::function<void()>> contenders = {[&] {
         Map(c32.data<float>(), shape.m, shape.n).noalias() =
             Map(a32.data<float>(), shape.m, shape.k) * Map(b32.data<float>(), shape.k, shape.n);
-      }, repeats);
-      report("fp32", "eigen", eigen, eigen);
+      }};
 #if LOOM_BENCH_HAVE_OPENBLAS
-      const double openblas = loom::bench::median_seconds([&] {
+      names.emplace_back("fp32", "openblas");
+      contenders.emplace_back([&] {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(shape.m), static_cast<int>(shape.n),
                     static_cast<int>(shape.k), 1.0f, a32.data<float>(), static_cast<int>(shape.k), b32.data<float>(),
                     static_cast<int>(shape.n), 0.0f, c32.data<float>(), static_cast<int>(shape.n));
-      }, repeats);
-      report("fp32", "openblas", openblas, eigen);
+      });
 #endif
+      std::vector<std::pair<loom::Tensor, loom::Tensor>> operands;
+      operands.reserve(precision_names.size());
       for (const std::string& name : precision_names) {
         const loom::kernels::GemmPrecision precision = loom::kernels::parse_gemm_precision(name);
         const loom::DType input = loom::kernels::input_dtype(precision);
-        const loom::Tensor a = cast_to(a32, input), b = cast_to(b32, input);
+        operands.emplace_back(cast_to(a32, input), cast_to(b32, input));
         loom::kernels::GemmOptions options;
         options.precision = precision;
-        const double seconds = loom::bench::median_seconds([&] { loom::kernels::gemm(a, b, c32, options); }, repeats);
-        report(name, "loom", seconds, eigen);
+        names.emplace_back(name, "loom");
+        contenders.emplace_back([&, options, i = operands.size() - 1] {
+          loom::kernels::gemm(operands[i].first, operands[i].second, c32, options);
+        });
+      }
+      const std::vector<double> seconds = loom::bench::interleaved_median_seconds(contenders, repeats, std::chrono::milliseconds(pause_ms));
+#if LOOM_BENCH_HAVE_OPENBLAS
+      const double openblas = seconds[1];
+#else
+      const double openblas = 0.0;
+#endif
+      for (std::size_t i = 0; i < seconds.size(); ++i) {
+        report(names[i].first, names[i].second, seconds[i], seconds[0], openblas);
       }
     }
     if (!json_path.empty()) loom::bench::write_json(json_path, record);

@@ -1,26 +1,23 @@
 // CPU GEMM. Per batch, each operand becomes fp32: a zero-copy view of f32 data in fp32 precision,
 // otherwise a converted copy rounded as tensor cores round it (TF32: to nearest, ties away; f16
-// and bf16 are exact in fp32). The rows of D are split across OpenMP threads; each thread runs
-// Eigen's single-threaded fp32 GEMM on its rows (which scales better than Eigen's own threading
-// on few cores) and then the epilogue on those rows.
+// and bf16 are exact in fp32). The product runs on loom's packed fp32 engine (sgemm.hpp), straight
+// into D when there is nothing to apply, otherwise into an fp32 buffer that the epilogue reads.
+// Many small matrices are spread over threads one matrix each; large ones split their rows.
 #include "kernels/cpu/gemm.hpp"
 
-#include <Eigen/Core>
 #include <omp.h>
 
 #include <algorithm>
+#include <exception>
 #include <vector>
 
 #include "kernels/cpu/float_types.hpp"
+#include "kernels/cpu/sgemm.hpp"
 #include "loom/kernels/activation.hpp"
 
 namespace loom::kernels::cpu {
 
 namespace {
-
-using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using ConstMap = Eigen::Map<const RowMajor, 0, Eigen::OuterStride<>>;
-using MutableMap = Eigen::Map<RowMajor, 0, Eigen::OuterStride<>>;
 
 std::int64_t matrix_offset(const StridedMatrix& m, std::int64_t batch_index) {
   return (m.batch == 1 ? 0 : batch_index) * m.batch_stride;
@@ -51,24 +48,16 @@ class Fp32Operand {
     data_ = copy_.data();
     ld_ = cols_;
   }
-  ConstMap map() const { return ConstMap(data_, rows_, cols_, Eigen::OuterStride<>(ld_)); }
+  // op(X) as the GEMM engine's strided operand.
+  SgemmOperand operand(bool transposed) const {
+    return transposed ? SgemmOperand{data_, 1, ld_} : SgemmOperand{data_, ld_, 1};
+  }
 
  private:
   std::int64_t rows_, cols_, ld_;
   const float* data_ = nullptr;
   std::vector<float> copy_;
 };
-
-// Rows [row_begin, row_end) of op(A) op(B) into out (row-major, ld out_ld).
-void multiply_rows(const ConstMap& a, bool trans_a, const ConstMap& b, bool trans_b, std::int64_t row_begin,
-                   std::int64_t row_end, float* out, std::int64_t n, std::int64_t out_ld) {
-  const std::int64_t rows = row_end - row_begin;
-  MutableMap d(out, rows, n, Eigen::OuterStride<>(out_ld));
-  if (!trans_a && !trans_b) d.noalias() = a.middleRows(row_begin, rows) * b;
-  if (!trans_a && trans_b) d.noalias() = a.middleRows(row_begin, rows) * b.transpose();
-  if (trans_a && !trans_b) d.noalias() = a.middleCols(row_begin, rows).transpose() * b;
-  if (trans_a && trans_b) d.noalias() = a.middleCols(row_begin, rows).transpose() * b.transpose();
-}
 
 struct EpilogueArgs {
   const GemmOptions* options;
@@ -131,39 +120,55 @@ void bias_grad(const StridedMatrix& a, bool trans_a, const GemmShape& shape, con
   for (std::int64_t i = 0; i < shape.m; ++i) dst[i] = static_cast<float>(sums[static_cast<std::size_t>(i)]);
 }
 
+// Batch `batch` of D with up to `threads` threads.
+void gemm_matrix(const StridedMatrix& a, const StridedMatrix& b, const std::optional<StridedMatrix>& c,
+                 const StridedMatrix& d, const GemmOptions& options, const GemmShape& shape, std::int64_t batch,
+                 int threads) {
+  const Fp32Operand op_a(a, batch, options.precision), op_b(b, batch, options.precision);
+  const SgemmOperand lhs = op_a.operand(options.trans_a), rhs = op_b.operand(options.trans_b);
+  if (trivial_epilogue(options, c, d.tensor.dtype())) {
+    float* out = d.tensor.data<float>() + matrix_offset(d, batch);
+    sgemm(shape.m, shape.n, shape.k, lhs, rhs, out, d.ld, threads);
+    return;
+  }
+  std::vector<float> product(static_cast<std::size_t>(shape.m * shape.n));
+  sgemm(shape.m, shape.n, shape.k, lhs, rhs, product.data(), shape.n, threads);
+  const EpilogueArgs args{&options, &c, &d, batch, shape.m, shape.n};
+  const int parts = shape.m * shape.n >= (std::int64_t{1} << 16) ? threads : 1;
+  visit_float_dtype(d.tensor.dtype(), [&]<class T>() {
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+    for (int part = 0; part < parts; ++part) {
+      const std::int64_t row_begin = shape.m * part / parts, row_end = shape.m * (part + 1) / parts;
+      epilogue_rows<T>(args, product.data() + row_begin * shape.n, row_begin, row_end);
+    }
+  });
+}
+
 }  // namespace
 
 void gemm(const StridedMatrix& a, const StridedMatrix& b, const std::optional<StridedMatrix>& c,
           const StridedMatrix& d, const GemmOptions& options, const GemmShape& shape) {
-  const DType output = d.tensor.dtype();
-  const bool direct = trivial_epilogue(options, c, output);
-  // Rows per thread: enough that each part's GEMM amortizes packing B.
-  const std::int64_t min_rows = 32;
-  const int parts = static_cast<int>(std::clamp<std::int64_t>(shape.m / min_rows, 1, omp_get_max_threads()));
-  const bool worth_threads = shape.m * shape.n * std::max<std::int64_t>(shape.k, 1) >= (std::int64_t{1} << 18);
-
-  for (std::int64_t batch = 0; batch < shape.batch; ++batch) {
-    const Fp32Operand op_a(a, batch, options.precision), op_b(b, batch, options.precision);
-    const ConstMap a_map = op_a.map(), b_map = op_b.map();
-    const EpilogueArgs args{&options, &c, &d, batch, shape.m, shape.n};
-#pragma omp parallel for num_threads(parts) schedule(static, 1) if (worth_threads && parts > 1)
-    for (int part = 0; part < parts; ++part) {
-      const std::int64_t row_begin = shape.m * part / parts, row_end = shape.m * (part + 1) / parts;
-      if (direct) {
-        float* out = d.tensor.data<float>() + matrix_offset(d, batch) + row_begin * d.ld;
-        if (shape.k == 0) {
-          for (std::int64_t i = 0; i < row_end - row_begin; ++i) std::fill_n(out + i * d.ld, shape.n, 0.0f);
-        } else {
-          multiply_rows(a_map, options.trans_a, b_map, options.trans_b, row_begin, row_end, out, shape.n, d.ld);
-        }
-        continue;
+  const int threads = omp_get_max_threads();
+  const std::int64_t flops = shape.m * shape.n * std::max<std::int64_t>(shape.k, 1);
+  // Below ~2^18 multiply-adds a thread team costs more than it saves; below ~2^24 per matrix,
+  // whole matrices per thread beat splitting each one.
+  const int threads_per_matrix = flops >= (std::int64_t{1} << 18) ? threads : 1;
+  const bool across_batches = threads > 1 && shape.batch >= threads && flops < (std::int64_t{1} << 24);
+  if (across_batches) {
+    std::exception_ptr failure;  // an exception must not leave an OpenMP region
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (std::int64_t batch = 0; batch < shape.batch; ++batch) {
+      try {
+        gemm_matrix(a, b, c, d, options, shape, batch, 1);
+      } catch (...) {
+#pragma omp critical(loom_cpu_gemm_failure)
+        if (!failure) failure = std::current_exception();
       }
-      std::vector<float> product(static_cast<std::size_t>((row_end - row_begin) * shape.n), 0.0f);
-      if (shape.k > 0) {
-        multiply_rows(a_map, options.trans_a, b_map, options.trans_b, row_begin, row_end, product.data(), shape.n,
-                      shape.n);
-      }
-      visit_float_dtype(output, [&]<class T>() { epilogue_rows<T>(args, product.data(), row_begin, row_end); });
+    }
+    if (failure) std::rethrow_exception(failure);
+  } else {
+    for (std::int64_t batch = 0; batch < shape.batch; ++batch) {
+      gemm_matrix(a, b, c, d, options, shape, batch, threads_per_matrix);
     }
   }
   if (options.epilogue.bias_grad.defined()) bias_grad(a, options.trans_a, shape, options.epilogue.bias_grad);
