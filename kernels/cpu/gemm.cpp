@@ -37,6 +37,7 @@ class Fp32Operand {
     visit_float_dtype(m.tensor.dtype(), [&]<class T>() {
       const T* src = m.tensor.data<T>() + offset;
       const bool tf32 = precision == GemmPrecision::tf32;
+#pragma omp parallel for if (rows_ * cols_ > (1 << 15))
       for (std::int64_t r = 0; r < rows_; ++r) {
         float* dst = copy_.data() + r * cols_;
         for (std::int64_t c = 0; c < cols_; ++c) {
