@@ -1,6 +1,6 @@
 // gemm_bench: loom's GEMM in TFLOP/s against baselines measured in the same run.
 // CPU: loom's GEMM (its packed fp32 engine, with its precision handling) vs Eigen's own fp32 GEMM on the
-// same data and, when built with it, OpenBLAS sgemm, all timed round-robin. GPU: loom's GEMM (backend automatic) vs a
+// same data and, when built with it, OpenBLAS sgemm, all timed round-robin. GPU: loom's GEMM (backend automatic, and loom's own kernels) vs a
 // plain cuBLASLt call with a persistent handle. Prints a table; --json writes the record.
 #include <Eigen/Core>
 #include <CLI/CLI.hpp>
@@ -128,12 +128,12 @@ int main(int argc, char** argv) {
           loom::kernels::GemmOptions options;
           options.precision = precision;
           const double seconds = loom::bench::median_seconds([&] { loom::kernels::gemm(a, b, c, options, stream); }, repeats, stream);
-          report(name, "loom", seconds, baseline);
-          if (precision == loom::kernels::GemmPrecision::bf16 || precision == loom::kernels::GemmPrecision::fp16) {
+          report(name, "loom-auto", seconds, baseline);
+          if (precision != loom::kernels::GemmPrecision::fp32) {  // loom's own tensor-core kernels
             options.backend = loom::kernels::GemmBackend::loom;
             const double own = loom::bench::median_seconds([&] { loom::kernels::gemm(a, b, c, options, stream); },
                                                            repeats, stream);
-            report(name, "loom-wmma", own, baseline);
+            report(name, "loom-own", own, baseline);
           }
         }
         continue;

@@ -16,9 +16,15 @@ namespace loom::kernels::cuda {
 void gemm_cublaslt(const StridedMatrix& a, const StridedMatrix& b, const std::optional<StridedMatrix>& c,
                    const StridedMatrix& d, const GemmOptions& options, const GemmShape& shape, void* stream);
 
-// loom's own tensor-core GEMM (WMMA, sm_80+), for f16 and bf16 inputs; same semantics as
-// gemm_cublaslt, epilogues included.
+// loom's own tensor-core GEMM (sm_80+) for f16, bf16 and tf32 precision; same semantics as
+// gemm_cublaslt, epilogues included. Operands with 16-byte aligned rows (16-bit) or any f32 operands
+// (tf32) run the cp.async-pipelined mma.sync kernel (gemm_mma.cu); other 16-bit layouts run the
+// general WMMA kernel (gemm_wmma.cu).
 void gemm_loom(const StridedMatrix& a, const StridedMatrix& b, const std::optional<StridedMatrix>& c,
+               const StridedMatrix& d, const GemmOptions& options, const GemmShape& shape, void* stream);
+
+// The WMMA kernel alone (f16/bf16, any layout), without the bias gradient.
+void gemm_wmma(const StridedMatrix& a, const StridedMatrix& b, const std::optional<StridedMatrix>& c,
                const StridedMatrix& d, const GemmOptions& options, const GemmShape& shape, void* stream);
 
 // D = gelu(pre_activation) element by element, pre_activation contiguous [batch, M, N], D strided.

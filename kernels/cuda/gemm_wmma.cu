@@ -1,13 +1,13 @@
-// loom's own tensor-core GEMM (first version): WMMA 16x16x16 fragments (HMMA on sm_80+) for f16
-// and bf16 inputs with fp32 accumulation. A 128x128 block tile with a K step of 32 is staged in
+// loom's general tensor-core GEMM: WMMA 16x16x16 fragments (HMMA on sm_80+) for f16 and bf16
+// inputs with fp32 accumulation, for any leading dimension and alignment (the pipelined kernel in
+// gemm_mma.cu needs 16-byte aligned rows; gemm_loom sends everything else here). A 128x128 block tile with a K step of 32 is staged in
 // shared memory (any transposes are resolved while staging, out-of-range elements are zero);
 // 8 warps each own a 64x32 sub-tile (4x2 fragments). The epilogue goes fragment by fragment
 // through a per-warp 16x16 fp32 scratch: alpha, beta*C, bias, GELU with the pre-activation kept.
-// Single-stage (no cp.async pipeline yet): correct and simple, not yet tuned.
+// Single-stage and element-wise staging: correct for every layout, not fast.
 #include <mma.h>
 
-#include "common.cuh"
-#include "gemm.hpp"
+#include "gemm_kernel_common.cuh"
 
 namespace loom::kernels::cuda {
 
@@ -19,35 +19,19 @@ constexpr int b_ld = block_n + 8;
 constexpr int warps_m = 2, warps_n = 4, warp_m = 64, warp_n = 32;  // 2 x 4 warps of 64 x 32
 constexpr int threads = 32 * warps_m * warps_n;
 
-struct Operand {
-  const void* data;
-  std::int64_t ld, batch_stride;  // batch_stride 0: one matrix for every batch
-};
-
-struct Epilogue {
-  const void* c;
-  std::int64_t c_ld, c_stride;
-  float alpha, beta;
-  const void* bias;
-  bool bias_is_f32;
-  bool gelu;
-  void* pre_activation;  // [batch, M, N] contiguous, D's dtype; may be null
-};
-
-__device__ __forceinline__ float gelu(float x) {
-  const float z = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-  return x / (1.0f + __expf(-2.0f * z));
-}
+using gemm_detail::Epilogue;
+using gemm_detail::Operand;
+using gemm_detail::Output;
 
 template <class T, class Out>
-__global__ void __launch_bounds__(threads) wmma_gemm_kernel(Operand a, Operand b, Out* d, std::int64_t d_ld,
-                                                             std::int64_t d_stride, std::int64_t m, std::int64_t n,
-                                                             std::int64_t k, bool trans_a, bool trans_b, Epilogue e) {
+__global__ void __launch_bounds__(threads) wmma_gemm_kernel(Operand a, Operand b, Output out, bool trans_a,
+                                                             bool trans_b, Epilogue e) {
   using namespace nvcuda;
   __shared__ __align__(32) T a_tile[block_m * a_ld];
   __shared__ __align__(32) T b_tile[block_k * b_ld];
   __shared__ __align__(32) float scratch[threads / 32][16 * 16];
 
+  const std::int64_t m = out.m, n = out.n, k = out.k;
   const std::int64_t batch = blockIdx.z;
   const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.y) * block_m;
   const std::int64_t col0 = static_cast<std::int64_t>(blockIdx.x) * block_n;
@@ -90,9 +74,6 @@ __global__ void __launch_bounds__(threads) wmma_gemm_kernel(Operand a, Operand b
     __syncthreads();  // the tiles are overwritten by the next step
   }
 
-  const Out* c_base = static_cast<const Out*>(e.c) + batch * e.c_stride;
-  Out* d_base = d + batch * d_stride;
-  Out* pre_base = e.pre_activation != nullptr ? static_cast<Out*>(e.pre_activation) + batch * m * n : nullptr;
   float* mine = scratch[warp];
   for (int i = 0; i < warp_m / 16; ++i) {
     for (int j = 0; j < warp_n / 16; ++j) {
@@ -100,50 +81,27 @@ __global__ void __launch_bounds__(threads) wmma_gemm_kernel(Operand a, Operand b
       __syncwarp();
       for (int idx = lane; idx < 256; idx += 32) {
         const std::int64_t gi = row0 + warp_row + i * 16 + idx / 16, gj = col0 + warp_col + j * 16 + idx % 16;
-        if (gi >= m || gj >= n) continue;
-        float v = e.alpha * mine[idx];
-        if (e.c != nullptr) v += e.beta * to_f32(c_base[gi * e.c_ld + gj]);
-        if (e.bias != nullptr) {
-          v += e.bias_is_f32 ? static_cast<const float*>(e.bias)[gj] : to_f32(static_cast<const T*>(e.bias)[gj]);
-        }
-        if (e.gelu) {
-          if (e.pre_activation != nullptr) pre_base[gi * n + gj] = from_f32<Out>(v);
-          v = gelu(v);
-        }
-        d_base[gi * d_ld + gj] = from_f32<Out>(v);
+        if (gi < m && gj < n) gemm_detail::store_result<T, Out>(out, e, batch, gi, gj, mine[idx]);
       }
       __syncwarp();  // mine is reused by the next fragment
     }
   }
 }
 
-std::int64_t stride_of(const StridedMatrix& matrix) { return matrix.batch == 1 ? 0 : matrix.batch_stride; }
-
 }  // namespace
 
-void gemm_loom(const StridedMatrix& a, const StridedMatrix& b, const std::optional<StridedMatrix>& c,
+void gemm_wmma(const StridedMatrix& a, const StridedMatrix& b, const std::optional<StridedMatrix>& c,
                const StridedMatrix& d, const GemmOptions& options, const GemmShape& shape, void* stream) {
   const DeviceGuard guard(d.tensor.device());
-  const GemmEpilogue& ge = options.epilogue;
-  require(shape.batch <= 65535, "gemm (loom backend): batch ", shape.batch, " exceeds 65535");
-  if (shape.m == 0 || shape.n == 0) return;
-  Epilogue e{c ? c->tensor.raw_data() : nullptr,
-             c ? c->ld : 0,
-             c ? stride_of(*c) : 0,
-             options.alpha,
-             c ? options.beta : 0.0f,
-             ge.bias.defined() ? ge.bias.raw_data() : nullptr,
-             ge.bias.defined() && ge.bias.dtype() == DType::f32,
-             ge.activation == Activation::gelu,
-             ge.pre_activation.defined() ? ge.pre_activation.raw_data() : nullptr};
-  const Operand oa{a.tensor.raw_data(), a.ld, stride_of(a)}, ob{b.tensor.raw_data(), b.ld, stride_of(b)};
+  const Epilogue e = gemm_detail::epilogue_of(c, options);
+  const Operand oa = gemm_detail::operand_of(a), ob = gemm_detail::operand_of(b);
+  const Output out = gemm_detail::output_of(d, shape);
   const dim3 grid(static_cast<unsigned>((shape.n + block_n - 1) / block_n),
                   static_cast<unsigned>((shape.m + block_m - 1) / block_m), static_cast<unsigned>(shape.batch));
   auto launch = [&]<class T>() {
     auto run = [&]<class Out>() {
-      wmma_gemm_kernel<T, Out><<<grid, threads, 0, as_stream(stream)>>>(
-          oa, ob, device_data<Out>(d.tensor), d.ld, stride_of(d), shape.m, shape.n, shape.k, options.trans_a,
-          options.trans_b, e);
+      wmma_gemm_kernel<T, Out><<<grid, threads, 0, as_stream(stream)>>>(oa, ob, out, options.trans_a,
+                                                                        options.trans_b, e);
     };
     if (d.tensor.dtype() == DType::f32) run.template operator()<float>();
     else run.template operator()<T>();  // D is f32 or the input dtype (validated)
@@ -151,7 +109,6 @@ void gemm_loom(const StridedMatrix& a, const StridedMatrix& b, const std::option
   if (a.tensor.dtype() == DType::bf16) launch.template operator()<__nv_bfloat16>();
   else launch.template operator()<__half>();
   check_launch("loom WMMA gemm");
-  if (ge.bias_grad.defined()) gemm_bias_grad(a, options.trans_a, shape, ge.bias_grad, stream);
 }
 
 }  // namespace loom::kernels::cuda

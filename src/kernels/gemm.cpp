@@ -120,14 +120,15 @@ void gemm(const StridedMatrix& a, const StridedMatrix& b, const std::optional<St
   detail::dispatch(
       "gemm", device, stream, [&] { cpu::gemm(a, b, used_c, d, options, shape); },
       [&](void* s) {
-        // automatic means cuBLASLt until loom's kernels are measured against it on a GPU.
+        // automatic means cuBLASLt until loom's kernels are measured against it on a GPU (the
+        // rule and its status are in docs/ARCHITECTURE.md, "GemmBackend::automatic").
         // cuBLASLt takes no f32 bias for a 16-bit D; loom's kernel does (16-bit D means fp16/bf16).
         const bool f32_bias_16bit_d = options.epilogue.bias.defined() &&
                                       options.epilogue.bias.dtype() == DType::f32 && output != DType::f32;
         if (options.backend == GemmBackend::loom || f32_bias_16bit_d) {
-          require(options.precision == GemmPrecision::fp16 || options.precision == GemmPrecision::bf16,
-                  "gemm: GemmBackend::loom supports fp16 and bf16 precision, got ", to_string(options.precision),
-                  " (use automatic or cublaslt for fp32/tf32)");
+          require(options.precision != GemmPrecision::fp32,
+                  "gemm: GemmBackend::loom runs on tensor cores (tf32, fp16, bf16), got precision fp32 "
+                  "(use automatic or cublaslt for exact fp32)");
           cuda::gemm_loom(a, b, used_c, d, options, shape, s);
         } else {
           cuda::gemm_cublaslt(a, b, used_c, d, options, shape, s);

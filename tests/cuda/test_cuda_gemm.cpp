@@ -1,4 +1,4 @@
-// The CUDA GEMM (cuBLASLt) and attention against the CPU implementations (which tests/unit checks
+// The CUDA GEMM (cuBLASLt and loom's own kernels) and attention against the CPU implementations (which tests/unit checks
 // against fp64), over precisions, output dtypes, transposes, broadcast batches, padded leading
 // dimensions, alpha/beta and epilogues.
 #include <catch2/catch.hpp>
@@ -44,6 +44,10 @@ StridedMatrix on_gpu(const StridedMatrix& m) {
   return g;
 }
 
+// Row padding: 3 elements leaves the rows of 16-bit operands unaligned (loom's WMMA kernel),
+// padding to a multiple of 8 elements aligns them to 16 bytes (loom's cp.async mma kernel).
+std::int64_t padding(std::int64_t cols, bool aligned_rows) { return aligned_rows ? (8 - cols % 8) % 8 + 8 : 3; }
+
 StridedMatrix padded(const Tensor& t, std::int64_t cols) {
   StridedMatrix m = StridedMatrix::of(t);
   m.cols = cols;
@@ -54,24 +58,28 @@ StridedMatrix padded(const Tensor& t, std::int64_t cols) {
 
 TEST_CASE("CUDA GEMM matches the CPU GEMM over precisions, layouts and epilogues", "[cuda][gemm]") {
   std::mt19937 rng(81);
-  const std::int64_t batch = 3, k = 129, pad = 3;
+  const std::int64_t batch = 3, k = 129;
   // 197 x 269 spans several 128 x 128 blocks with ragged edges (N odd: cuBLASLt cannot keep the
   // pre-activation itself); 64 x 96 lets it (N and M*N multiples of 8).
   for (auto [m, n] : std::vector<std::pair<std::int64_t, std::int64_t>>{{197, 269}, {64, 96}})
   for (auto [precision, output] : std::vector<std::pair<GemmPrecision, DType>>{
            {GemmPrecision::fp32, DType::f32}, {GemmPrecision::tf32, DType::f32}, {GemmPrecision::bf16, DType::bf16},
            {GemmPrecision::bf16, DType::f32}, {GemmPrecision::fp16, DType::f16}}) {
+  for (bool aligned_rows : {false, true}) {
     for (bool trans_a : {false, true}) {
       for (bool trans_b : {false, true}) {
         for (int epilogue = 0; epilogue < 3; ++epilogue) {  // none; bias + alpha/beta; bias + GELU with aux
-          INFO(m << " x " << n << " " << loom::kernels::to_string(precision) << " -> " << loom::dtype_name(output) << " ta=" << trans_a
-                                                   << " tb=" << trans_b << " epilogue=" << epilogue);
+          INFO(m << " x " << n << " " << loom::kernels::to_string(precision) << " -> " << loom::dtype_name(output)
+                 << " ta=" << trans_a << " tb=" << trans_b << " epilogue=" << epilogue << " aligned=" << aligned_rows);
           const DType input = input_of(precision);
-          const auto a = loom::test::random_tensor({batch, trans_a ? k : m, (trans_a ? m : k) + pad}, input, rng);
-          const auto b = loom::test::random_tensor({1, trans_b ? n : k, (trans_b ? k : n) + pad}, input, rng);  // broadcast
+          const std::int64_t a_cols = trans_a ? m : k, b_cols = trans_b ? k : n;
+          const auto a = loom::test::random_tensor(
+              {batch, trans_a ? k : m, a_cols + padding(a_cols, aligned_rows)}, input, rng);
+          const auto b = loom::test::random_tensor(  // one B for every batch
+              {1, trans_b ? n : k, b_cols + padding(b_cols, aligned_rows)}, input, rng);
           const auto c = loom::test::random_tensor({batch, m, n}, output, rng);
           const auto bias = loom::test::random_tensor({n}, input, rng);
-          const StridedMatrix am = padded(a.tensor, trans_a ? m : k), bm = padded(b.tensor, trans_b ? k : n);
+          const StridedMatrix am = padded(a.tensor, a_cols), bm = padded(b.tensor, b_cols);
           GemmOptions options;
           options.trans_a = trans_a, options.trans_b = trans_b, options.precision = precision;
           if (epilogue >= 1) options.epilogue.bias = bias.tensor, options.alpha = 0.5f, options.beta = epilogue == 1 ? 2.0f : 0.0f;
@@ -83,7 +91,7 @@ TEST_CASE("CUDA GEMM matches the CPU GEMM over precisions, layouts and epilogues
           loom::kernels::gemm(am, bm, StridedMatrix::of(d_cpu), StridedMatrix::of(d_cpu), cpu_options);
 
           std::vector<loom::kernels::GemmBackend> backends = {loom::kernels::GemmBackend::automatic};
-          if (precision == GemmPrecision::bf16 || precision == GemmPrecision::fp16) {
+          if (precision != GemmPrecision::fp32) {
             backends.push_back(loom::kernels::GemmBackend::loom);
           }
           for (auto backend : backends) {
@@ -107,6 +115,7 @@ TEST_CASE("CUDA GEMM matches the CPU GEMM over precisions, layouts and epilogues
         }
       }
     }
+  }
   }
 }
 

@@ -19,6 +19,9 @@
 namespace loom::kernels {
 
 enum class GemmPrecision { fp32, tf32, fp16, bf16 };
+// CUDA only: loom = loom's own tensor-core kernels (tf32, fp16, bf16: a cp.async-pipelined
+// mma.sync kernel, or a general WMMA kernel for 16-bit operands whose rows are not 16-byte
+// aligned); cublaslt = cuBLASLt; automatic = the measured rule (docs/ARCHITECTURE.md).
 enum class GemmBackend { automatic, loom, cublaslt };
 enum class Activation { none, gelu };
 
