@@ -1,0 +1,39 @@
+// A GPT-2 transformer block (pre-LayerNorm):
+//   h = x + attn(ln1(x));  out = h + mlp(ln2(h)),  mlp(z) = proj(gelu(fc(z))), fc: C -> 4C.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/nn/attention.hpp"
+#include "loom/nn/layernorm.hpp"
+#include "loom/nn/linear.hpp"
+
+namespace loom::nn {
+
+class TransformerBlock {
+ public:
+  TransformerBlock(const std::string& name, std::int64_t channels, std::int64_t heads, const Precision& precision,
+                   Device device);
+
+  // x: [B, T, C] -> [B, T, C] (a buffer of this block).
+  Tensor forward(const Tensor& x, StreamRef stream = {});
+  // dy: [B, T, C] -> dx (a buffer of this block); gradients accumulated and marked ready.
+  Tensor backward(const Tensor& dy, StreamRef stream = {});
+
+  CausalSelfAttention& attention() noexcept { return attn_; }
+  Linear& fc() noexcept { return fc_; }
+  Linear& fc_proj() noexcept { return fc_proj_; }
+  void collect_parameters(std::vector<Parameter*>& out);
+
+ private:
+  Precision precision_;
+  LayerNorm ln1_;
+  CausalSelfAttention attn_;
+  LayerNorm ln2_;
+  Linear fc_, fc_proj_;
+  Tensor hidden_, output_, dhidden_, dx_;
+};
+
+}  // namespace loom::nn

@@ -1,0 +1,74 @@
+// A GPT-2 style decoder: token + position embeddings, `layers` pre-LayerNorm transformer blocks,
+// a final LayerNorm and a language-model head tied to the token embedding, trained with the
+// fused softmax cross-entropy. GPT-2 initialisation: weights N(0, 0.02), the projections that
+// feed the residual stream N(0, 0.02 / sqrt(2 layers)), position embeddings N(0, 0.01), biases 0,
+// LayerNorm scale 1. Deterministic from the seed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/nn/block.hpp"
+#include "loom/nn/layernorm.hpp"
+
+namespace loom::nn {
+
+struct GPTConfig {
+  std::int64_t vocab_size = 256;
+  std::int64_t context = 128;  // the longest sequence (rows of the position embedding)
+  std::int64_t layers = 4;
+  std::int64_t heads = 4;
+  std::int64_t channels = 128;
+  // The token embedding has padded_vocab() rows (a multiple of 64, for GEMM-friendly shapes);
+  // the padded logits never take part in the loss.
+  std::int64_t padded_vocab() const noexcept { return (vocab_size + 63) / 64 * 64; }
+  // Throws an invalid_argument Error naming the first bad field.
+  void validate() const;
+  std::int64_t parameter_count() const;
+  // Multiply-adds x 2 of one forward + backward per token, counting the attention scores
+  // (6N + 12 L C T, the PaLM / llm.c convention), for MFU.
+  double training_flops_per_token(std::int64_t steps) const;
+};
+
+class GPT {
+ public:
+  GPT(const GPTConfig& config, const Precision& precision, Device device, std::uint64_t seed = 1337);
+  GPT(const GPT&) = delete;
+  GPT& operator=(const GPT&) = delete;
+
+  // tokens: [B, T] i32 with T <= context. Computes the logits [B, T, padded_vocab] (a buffer of
+  // the model) and, when targets ([B, T] i32, -1 = ignore) are given, the mean cross-entropy over
+  // the counted positions, which it returns (NaN without targets). Activations are kept for
+  // backward.
+  float forward(const Tensor& tokens, const Tensor& targets = {}, StreamRef stream = {});
+  // Backpropagates loss_scale x the mean loss of the last forward (which needs targets).
+  // Gradients are accumulated (+=): call zero_grad() between optimizer steps. Every parameter's
+  // gradient-ready hooks run as soon as its gradient is final, in backward order.
+  void backward(float loss_scale = 1.0f, StreamRef stream = {});
+  void zero_grad();
+
+  const Tensor& logits() const noexcept { return logits_; }
+  const GPTConfig& config() const noexcept { return config_; }
+  const Precision& precision() const noexcept { return precision_; }
+  Device device() const noexcept { return device_; }
+  // Every parameter, in registration order (embeddings, blocks in order, final LayerNorm).
+  const std::vector<Parameter*>& parameters() const noexcept { return parameters_; }
+
+ private:
+  void initialize(std::uint64_t seed);
+
+  GPTConfig config_;
+  Precision precision_;
+  Device device_;
+  Parameter wte_, wpe_;
+  std::vector<std::unique_ptr<TransformerBlock>> blocks_;
+  LayerNorm ln_f_;
+  std::vector<Parameter*> parameters_;
+
+  Tensor tokens_, targets_, embedded_, final_norm_, logits_, losses_, dlosses_, dresidual_;
+  std::int64_t counted_targets_ = 0;
+};
+
+}  // namespace loom::nn

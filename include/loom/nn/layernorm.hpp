@@ -1,0 +1,36 @@
+// LayerNorm over the last dimension with a learned scale and shift (fp32 statistics).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/core/stream.hpp"
+#include "loom/nn/parameter.hpp"
+#include "loom/nn/precision.hpp"
+
+namespace loom::nn {
+
+class LayerNorm {
+ public:
+  LayerNorm(const std::string& name, std::int64_t channels, const Precision& precision, Device device,
+            float eps = 1e-5f);
+
+  // x: [..., C]. Returns this layer's output buffer (valid until the next forward).
+  Tensor forward(const Tensor& x, StreamRef stream = {});
+  // Accumulates the weight and bias gradients, marks them ready, returns dx (a buffer).
+  Tensor backward(const Tensor& dy, StreamRef stream = {});
+
+  Parameter& weight() noexcept { return weight_; }
+  Parameter& bias() noexcept { return bias_; }
+  void collect_parameters(std::vector<Parameter*>& out);
+
+ private:
+  std::int64_t channels_;
+  float eps_;
+  Precision precision_;
+  Parameter weight_, bias_;
+  Tensor input_, output_, mean_, rstd_, dx_;
+};
+
+}  // namespace loom::nn

@@ -1,0 +1,48 @@
+// y = x W^T + b over the last dimension (W: [out, in], PyTorch's layout), optionally followed by
+// GELU fused into the GEMM epilogue with the pre-activation kept for backward.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/core/stream.hpp"
+#include "loom/nn/parameter.hpp"
+#include "loom/nn/precision.hpp"
+
+namespace loom::nn {
+
+struct LinearOptions {
+  bool bias = true;
+  bool gelu = false;
+};
+
+class Linear {
+ public:
+  Linear(const std::string& name, std::int64_t in_features, std::int64_t out_features, LinearOptions options,
+         const Precision& precision, Device device);
+
+  // x: [..., in] in the storage dtype. Returns the layer's output buffer [..., out], valid until
+  // the next forward; x is kept (not copied) for backward.
+  Tensor forward(const Tensor& x, StreamRef stream = {});
+  // dy: [..., out]. Accumulates into the gradients, marks them ready, and returns dx [..., in]
+  // (a buffer of this layer, valid until the next backward).
+  Tensor backward(const Tensor& dy, StreamRef stream = {});
+
+  Parameter& weight() noexcept { return weight_; }
+  Parameter* bias() noexcept { return bias_.get(); }
+  void collect_parameters(std::vector<Parameter*>& out);
+
+ private:
+  std::int64_t in_, out_;
+  LinearOptions options_;
+  Precision precision_;
+  Parameter weight_;
+  std::unique_ptr<Parameter> bias_;
+  Tensor input_;                          // the last forward's x, as rows
+  Tensor output_, pre_activation_;        // [rows, out]
+  Tensor dx_, dpre_, bias_grad_scratch_;  // backward buffers
+};
+
+}  // namespace loom::nn

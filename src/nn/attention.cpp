@@ -1,0 +1,53 @@
+#include "loom/nn/attention.hpp"
+
+#include "loom/core/error.hpp"
+#include "loom/kernels/attention.hpp"
+#include "src/nn/buffer.hpp"
+
+namespace loom::nn {
+
+CausalSelfAttention::CausalSelfAttention(const std::string& name, std::int64_t channels, std::int64_t heads,
+                                         const Precision& precision, Device device)
+    : channels_(channels),
+      heads_(heads),
+      precision_(precision),
+      qkv_(name + ".qkv", channels, 3 * channels, {}, precision, device),
+      proj_(name + ".proj", channels, channels, {}, precision, device) {
+  require(heads > 0 && channels % heads == 0, "attention '", name, "': ", channels, " channels do not split into ",
+          heads, " heads");
+}
+
+void CausalSelfAttention::collect_parameters(std::vector<Parameter*>& out) {
+  qkv_.collect_parameters(out);
+  proj_.collect_parameters(out);
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x, StreamRef stream) {
+  require(x.defined() && x.shape().rank() == 3, "attention: input must be [B, T, C], got ",
+          x.defined() ? x.description() : std::string("undefined"));
+  const std::int64_t batch = x.shape()[0], steps = x.shape()[1];
+  const Device device = x.device();
+  qkv_out_ = qkv_.forward(x, stream);
+  detail::ensure_buffer(att_, {batch, heads_, steps, steps}, precision_.storage, device);
+  detail::ensure_buffer(heads_out_, {batch, steps, channels_}, precision_.storage, device);
+  kernels::AttentionOptions options;
+  options.num_heads = heads_;
+  options.precision = precision_.gemm;
+  kernels::attention_forward(qkv_out_, heads_out_, att_, options, stream);
+  return proj_.forward(heads_out_, stream);
+}
+
+Tensor CausalSelfAttention::backward(const Tensor& dy, StreamRef stream) {
+  const Tensor dheads = proj_.backward(dy, stream);
+  const std::int64_t steps = qkv_out_.shape()[1];
+  const Device device = qkv_out_.device();
+  detail::ensure_buffer(dqkv_, qkv_out_.shape(), precision_.storage, device);
+  detail::ensure_buffer(scratch_, {heads_, steps, steps}, precision_.storage, device);
+  kernels::AttentionOptions options;
+  options.num_heads = heads_;
+  options.precision = precision_.gemm;
+  kernels::attention_backward(dheads, qkv_out_, att_, dqkv_, options, stream, scratch_);
+  return qkv_.backward(dqkv_, stream);
+}
+
+}  // namespace loom::nn

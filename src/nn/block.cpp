@@ -1,0 +1,45 @@
+#include "loom/nn/block.hpp"
+
+#include "loom/kernels/elementwise.hpp"
+#include "src/nn/buffer.hpp"
+
+namespace loom::nn {
+
+TransformerBlock::TransformerBlock(const std::string& name, std::int64_t channels, std::int64_t heads,
+                                   const Precision& precision, Device device)
+    : precision_(precision),
+      ln1_(name + ".ln1", channels, precision, device),
+      attn_(name + ".attn", channels, heads, precision, device),
+      ln2_(name + ".ln2", channels, precision, device),
+      fc_(name + ".mlp.fc", channels, 4 * channels, {.bias = true, .gelu = true}, precision, device),
+      fc_proj_(name + ".mlp.proj", 4 * channels, channels, {}, precision, device) {}
+
+void TransformerBlock::collect_parameters(std::vector<Parameter*>& out) {
+  ln1_.collect_parameters(out);
+  attn_.collect_parameters(out);
+  ln2_.collect_parameters(out);
+  fc_.collect_parameters(out);
+  fc_proj_.collect_parameters(out);
+}
+
+Tensor TransformerBlock::forward(const Tensor& x, StreamRef stream) {
+  detail::ensure_buffer(hidden_, x.shape(), precision_.storage, x.device());
+  detail::ensure_buffer(output_, x.shape(), precision_.storage, x.device());
+  kernels::residual_add(x, attn_.forward(ln1_.forward(x, stream), stream), hidden_, stream);
+  const Tensor mlp = fc_proj_.forward(fc_.forward(ln2_.forward(hidden_, stream), stream), stream);
+  kernels::residual_add(hidden_, mlp, output_, stream);
+  return output_;
+}
+
+Tensor TransformerBlock::backward(const Tensor& dy, StreamRef stream) {
+  detail::ensure_buffer(dhidden_, dy.shape(), precision_.storage, dy.device());
+  detail::ensure_buffer(dx_, dy.shape(), precision_.storage, dy.device());
+  // The residual passes dy straight through; the MLP branch adds its part.
+  const Tensor dmlp_in = ln2_.backward(fc_.backward(fc_proj_.backward(dy, stream), stream), stream);
+  kernels::residual_add(dy, dmlp_in, dhidden_, stream);
+  const Tensor dattn_in = ln1_.backward(attn_.backward(dhidden_, stream), stream);
+  kernels::residual_add(dhidden_, dattn_in, dx_, stream);
+  return dx_;
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,34 @@
+// Activation buffers of the layers: allocated on first use and reused by later steps of the same
+// shape (a new shape, such as a shorter evaluation batch, reallocates).
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "loom/core/tensor.hpp"
+
+namespace loom::nn::detail {
+
+// buffer holds a tensor of exactly (shape, dtype, device) afterwards; its contents are undefined
+// when it had to be (re)allocated.
+inline const Tensor& ensure_buffer(Tensor& buffer, const Shape& shape, DType dtype, Device device) {
+  if (!buffer.defined() || buffer.shape() != shape || buffer.dtype() != dtype || buffer.device() != device) {
+    buffer = Tensor::empty(shape, dtype, device);
+  }
+  return buffer;
+}
+
+// [d0, ..., dk, last] -> [d0 * ... * dk, last]
+inline Tensor as_rows(const Tensor& t) {
+  const std::int64_t last = t.shape()[-1];
+  return t.view(Shape{t.numel() / last, last});
+}
+
+// shape with its last extent replaced by last.
+inline Shape with_last(const Shape& shape, std::int64_t last) {
+  std::vector<std::int64_t> extents = shape.extents();
+  extents.back() = last;
+  return Shape(std::move(extents));
+}
+
+}  // namespace loom::nn::detail

@@ -1,0 +1,164 @@
+#include "loom/nn/gpt.hpp"
+
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "loom/core/error.hpp"
+#include "loom/core/tensor_ops.hpp"
+#include "loom/kernels/cast.hpp"
+#include "loom/kernels/cross_entropy.hpp"
+#include "loom/kernels/embedding.hpp"
+#include "loom/kernels/gemm.hpp"
+#include "src/nn/buffer.hpp"
+
+namespace loom::nn {
+
+using kernels::GemmOptions;
+using kernels::StridedMatrix;
+
+void GPTConfig::validate() const {
+  auto positive = [](const char* field, std::int64_t value) {
+    require(value > 0, "GPT config: ", field, " must be positive, got ", value);
+  };
+  positive("vocab_size", vocab_size);
+  positive("context", context);
+  positive("layers", layers);
+  positive("heads", heads);
+  positive("channels", channels);
+  require(channels % heads == 0, "GPT config: channels ", channels, " must be a multiple of heads ", heads);
+}
+
+std::int64_t GPTConfig::parameter_count() const {
+  const std::int64_t c = channels;
+  const std::int64_t per_block = 2 * c + (3 * c * c + 3 * c) + (c * c + c) + 2 * c + (4 * c * c + 4 * c) +
+                                 (4 * c * c + c);
+  return padded_vocab() * c + context * c + layers * per_block + 2 * c;
+}
+
+double GPTConfig::training_flops_per_token(std::int64_t steps) const {
+  return 6.0 * static_cast<double>(parameter_count()) +
+         12.0 * static_cast<double>(layers * channels * steps);
+}
+
+GPT::GPT(const GPTConfig& config, const Precision& precision, Device device, std::uint64_t seed)
+    : config_((config.validate(), config)),
+      precision_(precision),
+      device_(device),
+      wte_("wte", Tensor::zeros({config.padded_vocab(), config.channels}, precision.storage, device), precision.grad,
+           true),
+      wpe_("wpe", Tensor::zeros({config.context, config.channels}, precision.storage, device), precision.grad, true),
+      ln_f_("ln_f", config.channels, precision, device) {
+  parameters_ = {&wte_, &wpe_};
+  for (std::int64_t l = 0; l < config.layers; ++l) {
+    std::string name = "h";  // (not "h" + to_string: GCC 12 warns falsely about that, -Wrestrict)
+    name += std::to_string(l);
+    blocks_.push_back(std::make_unique<TransformerBlock>(name, config.channels, config.heads, precision, device));
+    blocks_.back()->collect_parameters(parameters_);
+  }
+  ln_f_.collect_parameters(parameters_);
+  initialize(seed);
+}
+
+void GPT::initialize(std::uint64_t seed) {
+  const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(config_.layers));
+  // Each tensor draws from its own generator (seed, position in the parameter list), so the
+  // values do not depend on how many numbers other tensors used.
+  auto normal_fill = [&](Parameter& p, std::size_t index, float std_dev) {
+    std::mt19937_64 rng(seed * 1000003u + index);
+    std::normal_distribution<float> dist(0.0f, std_dev);
+    const Tensor host = Tensor::empty(p.value().shape(), DType::f32);
+    for (float& v : host.span<float>()) v = dist(rng);
+    const Tensor stored = p.value().dtype() == DType::f32 ? host : Tensor::empty(host.shape(), p.value().dtype());
+    if (stored.dtype() != DType::f32) kernels::cast(host, stored);
+    copy(p.value(), stored);
+  };
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    Parameter& p = *parameters_[i];
+    const std::string& name = p.name();
+    const bool is_weight = name.ends_with(".weight") && p.value().shape().rank() == 2;
+    if (&p == &wte_) normal_fill(p, i, 0.02f);
+    else if (&p == &wpe_) normal_fill(p, i, 0.01f);
+    else if (is_weight) normal_fill(p, i, name.ends_with("proj.weight") ? residual_std : 0.02f);
+  }
+}
+
+float GPT::forward(const Tensor& tokens, const Tensor& targets, StreamRef stream) {
+  require(tokens.defined() && tokens.dtype() == DType::i32 && tokens.shape().rank() == 2, "GPT: tokens must be [B, T] "
+          "i32, got ", tokens.defined() ? tokens.description() : std::string("undefined"));
+  const std::int64_t batch = tokens.shape()[0], steps = tokens.shape()[1];
+  require(steps >= 1 && steps <= config_.context, "GPT: sequence length ", steps, " is outside [1, context = ",
+          config_.context, "]");
+  tokens_ = tokens.to(device_, stream);
+  const std::int64_t c = config_.channels, vp = config_.padded_vocab(), rows = batch * steps;
+  detail::ensure_buffer(embedded_, {batch, steps, c}, precision_.storage, device_);
+  kernels::embedding_forward(tokens_, wte_.value(), wpe_.value(), embedded_, stream);
+  Tensor x = embedded_;
+  for (auto& block : blocks_) x = block->forward(x, stream);
+  final_norm_ = ln_f_.forward(x, stream);
+  // logits = ln_f(x) wte^T over the padded vocabulary.
+  detail::ensure_buffer(logits_, {batch, steps, vp}, precision_.storage, device_);
+  GemmOptions head;
+  head.trans_b = true;
+  head.precision = precision_.gemm;
+  kernels::gemm(detail::as_rows(final_norm_), wte_.value(), logits_.view({rows, vp}), head, stream);
+  if (!targets.defined()) {
+    targets_ = Tensor();
+    return std::nanf("");
+  }
+  require(targets.dtype() == DType::i32 && targets.shape() == tokens.shape(), "GPT: targets must be i32 shaped like "
+          "the tokens ", tokens.shape(), ", got ", targets.description());
+  targets_ = targets.to(device_, stream);
+  detail::ensure_buffer(losses_, {rows}, DType::f32, device_);
+  kernels::CrossEntropyOptions ce;
+  ce.vocab_size = config_.vocab_size;
+  kernels::cross_entropy_forward(logits_.view({rows, vp}), targets_.view({rows}), losses_, ce, stream);
+  // The mean over counted positions, summed in double on the host.
+  const std::vector<float> losses = losses_.to_vector<float>();
+  const std::vector<std::int32_t> host_targets = targets.to_vector<std::int32_t>();
+  double sum = 0;
+  counted_targets_ = 0;
+  for (std::size_t i = 0; i < losses.size(); ++i) {
+    if (host_targets[i] == ce.ignore_index) continue;
+    sum += losses[i];
+    ++counted_targets_;
+  }
+  return counted_targets_ > 0 ? static_cast<float>(sum / static_cast<double>(counted_targets_)) : 0.0f;
+}
+
+void GPT::backward(float loss_scale, StreamRef stream) {
+  require(targets_.defined(), "GPT: backward needs a forward with targets first");
+  const std::int64_t rows = tokens_.numel(), vp = config_.padded_vocab();
+  const Shape hidden_shape = final_norm_.shape();
+  // d(mean loss)/d(loss_i) = 1 / counted for every counted row; ignored rows get 0 in the kernel.
+  detail::ensure_buffer(dlosses_, {rows}, DType::f32, device_);
+  const double per_row = counted_targets_ > 0 ? static_cast<double>(loss_scale) / counted_targets_ : 0.0;
+  fill(dlosses_, per_row, stream);
+  kernels::CrossEntropyOptions ce;
+  ce.vocab_size = config_.vocab_size;
+  const Tensor logits_rows = logits_.view({rows, vp});
+  kernels::cross_entropy_backward(logits_rows, targets_.view({rows}), dlosses_, logits_rows, ce, stream);
+  // Head: dwte += dlogits^T ln_f(x); d ln_f(x) = dlogits wte.
+  GemmOptions dw;
+  dw.trans_a = true;
+  dw.beta = 1.0f;
+  dw.precision = precision_.gemm;
+  const StridedMatrix grad_wte = StridedMatrix::of(wte_.grad());
+  kernels::gemm(StridedMatrix::of(logits_rows), StridedMatrix::of(detail::as_rows(final_norm_)), grad_wte, grad_wte,
+                dw, stream);
+  detail::ensure_buffer(dresidual_, hidden_shape, precision_.storage, device_);
+  GemmOptions dx;
+  dx.precision = precision_.gemm;
+  kernels::gemm(logits_rows, wte_.value(), dresidual_.view({rows, config_.channels}), dx, stream);
+  Tensor d = ln_f_.backward(dresidual_, stream);
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) d = (*it)->backward(d, stream);
+  kernels::embedding_backward(tokens_, d, wte_.grad(), wpe_.grad(), stream);
+  wpe_.mark_grad_ready();
+  wte_.mark_grad_ready();  // tied: final only after both the head and the embedding
+}
+
+void GPT::zero_grad() {
+  for (Parameter* p : parameters_) p->zero_grad();
+}
+
+}  // namespace loom::nn

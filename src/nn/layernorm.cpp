@@ -1,0 +1,48 @@
+#include "loom/nn/layernorm.hpp"
+
+#include "loom/core/error.hpp"
+#include "loom/kernels/layernorm.hpp"
+#include "src/nn/buffer.hpp"
+
+namespace loom::nn {
+
+LayerNorm::LayerNorm(const std::string& name, std::int64_t channels, const Precision& precision, Device device,
+                     float eps)
+    : channels_(channels),
+      eps_(eps),
+      precision_(precision),
+      weight_(name + ".weight", Tensor::full({channels}, precision.storage, 1.0, device), precision.grad, false),
+      bias_(name + ".bias", Tensor::zeros({channels}, precision.storage, device), precision.grad, false) {}
+
+void LayerNorm::collect_parameters(std::vector<Parameter*>& out) {
+  out.push_back(&weight_);
+  out.push_back(&bias_);
+}
+
+Tensor LayerNorm::forward(const Tensor& x, StreamRef stream) {
+  require(x.defined() && x.shape().rank() >= 1 && x.shape()[-1] == channels_, "LayerNorm '", weight_.name(),
+          "': input must end in ", channels_, " channels, got ", x.defined() ? x.description() : std::string("undefined"));
+  input_ = detail::as_rows(x);
+  const std::int64_t rows = input_.shape()[0];
+  const Device device = weight_.value().device();
+  detail::ensure_buffer(output_, input_.shape(), precision_.storage, device);
+  detail::ensure_buffer(mean_, {rows}, DType::f32, device);
+  detail::ensure_buffer(rstd_, {rows}, DType::f32, device);
+  kernels::layernorm_forward(input_, weight_.value(), bias_.value(), output_, mean_, rstd_, eps_, stream);
+  return output_.view(x.shape());
+}
+
+Tensor LayerNorm::backward(const Tensor& dy, StreamRef stream) {
+  require(input_.defined(), "LayerNorm '", weight_.name(), "': backward before forward");
+  const Tensor dy_rows = detail::as_rows(dy);
+  require(dy_rows.shape() == input_.shape(), "LayerNorm '", weight_.name(), "': dy ", dy.description(),
+          " does not match the forward input");
+  detail::ensure_buffer(dx_, input_.shape(), precision_.storage, weight_.value().device());
+  kernels::layernorm_backward(dy_rows, input_, weight_.value(), mean_, rstd_, dx_, weight_.grad(), bias_.grad(),
+                              stream);
+  weight_.mark_grad_ready();
+  bias_.mark_grad_ready();
+  return dx_.view(dy.shape());
+}
+
+}  // namespace loom::nn

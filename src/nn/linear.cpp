@@ -1,0 +1,88 @@
+#include "loom/nn/linear.hpp"
+
+#include <memory>
+
+#include "loom/core/error.hpp"
+#include "loom/kernels/elementwise.hpp"
+#include "loom/kernels/gemm.hpp"
+#include "src/nn/buffer.hpp"
+
+namespace loom::nn {
+
+using kernels::GemmOptions;
+using kernels::StridedMatrix;
+
+Linear::Linear(const std::string& name, std::int64_t in_features, std::int64_t out_features, LinearOptions options,
+               const Precision& precision, Device device)
+    : in_(in_features),
+      out_(out_features),
+      options_(options),
+      precision_(precision),
+      weight_(name + ".weight", Tensor::zeros({out_features, in_features}, precision.storage, device), precision.grad,
+              true) {
+  if (options.bias) {
+    bias_ = std::make_unique<Parameter>(name + ".bias", Tensor::zeros({out_features}, precision.storage, device),
+                                        precision.grad, false);
+  }
+}
+
+void Linear::collect_parameters(std::vector<Parameter*>& out) {
+  out.push_back(&weight_);
+  if (bias_) out.push_back(bias_.get());
+}
+
+Tensor Linear::forward(const Tensor& x, StreamRef stream) {
+  require(x.defined() && x.shape().rank() >= 1 && x.shape()[-1] == in_, "Linear '", weight_.name(),
+          "': input must end in ", in_, " features, got ", x.defined() ? x.description() : std::string("undefined"));
+  input_ = detail::as_rows(x);
+  const std::int64_t rows = input_.shape()[0];
+  const Device device = weight_.value().device();
+  detail::ensure_buffer(output_, {rows, out_}, precision_.storage, device);
+  GemmOptions options;
+  options.trans_b = true;
+  options.precision = precision_.gemm;
+  if (bias_) options.epilogue.bias = bias_->value();
+  if (options_.gelu) {
+    options.epilogue.activation = kernels::Activation::gelu;
+    options.epilogue.pre_activation = detail::ensure_buffer(pre_activation_, {rows, out_}, precision_.storage, device);
+  }
+  kernels::gemm(input_, weight_.value(), output_, options, stream);
+  return output_.view(detail::with_last(x.shape(), out_));
+}
+
+Tensor Linear::backward(const Tensor& dy, StreamRef stream) {
+  require(input_.defined(), "Linear '", weight_.name(), "': backward before forward");
+  const Tensor dy_rows = detail::as_rows(dy);
+  require(dy_rows.shape() == Shape{input_.shape()[0], out_}, "Linear '", weight_.name(), "': dy ", dy.description(),
+          " does not match the forward output [", input_.shape()[0], ", ", out_, "]");
+  const Device device = weight_.value().device();
+  Tensor grad_out = dy_rows;
+  if (options_.gelu) {
+    detail::ensure_buffer(dpre_, dy_rows.shape(), precision_.storage, device);
+    kernels::gelu_backward(pre_activation_, dy_rows, dpre_, stream);
+    grad_out = dpre_;
+  }
+  // dW += dy^T x, and the bias gradient (sum of dy over rows) in the same GEMM.
+  GemmOptions dw;
+  dw.trans_a = true;
+  dw.beta = 1.0f;
+  dw.precision = precision_.gemm;
+  if (bias_) {
+    dw.epilogue.bias_grad = detail::ensure_buffer(bias_grad_scratch_, {out_}, DType::f32, device);
+  }
+  const StridedMatrix grad_w = StridedMatrix::of(weight_.grad());
+  kernels::gemm(StridedMatrix::of(grad_out), StridedMatrix::of(input_), grad_w, grad_w, dw, stream);
+  weight_.mark_grad_ready();
+  if (bias_) {
+    kernels::residual_add(bias_->grad(), bias_grad_scratch_, bias_->grad(), stream);
+    bias_->mark_grad_ready();
+  }
+  // dx = dy W
+  detail::ensure_buffer(dx_, input_.shape(), precision_.storage, device);
+  GemmOptions dx;
+  dx.precision = precision_.gemm;
+  kernels::gemm(grad_out, weight_.value(), dx_, dx, stream);
+  return dx_.view(detail::with_last(dy.shape(), in_));
+}
+
+}  // namespace loom::nn

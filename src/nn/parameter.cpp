@@ -1,0 +1,35 @@
+#include "loom/nn/parameter.hpp"
+
+#include <utility>
+
+#include "loom/core/error.hpp"
+#include "loom/core/tensor_ops.hpp"
+
+namespace loom::nn {
+
+Parameter::Parameter(std::string name, Tensor value, DType grad_dtype, bool weight_decay)
+    : name_(std::move(name)), value_(std::move(value)), weight_decay_(weight_decay) {
+  require(value_.defined(), "parameter '", name_, "' has no value");
+  grad_ = Tensor::zeros(value_.shape(), grad_dtype, value_.device());
+}
+
+void Parameter::set_grad(Tensor grad) {
+  require(grad.defined() && grad.shape() == value_.shape() && grad.device() == value_.device(),
+          "parameter '", name_, "': a gradient must match the value ", value_.description(), ", got ",
+          grad.defined() ? grad.description() : std::string("an undefined tensor"));
+  require(is_floating_point(grad.dtype()), "parameter '", name_, "': gradient dtype ", grad.dtype(), " is not floating");
+  grad_ = std::move(grad);
+}
+
+void Parameter::zero_grad() { fill(grad_, 0.0); }
+
+void Parameter::add_grad_ready_hook(GradReadyHook hook) {
+  require(static_cast<bool>(hook), "parameter '", name_, "': empty gradient-ready hook");
+  hooks_.push_back(std::move(hook));
+}
+
+void Parameter::mark_grad_ready() {
+  for (const GradReadyHook& hook : hooks_) hook(*this);
+}
+
+}  // namespace loom::nn

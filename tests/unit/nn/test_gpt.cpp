@@ -1,0 +1,154 @@
+// The GPT model on the CPU: whole-model gradients against directional finite differences of the
+// loss, the gradient-ready hooks (each parameter once, in backward order, the tied embedding
+// last), determinism of the initialisation, and the low-precision policies against fp32.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "loom/nn/gpt.hpp"
+#include "unit/nn/gradient_check.hpp"
+
+using loom::DType;
+using loom::Tensor;
+using loom::nn::GPT;
+using loom::nn::GPTConfig;
+using loom::nn::Parameter;
+using loom::nn::Precision;
+
+namespace {
+
+GPTConfig tiny_config() {
+  GPTConfig config;
+  config.vocab_size = 13;  // padded to 64
+  config.context = 8;
+  config.layers = 2;
+  config.heads = 2;
+  config.channels = 16;
+  return config;
+}
+
+Tensor random_tokens(std::int64_t batch, std::int64_t steps, std::int64_t vocab, std::mt19937& rng) {
+  std::uniform_int_distribution<std::int32_t> dist(0, static_cast<std::int32_t>(vocab - 1));
+  Tensor t = Tensor::empty({batch, steps}, DType::i32);
+  for (std::int32_t& v : t.span<std::int32_t>()) v = dist(rng);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("GPT gradients match finite differences of the loss for every parameter", "[nn][gpt][gradients]") {
+  std::mt19937 rng(7);
+  GPT model(tiny_config(), Precision::fp32(), loom::Device::cpu(), 3);
+  // Larger weights than GPT-2's initialisation so every path carries signal.
+  for (Parameter* p : model.parameters()) {
+    std::normal_distribution<float> dist(0.0f, 0.2f);
+    for (float& v : p->value().span<float>()) v += dist(rng);
+  }
+  const Tensor tokens = random_tokens(2, 7, 13, rng);
+  Tensor targets = random_tokens(2, 7, 13, rng);
+  targets.at<std::int32_t>({0, 3}) = -1;  // ignored positions take no part
+  targets.at<std::int32_t>({1, 6}) = -1;
+  const float loss = model.forward(tokens, targets);
+  REQUIRE(std::isfinite(loss));
+  model.zero_grad();
+  model.backward();
+  std::vector<Tensor> grads;
+  for (Parameter* p : model.parameters()) grads.push_back(p->grad().clone());
+  auto objective = [&] { return static_cast<double>(model.forward(tokens, targets)); };
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    Parameter& p = *model.parameters()[i];
+    loom::test::require_directional(p.name(), loom::test::directional_derivative(p.value(), grads[i], objective, rng, 1e-3),
+                                    5e-3, 3e-4);
+  }
+}
+
+TEST_CASE("GPT gradient-ready hooks fire once per parameter, in backward order, wte last", "[nn][gpt]") {
+  GPT model(tiny_config(), Precision::fp32(), loom::Device::cpu());
+  std::vector<std::string> fired;
+  for (Parameter* p : model.parameters()) p->add_grad_ready_hook([&](Parameter& q) { fired.push_back(q.name()); });
+  std::mt19937 rng(8);
+  const Tensor tokens = random_tokens(2, 5, 13, rng), targets = random_tokens(2, 5, 13, rng);
+  model.forward(tokens, targets);
+  model.backward();
+  REQUIRE(fired.size() == model.parameters().size());
+  std::map<std::string, int> counts;
+  for (const std::string& name : fired) ++counts[name];
+  for (Parameter* p : model.parameters()) REQUIRE(counts[p->name()] == 1);
+  auto position = [&](const std::string& name) { return std::find(fired.begin(), fired.end(), name) - fired.begin(); };
+  REQUIRE(fired.back() == "wte");
+  REQUIRE(position("ln_f.weight") < position("h1.mlp.proj.weight"));
+  REQUIRE(position("h1.mlp.proj.weight") < position("h1.attn.qkv.weight"));
+  REQUIRE(position("h1.ln1.bias") < position("h0.mlp.proj.weight"));
+  REQUIRE(position("h0.ln1.weight") < position("wpe"));
+}
+
+TEST_CASE("GPT initialisation is deterministic from the seed and follows GPT-2", "[nn][gpt]") {
+  GPTConfig config = tiny_config();
+  config.channels = 64;
+  config.layers = 3;
+  GPT a(config, Precision::fp32(), loom::Device::cpu(), 5), b(config, Precision::fp32(), loom::Device::cpu(), 5),
+      c(config, Precision::fp32(), loom::Device::cpu(), 6);
+  REQUIRE(config.parameter_count() == [&] {
+    std::int64_t n = 0;
+    for (Parameter* p : a.parameters()) n += p->value().numel();
+    return n;
+  }());
+  for (std::size_t i = 0; i < a.parameters().size(); ++i) {
+    const Parameter& p = *a.parameters()[i];
+    INFO(p.name());
+    const std::vector<float> va = p.value().to_vector<float>();
+    REQUIRE(va == b.parameters()[i]->value().to_vector<float>());
+    double sum_sq = 0;
+    for (float v : va) sum_sq += static_cast<double>(v) * v;
+    const double rms = std::sqrt(sum_sq / static_cast<double>(va.size()));
+    const std::string& name = p.name();
+    if (name.ends_with(".bias")) REQUIRE(rms == 0.0);
+    else if (name.starts_with("ln_f") || name.find(".ln") != std::string::npos) REQUIRE(rms == 1.0);
+    else {
+      REQUIRE(va != c.parameters()[i]->value().to_vector<float>());
+      const double expected = name == "wpe" ? 0.01 : name.ends_with("proj.weight") ? 0.02 / std::sqrt(6.0) : 0.02;
+      REQUIRE(rms == Approx(expected).epsilon(0.1));
+    }
+  }
+}
+
+TEST_CASE("bf16, fp16 and tf32 models give the fp32 loss and gradients within their precision", "[nn][gpt]") {
+  std::mt19937 rng(9);
+  const Tensor tokens = random_tokens(2, 8, 13, rng), targets = random_tokens(2, 8, 13, rng);
+  GPT reference(tiny_config(), Precision::fp32(), loom::Device::cpu(), 11);
+  const float reference_loss = reference.forward(tokens, targets);
+  reference.backward();
+  for (const Precision& precision : {Precision::tf32(), Precision::bf16(), Precision::fp16()}) {
+    INFO(precision.name());
+    GPT model(tiny_config(), precision, loom::Device::cpu(), 11);
+    REQUIRE(model.parameters()[0]->value().dtype() == precision.storage);
+    const float loss = model.forward(tokens, targets);
+    REQUIRE(loss == Approx(reference_loss).epsilon(precision.storage == DType::f32 ? 1e-3 : 2e-2));
+    model.backward();
+    // The head's gradient (the largest) agrees to low-precision accuracy.
+    const std::vector<float> g = model.parameters()[0]->grad().to_vector<float>();
+    const std::vector<float> r = reference.parameters()[0]->grad().to_vector<float>();
+    double diff = 0, norm = 0;
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      diff += (static_cast<double>(g[i]) - r[i]) * (static_cast<double>(g[i]) - r[i]);
+      norm += static_cast<double>(r[i]) * r[i];
+    }
+    REQUIRE(std::sqrt(diff / norm) < (precision.storage == DType::f32 ? 1e-3 : 5e-2));
+  }
+}
+
+TEST_CASE("GPT rejects bad configs, tokens and sequence lengths with clear errors", "[nn][gpt]") {
+  GPTConfig bad = tiny_config();
+  bad.heads = 3;
+  REQUIRE_THROWS_WITH(GPT(bad, Precision::fp32(), loom::Device::cpu()), Catch::Contains("multiple of heads 3"));
+  GPT model(tiny_config(), Precision::fp32(), loom::Device::cpu());
+  REQUIRE_THROWS_WITH(model.forward(Tensor::zeros({1, 9}, DType::i32)), Catch::Contains("sequence length 9"));
+  REQUIRE_THROWS_WITH(model.forward(Tensor::zeros({1, 4}, DType::i64)), Catch::Contains("tokens must be [B, T] i32"));
+  REQUIRE_THROWS_WITH(model.backward(), Catch::Contains("forward with targets"));
+  REQUIRE_THROWS_WITH(Precision::parse("fp8"), Catch::Contains("unknown precision 'fp8'"));
+}
