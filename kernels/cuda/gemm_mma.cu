@@ -34,8 +34,10 @@ template <class T>
 constexpr int block_k = stage_k_bytes / static_cast<int>(sizeof(T));
 
 // One operand's tile in shared memory, in its global layout: K-contiguous as [128][block_k + pad]
-// or MN-contiguous as [block_k][128 + pad]. The pads make consecutive rows start 4 banks apart
-// for 16-byte ldmatrix rows, and 8 banks apart for the 32-bit tf32 fragment loads.
+// or MN-contiguous as [block_k][128 + pad]. The pads spread the 8 rows one ldmatrix (16 bytes per
+// row) or one tf32 fragment load (4 rows x 8 columns) touches over distinct banks: K-contiguous
+// rows are 80 bytes (20 banks) apart, MN-contiguous rows 272 bytes (16-bit, 4 banks mod 32) or
+// 544 bytes (f32, 8 banks mod 32).
 template <class T, bool KContiguous>
 struct Tile {
   static constexpr int pitch = KContiguous ? block_k<T> + 16 / static_cast<int>(sizeof(T)) : block_mn + 8;
@@ -53,16 +55,18 @@ __device__ __forceinline__ unsigned shared_address(const void* p) {
 template <int Chunk>
 __device__ __forceinline__ void cp_async(void* smem, const void* gmem, int bytes) {
   if constexpr (Chunk == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(smem)), "l"(gmem), "r"(bytes));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(smem)), "l"(gmem), "r"(bytes)
+                 : "memory");
   } else {
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(shared_address(smem)), "l"(gmem),
-                 "n"(Chunk), "r"(bytes));
+                 "n"(Chunk), "r"(bytes)
+                 : "memory");
   }
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int Pending>
 __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
 }
 
 // Stages op(X)[mn0.., k0..] (block_mn x block_k) of an operand stored K-contiguous (X[mn * ld + k])
@@ -88,12 +92,14 @@ __device__ __forceinline__ void load_tile(T* tile, const T* base, std::int64_t l
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(p)));
+               : "r"(shared_address(p))
+               : "memory");
 }
 __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(p)));
+               : "r"(shared_address(p))
+               : "memory");
 }
 
 __device__ __forceinline__ unsigned to_tf32(float x) {
@@ -281,7 +287,10 @@ bool rows_16_byte_aligned(const StridedMatrix& m) {
 
 void gemm_loom(const StridedMatrix& a, const StridedMatrix& b, const std::optional<StridedMatrix>& c,
                const StridedMatrix& d, const GemmOptions& options, const GemmShape& shape, void* stream) {
+  require(options.precision != GemmPrecision::fp32, "gemm (loom backend): fp32 precision has no tensor-core kernel");
   require(shape.batch <= 65535, "gemm (loom backend): batch ", shape.batch, " exceeds 65535");
+  require((shape.m + block_mn - 1) / block_mn <= 65535, "gemm (loom backend): M = ", shape.m,
+          " needs more than 65535 row blocks of ", block_mn);
   if (shape.m > 0 && shape.n > 0) {
     const bool aligned = rows_16_byte_aligned(a) && rows_16_byte_aligned(b);
     if (options.precision == GemmPrecision::tf32 || aligned) {

@@ -29,6 +29,10 @@ Stream& Stream::operator=(Stream&& other) noexcept {
   return *this;
 }
 
+void synchronize(StreamRef stream) {
+  if (stream.device().is_cuda()) cudart::stream_synchronize(stream.device().index(), stream.native_handle());
+}
+
 void Stream::synchronize() const {
   if (device_.is_cuda()) cudart::stream_synchronize(device_.index(), native_);
 }

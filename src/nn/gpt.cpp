@@ -114,6 +114,7 @@ float GPT::forward(const Tensor& tokens, const Tensor& targets, StreamRef stream
   ce.vocab_size = config_.vocab_size;
   kernels::cross_entropy_forward(logits_.view({rows, vp}), targets_.view({rows}), losses_, ce, stream);
   // The mean over counted positions, summed in double on the host.
+  synchronize(stream);
   const std::vector<float> losses = losses_.to_vector<float>();
   const std::vector<std::int32_t> host_targets = targets.to_vector<std::int32_t>();
   double sum = 0;

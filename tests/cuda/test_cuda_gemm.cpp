@@ -119,6 +119,41 @@ TEST_CASE("CUDA GEMM matches the CPU GEMM over precisions, layouts and epilogues
   }
 }
 
+TEST_CASE("loom's own CUDA GEMM at pipeline edges: K shorter than the prefetch, whole tiles, broadcast A",
+          "[cuda][gemm]") {
+  std::mt19937 rng(82);
+  const std::int64_t batch = 2, m = 128, n = 256;
+  for (std::int64_t k : {1, 8, 40})
+  for (GemmPrecision precision : {GemmPrecision::tf32, GemmPrecision::bf16, GemmPrecision::fp16}) {
+    for (bool trans_a : {false, true}) {
+      for (bool trans_b : {false, true}) {
+        INFO("k=" << k << " " << loom::kernels::to_string(precision) << " ta=" << trans_a << " tb=" << trans_b);
+        const DType input = input_of(precision);
+        // A is one matrix for every batch (batch stride 0); B has one per batch.
+        const auto a = loom::test::random_tensor({1, trans_a ? k : m, trans_a ? m : k}, input, rng);
+        const auto b = loom::test::random_tensor({batch, trans_b ? n : k, trans_b ? k : n}, input, rng);
+        const auto bias = loom::test::random_tensor({n}, input, rng);
+        GemmOptions options;
+        options.trans_a = trans_a, options.trans_b = trans_b, options.precision = precision;
+        options.epilogue.bias = bias.tensor;
+        const Tensor d_cpu = Tensor::empty({batch, m, n}, DType::f32);
+        loom::kernels::gemm(StridedMatrix::of(a.tensor), StridedMatrix::of(b.tensor), StridedMatrix::of(d_cpu),
+                            StridedMatrix::of(d_cpu), options);
+        const Tensor d_gpu = Tensor::empty({batch, m, n}, DType::f32, gpu);
+        loom::test::poison(d_gpu);
+        GemmOptions gpu_options = options;
+        gpu_options.backend = loom::kernels::GemmBackend::loom;
+        gpu_options.epilogue.bias = bias.tensor.to(gpu);
+        loom::kernels::gemm(on_gpu(StridedMatrix::of(a.tensor)), on_gpu(StridedMatrix::of(b.tensor)),
+                            StridedMatrix::of(d_gpu), StridedMatrix::of(d_gpu), gpu_options);
+        const double rel = agreement(precision, DType::f32);
+        loom::test::require_close(d_gpu.to(Device::cpu()), loom::test::as_doubles(d_cpu), rel,
+                                  rel * std::sqrt(static_cast<double>(k + 1)));
+      }
+    }
+  }
+}
+
 TEST_CASE("CUDA GEMM bias gradient matches the CPU", "[cuda][gemm]") {
   std::mt19937 rng(82);
   // dW = dY^T X with dY [tokens, out], X [tokens, in]; bias_grad = column sums of dY.

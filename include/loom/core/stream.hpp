@@ -31,6 +31,9 @@ class StreamRef {
   void* native_ = nullptr;
 };
 
+// Blocks until the work enqueued on stream is done (work on the default StreamRef already is).
+void synchronize(StreamRef stream);
+
 class Stream {
  public:
   // A new stream on device: a non-blocking CUDA stream, or the CPU's immediate stream.
