@@ -67,41 +67,54 @@ struct EpilogueArgs {
   std::int64_t batch, m, n;
 };
 
-// D rows [row_begin, row_end) from the fp32 product rows, in D's dtype TOut.
+// D rows [row_begin, row_end) from the fp32 product rows (product_ld apart; the product may be D
+// itself when D is f32), in D's dtype TOut. One pass per step of the epilogue, each a plain loop
+// the compiler vectorizes; the order of operations per element is fixed.
 template <class TOut>
-void epilogue_rows(const EpilogueArgs& args, const float* product, std::int64_t row_begin, std::int64_t row_end) {
+void epilogue_rows(const EpilogueArgs& args, const float* product, std::int64_t product_ld, std::int64_t row_begin,
+                   std::int64_t row_end) {
   const GemmOptions& o = *args.options;
   const GemmEpilogue& e = o.epilogue;
   const StridedMatrix& d = *args.d;
   const std::optional<StridedMatrix>& c = *args.c;
+  const std::int64_t n = args.n;
   TOut* out = d.tensor.data<TOut>() + matrix_offset(d, args.batch);
   const TOut* c_data = c ? c->tensor.data<TOut>() + matrix_offset(*c, args.batch) : nullptr;
-  TOut* pre = e.pre_activation.defined() ? e.pre_activation.data<TOut>() + args.batch * args.m * args.n : nullptr;
-  std::vector<float> bias(e.bias.defined() ? static_cast<std::size_t>(args.n) : 0);
+  TOut* pre = e.pre_activation.defined() ? e.pre_activation.data<TOut>() + args.batch * args.m * n : nullptr;
+  std::vector<float> bias(e.bias.defined() ? static_cast<std::size_t>(n) : 0);
   if (!bias.empty()) {
     visit_float_dtype(e.bias.dtype(), [&]<class T>() {
-      for (std::int64_t j = 0; j < args.n; ++j) bias[static_cast<std::size_t>(j)] = to_f32(e.bias.data<T>()[j]);
+      for (std::int64_t j = 0; j < n; ++j) bias[static_cast<std::size_t>(j)] = to_f32(e.bias.data<T>()[j]);
     });
   }
   const bool gelu = e.activation == Activation::gelu;
+  std::vector<float> row(static_cast<std::size_t>(n));
+  float* v = row.data();
   for (std::int64_t i = row_begin; i < row_end; ++i) {
-    const float* p = product + (i - row_begin) * args.n;
-    for (std::int64_t j = 0; j < args.n; ++j) {
-      float value = o.alpha * p[j];
-      if (c_data) value += o.beta * to_f32(c_data[i * c->ld + j]);
-      if (!bias.empty()) value += bias[static_cast<std::size_t>(j)];
-      if (gelu) {
-        if (pre) pre[i * args.n + j] = from_f32<TOut>(value);
-        value = gelu_tanh(value);
-      }
-      out[i * d.ld + j] = from_f32<TOut>(value);
+    const float* p = product + (i - row_begin) * product_ld;
+    for (std::int64_t j = 0; j < n; ++j) v[j] = o.alpha * p[j];
+    if (c_data) {
+      const TOut* c_row = c_data + i * c->ld;
+      for (std::int64_t j = 0; j < n; ++j) v[j] += o.beta * to_f32(c_row[j]);
     }
+    if (!bias.empty()) {
+      for (std::int64_t j = 0; j < n; ++j) v[j] += bias[static_cast<std::size_t>(j)];
+    }
+    if (gelu) {
+      if (pre) {
+        TOut* pre_row = pre + i * n;
+        for (std::int64_t j = 0; j < n; ++j) pre_row[j] = from_f32<TOut>(v[j]);
+      }
+      for (std::int64_t j = 0; j < n; ++j) v[j] = gelu_tanh(v[j]);
+    }
+    TOut* out_row = out + i * d.ld;
+    for (std::int64_t j = 0; j < n; ++j) out_row[j] = from_f32<TOut>(v[j]);
   }
 }
 
-bool trivial_epilogue(const GemmOptions& o, const std::optional<StridedMatrix>& c, DType output) {
-  return output == DType::f32 && o.alpha == 1.0f && !c && !o.epilogue.bias.defined() &&
-         o.epilogue.activation == Activation::none;
+// The product can be computed straight into D: f32 D, alpha 1, no C.
+bool product_in_place(const GemmOptions& o, const std::optional<StridedMatrix>& c, DType output) {
+  return output == DType::f32 && o.alpha == 1.0f && !c;
 }
 
 // sum_k op(A)[i, k] over all batches, from the unrounded inputs, in double.
@@ -127,20 +140,27 @@ void gemm_matrix(const StridedMatrix& a, const StridedMatrix& b, const std::opti
                  int threads) {
   const Fp32Operand op_a(a, batch, options.precision), op_b(b, batch, options.precision);
   const SgemmOperand lhs = op_a.operand(options.trans_a), rhs = op_b.operand(options.trans_b);
-  if (trivial_epilogue(options, c, d.tensor.dtype())) {
+  const EpilogueArgs args{&options, &c, &d, batch, shape.m, shape.n};
+  const int parts = shape.m * shape.n >= (std::int64_t{1} << 16) ? threads : 1;
+  const bool has_epilogue = options.epilogue.bias.defined() || options.epilogue.activation != Activation::none;
+  if (product_in_place(options, c, d.tensor.dtype())) {
     float* out = d.tensor.data<float>() + matrix_offset(d, batch);
     sgemm(shape.m, shape.n, shape.k, lhs, rhs, out, d.ld, threads);
+    if (!has_epilogue) return;
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+    for (int part = 0; part < parts; ++part) {
+      const std::int64_t row_begin = shape.m * part / parts, row_end = shape.m * (part + 1) / parts;
+      epilogue_rows<float>(args, out + row_begin * d.ld, d.ld, row_begin, row_end);
+    }
     return;
   }
   std::vector<float> product(static_cast<std::size_t>(shape.m * shape.n));
   sgemm(shape.m, shape.n, shape.k, lhs, rhs, product.data(), shape.n, threads);
-  const EpilogueArgs args{&options, &c, &d, batch, shape.m, shape.n};
-  const int parts = shape.m * shape.n >= (std::int64_t{1} << 16) ? threads : 1;
   visit_float_dtype(d.tensor.dtype(), [&]<class T>() {
 #pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
     for (int part = 0; part < parts; ++part) {
       const std::int64_t row_begin = shape.m * part / parts, row_end = shape.m * (part + 1) / parts;
-      epilogue_rows<T>(args, product.data() + row_begin * shape.n, row_begin, row_end);
+      epilogue_rows<T>(args, product.data() + row_begin * shape.n, shape.n, row_begin, row_end);
     }
   });
 }

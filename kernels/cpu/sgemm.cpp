@@ -37,28 +37,40 @@ PackBuffer allocate_pack(std::int64_t floats) {
 std::int64_t round_up(std::int64_t value, std::int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
 // Rows [0, mc) x depth [0, kc) of A into MR-row slivers, k-major inside a sliver, zero-padded.
+// Reads run along A's contiguous direction: down each row when k is contiguous, across the rows
+// of a sliver when m is.
 void pack_a(std::int64_t mc, std::int64_t kc, const float* a, std::int64_t rs, std::int64_t cs, float* dst) {
-  for (std::int64_t i0 = 0; i0 < mc; i0 += sgemm_mr) {
+  for (std::int64_t i0 = 0; i0 < mc; i0 += sgemm_mr, dst += sgemm_mr * kc) {
     const std::int64_t rows = std::min(sgemm_mr, mc - i0);
-    for (std::int64_t p = 0; p < kc; ++p) {
-      for (std::int64_t r = 0; r < rows; ++r) dst[r] = a[(i0 + r) * rs + p * cs];
-      for (std::int64_t r = rows; r < sgemm_mr; ++r) dst[r] = 0.0f;
-      dst += sgemm_mr;
+    if (rows < sgemm_mr) std::fill_n(dst, sgemm_mr * kc, 0.0f);
+    if (cs == 1) {
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float* src = a + (i0 + r) * rs;
+        for (std::int64_t p = 0; p < kc; ++p) dst[p * sgemm_mr + r] = src[p];
+      }
+    } else {
+      for (std::int64_t p = 0; p < kc; ++p) {
+        for (std::int64_t r = 0; r < rows; ++r) dst[p * sgemm_mr + r] = a[(i0 + r) * rs + p * cs];
+      }
     }
   }
 }
 
-// One NR-column sliver of B (depth kc, `cols` <= NR valid columns), zero-padded.
+// One NR-column sliver of B (depth kc, `cols` <= NR valid columns), zero-padded. Reads run along
+// B's contiguous direction (n for B, k for a transposed B).
 void pack_b_sliver(std::int64_t kc, std::int64_t cols, const float* b, std::int64_t rs, std::int64_t cs, float* dst) {
+  if (cols < sgemm_nr) std::fill_n(dst, sgemm_nr * kc, 0.0f);
+  if (rs == 1 && cs != 1) {
+    for (std::int64_t j = 0; j < cols; ++j) {
+      const float* src = b + j * cs;
+      for (std::int64_t p = 0; p < kc; ++p) dst[p * sgemm_nr + j] = src[p];
+    }
+    return;
+  }
   for (std::int64_t p = 0; p < kc; ++p) {
     const float* src = b + p * rs;
-    if (cols == sgemm_nr && cs == 1) {
-      std::copy_n(src, sgemm_nr, dst);
-    } else {
-      for (std::int64_t j = 0; j < cols; ++j) dst[j] = src[j * cs];
-      std::fill(dst + cols, dst + sgemm_nr, 0.0f);
-    }
-    dst += sgemm_nr;
+    if (cols == sgemm_nr && cs == 1) std::copy_n(src, sgemm_nr, dst + p * sgemm_nr);
+    else for (std::int64_t j = 0; j < cols; ++j) dst[p * sgemm_nr + j] = src[j * cs];
   }
 }
 
@@ -119,8 +131,8 @@ SgemmMicroKernel best_sgemm_micro_kernel() {
 }
 
 void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a, SgemmOperand b, float* c,
-           std::int64_t ldc, int max_threads, SgemmMicroKernel micro_kernel) {
-  if (m <= 0 || n <= 0) return;
+           std::int64_t ldc, int max_threads, SgemmMicroKernel micro_kernel, bool accumulate) {
+  if (m <= 0 || n <= 0 || (k <= 0 && accumulate)) return;
   if (k <= 0) {
     for (std::int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);
     return;
@@ -159,7 +171,7 @@ void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a, Sgemm
         for (std::int64_t ic = row_begin; ic < row_end; ic += mc_block) {
           const std::int64_t mc = std::min(mc_block, row_end - ic);
           pack_a(mc, kc, a.data + ic * a.row_stride + pc * a.col_stride, a.row_stride, a.col_stride, pa);
-          macro_kernel(mc, nc, kc, pa, pb, c + ic * ldc + jc, ldc, pc > 0, micro);
+          macro_kernel(mc, nc, kc, pa, pb, c + ic * ldc + jc, ldc, accumulate || pc > 0, micro);
         }
       }
     }

@@ -22,10 +22,12 @@ enum class SgemmMicroKernel { portable, avx2_fma };
 
 SgemmMicroKernel best_sgemm_micro_kernel();
 
-// C[m x n] (row-major, leading dimension ldc) = A[m x k] B[k x n], fp32 accumulation, k summed in
-// ascending blocks. Uses up to max_threads OpenMP threads (1 runs in the calling thread).
+// C[m x n] (row-major, leading dimension ldc) = A[m x k] B[k x n], or C += A B when accumulate,
+// fp32 accumulation, k summed in ascending blocks. Uses up to max_threads OpenMP threads (1 runs in
+// the calling thread).
 void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a, SgemmOperand b, float* c,
-           std::int64_t ldc, int max_threads, SgemmMicroKernel micro_kernel = best_sgemm_micro_kernel());
+           std::int64_t ldc, int max_threads, SgemmMicroKernel micro_kernel = best_sgemm_micro_kernel(),
+           bool accumulate = false);
 
 namespace detail {
 inline constexpr std::int64_t sgemm_mr = 6;   // rows of C per micro-kernel call

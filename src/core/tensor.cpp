@@ -4,6 +4,7 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <ostream>
 
 #include "cuda_runtime.hpp"
 #include "loom/core/error.hpp"
@@ -190,5 +191,7 @@ std::string Tensor::description() const {
   return "Tensor(" + std::string(dtype_name(dtype_)) + ", " + shape_.to_string() + ", " +
          storage_->device().to_string() + ")";
 }
+
+std::ostream& operator<<(std::ostream& out, const Tensor& tensor) { return out << tensor.description(); }
 
 }  // namespace loom

@@ -17,13 +17,13 @@ struct Dims {
 
 Dims check_attention(const char* kernel, const Tensor& qkv, const AttentionOptions& options) {
   detail::require_floating(kernel, {"qkv", qkv});
-  require(qkv.rank() == 3 && qkv.size(2) % 3 == 0, kernel, ": qkv must be [B, T, 3C], got ", qkv.description());
+  require(qkv.rank() == 3 && qkv.size(2) % 3 == 0, kernel, ": qkv must be [B, T, 3C], got ", qkv);
   Dims d{qkv.size(0), qkv.size(1), qkv.size(2) / 3, options.num_heads, 0};
   require(d.heads >= 1 && d.channels % d.heads == 0, kernel, ": ", d.channels, " channels do not split into ", d.heads,
           " heads");
   d.head_size = d.channels / d.heads;
   require(qkv.dtype() == input_dtype(options.precision), kernel, ": precision ", to_string(options.precision),
-          " does not suit ", qkv.description());
+          " does not suit ", qkv);
   return d;
 }
 

@@ -9,9 +9,9 @@ namespace loom::kernels {
 namespace {
 void check_tokens(const char* kernel, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
   detail::require_dtype(kernel, {"tokens", tokens}, DType::i32);
-  require(tokens.rank() == 2, kernel, ": tokens must be [B, T], got ", tokens.description());
+  require(tokens.rank() == 2, kernel, ": tokens must be [B, T], got ", tokens);
   require(wte.rank() == 2 && wpe.rank() == 2 && wte.size(1) == wpe.size(1), kernel,
-          ": wte [V, C] and wpe [maxT, C] must share C, got ", wte.description(), " and ", wpe.description());
+          ": wte [V, C] and wpe [maxT, C] must share C, got ", wte, " and ", wpe);
   require(tokens.size(1) <= wpe.size(0), kernel, ": ", tokens.size(1), " positions but wpe has only ", wpe.size(0));
 }
 }  // namespace

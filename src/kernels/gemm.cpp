@@ -53,7 +53,7 @@ void validate_epilogue(const GemmEpilogue& e, const GemmShape& shape, DType inpu
   if (e.bias.defined()) {
     require_same_device(e.bias, device, "bias");
     require(e.bias.numel() == shape.n && e.bias.rank() == 1, "GEMM bias must be [", shape.n, "], got ",
-            e.bias.description());
+            e.bias);
     require(e.bias.dtype() == DType::f32 || e.bias.dtype() == input, "GEMM bias must be f32 or ", input, ", got ",
             e.bias.dtype());
   }
@@ -62,12 +62,12 @@ void validate_epilogue(const GemmEpilogue& e, const GemmShape& shape, DType inpu
     require_same_device(e.pre_activation, device, "pre_activation");
     require(e.pre_activation.numel() == shape.batch * shape.m * shape.n && e.pre_activation.dtype() == output,
             "GEMM pre_activation must hold ", shape.batch, " x ", shape.m, " x ", shape.n, " ", output,
-            " elements, got ", e.pre_activation.description());
+            " elements, got ", e.pre_activation);
   }
   if (e.bias_grad.defined()) {
     require_same_device(e.bias_grad, device, "bias_grad");
     require(e.bias_grad.numel() == shape.m && e.bias_grad.rank() == 1 && e.bias_grad.dtype() == DType::f32,
-            "GEMM bias_grad must be f32 [", shape.m, "], got ", e.bias_grad.description());
+            "GEMM bias_grad must be f32 [", shape.m, "], got ", e.bias_grad);
   }
 }
 

@@ -16,7 +16,7 @@ void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias
   detail::require_floating(kernel, {"x", x});
   detail::require_same_dtype(kernel, {{"x", x}, {"weight", weight}, {"bias", bias}, {"out", out}});
   const std::int64_t channels = detail::last_dim(kernel, {"x", x});
-  require(channels > 0, kernel, ": x must have a non-empty last dimension, got ", x.description());
+  require(channels > 0, kernel, ": x must have a non-empty last dimension, got ", x);
   require(eps > 0.0f, kernel, ": eps must be positive, got ", eps);
   detail::require_shape(kernel, {"weight", weight}, Shape{channels});
   detail::require_shape(kernel, {"bias", bias}, Shape{channels});
@@ -39,7 +39,7 @@ void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weigh
   detail::require_floating(kernel, {"x", x});
   detail::require_same_dtype(kernel, {{"x", x}, {"dout", dout}, {"weight", weight}, {"dx", dx}});
   const std::int64_t channels = detail::last_dim(kernel, {"x", x});
-  require(channels > 0, kernel, ": x must have a non-empty last dimension, got ", x.description());
+  require(channels > 0, kernel, ": x must have a non-empty last dimension, got ", x);
   detail::require_shape(kernel, {"dout", dout}, x.shape());
   detail::require_shape(kernel, {"dx", dx}, x.shape());
   detail::require_shape(kernel, {"weight", weight}, Shape{channels});
@@ -49,7 +49,7 @@ void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weigh
   for (const Arg grad : {Arg{"dweight", dweight}, Arg{"dbias", dbias}}) {
     detail::require_shape(kernel, grad, Shape{channels});
     require(grad.tensor.dtype() == DType::f32 || grad.tensor.dtype() == x.dtype(), kernel, ": '", grad.name,
-            "' must be f32 or ", x.dtype(), ", got ", grad.tensor.description());
+            "' must be f32 or ", x.dtype(), ", got ", grad.tensor);
   }
   for (const Arg stat : {Arg{"mean", mean}, Arg{"rstd", rstd}}) {
     detail::require_dtype(kernel, stat, DType::f32);

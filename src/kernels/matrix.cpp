@@ -7,7 +7,7 @@ namespace loom::kernels {
 StridedMatrix StridedMatrix::of(const Tensor& tensor) {
   require(tensor.defined(), "a GEMM operand is an undefined tensor");
   require(tensor.rank() == 2 || tensor.rank() == 3, "a GEMM operand must be [rows, cols] or [batch, rows, cols], got ",
-          tensor.description());
+          tensor);
   StridedMatrix m;
   m.tensor = tensor;
   m.rows = tensor.size(-2);
@@ -31,7 +31,7 @@ void StridedMatrix::validate(const char* name) const {
                         __builtin_mul_overflow(rows - 1, ld, &span) || __builtin_add_overflow(last, span, &last) ||
                         __builtin_add_overflow(last, cols - 1, &last);
   require(!overflow && last < tensor.numel(), "GEMM operand ", name, " (", batch, " x ", rows, " x ", cols, ", ld ", ld,
-          ", batch stride ", batch_stride, ") reaches past the end of ", tensor.description());
+          ", batch stride ", batch_stride, ") reaches past the end of ", tensor);
 }
 
 }  // namespace loom::kernels

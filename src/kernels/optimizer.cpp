@@ -28,7 +28,7 @@ Device check_parameter(const char* kernel, std::size_t index, const Tensor& para
   if (model.defined()) {
     detail::common_device(where.c_str(), {{"param", param}, {"model", model}});
     require(model.dtype() == DType::f16 || model.dtype() == DType::bf16, where, ": 'model' must be f16 or bf16, got ",
-            model.description());
+            model);
     detail::require_numel(where.c_str(), {"model", model}, param.numel());
   }
   return device;

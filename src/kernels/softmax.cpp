@@ -16,7 +16,7 @@ void softmax_forward(const Tensor& x, const Tensor& out, StreamRef stream, bool 
   const std::int64_t n = detail::last_dim(kernel, {"x", x});
   detail::require_shape(kernel, {"out", out}, x.shape());
   require(!causal || (x.rank() >= 2 && x.size(-2) == n), kernel, ": a causal softmax needs [..., T, T], got ",
-          x.description());
+          x);
   detail::dispatch(kernel, device, stream, [&] { cpu::softmax_forward(x, out, causal); },
                    [&](void* s) { cuda::softmax_forward(x, out, causal, s); });
 }
@@ -39,9 +39,9 @@ std::int64_t check_cross_entropy(const char* kernel, const Tensor& logits, const
                                  const char* per_row_name, const CrossEntropyOptions& options) {
   detail::common_device(kernel, {{"logits", logits}, {"targets", targets}, {per_row_name, per_row}});
   detail::require_floating(kernel, {"logits", logits});
-  require(logits.rank() == 2, kernel, ": logits must be [rows, vocab], got ", logits.description());
+  require(logits.rank() == 2, kernel, ": logits must be [rows, vocab], got ", logits);
   require(targets.dtype() == DType::i32 || targets.dtype() == DType::i64, kernel, ": targets must be i32 or i64, got ",
-          targets.description());
+          targets);
   detail::require_shape(kernel, {"targets", targets}, Shape{logits.size(0)});
   detail::require_dtype(kernel, {per_row_name, per_row}, DType::f32);
   detail::require_shape(kernel, {per_row_name, per_row}, Shape{logits.size(0)});

@@ -18,11 +18,11 @@ Device common_device(const char* kernel, std::initializer_list<Arg> args) {
 
 void require_floating(const char* kernel, const Arg& arg) {
   require(is_floating_point(arg.tensor.dtype()), kernel, ": '", arg.name, "' must be f32, f16 or bf16, got ",
-          arg.tensor.description());
+          arg.tensor);
 }
 
 void require_dtype(const char* kernel, const Arg& arg, DType dtype) {
-  require(arg.tensor.dtype() == dtype, kernel, ": '", arg.name, "' must be ", dtype, ", got ", arg.tensor.description());
+  require(arg.tensor.dtype() == dtype, kernel, ": '", arg.name, "' must be ", dtype, ", got ", arg.tensor);
 }
 
 void require_same_dtype(const char* kernel, std::initializer_list<Arg> args) {
@@ -35,16 +35,16 @@ void require_same_dtype(const char* kernel, std::initializer_list<Arg> args) {
 
 void require_shape(const char* kernel, const Arg& arg, const Shape& shape) {
   require(arg.tensor.shape() == shape, kernel, ": '", arg.name, "' must have shape ", shape, ", got ",
-          arg.tensor.description());
+          arg.tensor);
 }
 
 void require_numel(const char* kernel, const Arg& arg, std::int64_t numel) {
   require(arg.tensor.numel() == numel, kernel, ": '", arg.name, "' must have ", numel, " elements, got ",
-          arg.tensor.description());
+          arg.tensor);
 }
 
 std::int64_t last_dim(const char* kernel, const Arg& arg) {
-  require(arg.tensor.rank() >= 1, kernel, ": '", arg.name, "' must have rank >= 1, got ", arg.tensor.description());
+  require(arg.tensor.rank() >= 1, kernel, ": '", arg.name, "' must have rank >= 1, got ", arg.tensor);
   return arg.tensor.size(-1);
 }
 

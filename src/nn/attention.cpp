@@ -24,7 +24,7 @@ void CausalSelfAttention::collect_parameters(std::vector<Parameter*>& out) {
 
 Tensor CausalSelfAttention::forward(const Tensor& x, StreamRef stream) {
   require(x.defined() && x.shape().rank() == 3, "attention: input must be [B, T, C], got ",
-          x.defined() ? x.description() : std::string("undefined"));
+          x);
   const std::int64_t batch = x.shape()[0], steps = x.shape()[1];
   const Device device = x.device();
   qkv_out_ = qkv_.forward(x, stream);

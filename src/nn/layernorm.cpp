@@ -21,7 +21,7 @@ void LayerNorm::collect_parameters(std::vector<Parameter*>& out) {
 
 Tensor LayerNorm::forward(const Tensor& x, StreamRef stream) {
   require(x.defined() && x.shape().rank() >= 1 && x.shape()[-1] == channels_, "LayerNorm '", weight_.name(),
-          "': input must end in ", channels_, " channels, got ", x.defined() ? x.description() : std::string("undefined"));
+          "': input must end in ", channels_, " channels, got ", x);
   input_ = detail::as_rows(x);
   const std::int64_t rows = input_.shape()[0];
   const Device device = weight_.value().device();
@@ -35,7 +35,7 @@ Tensor LayerNorm::forward(const Tensor& x, StreamRef stream) {
 Tensor LayerNorm::backward(const Tensor& dy, StreamRef stream) {
   require(input_.defined(), "LayerNorm '", weight_.name(), "': backward before forward");
   const Tensor dy_rows = detail::as_rows(dy);
-  require(dy_rows.shape() == input_.shape(), "LayerNorm '", weight_.name(), "': dy ", dy.description(),
+  require(dy_rows.shape() == input_.shape(), "LayerNorm '", weight_.name(), "': dy ", dy,
           " does not match the forward input");
   detail::ensure_buffer(dx_, input_.shape(), precision_.storage, weight_.value().device());
   kernels::layernorm_backward(dy_rows, input_, weight_.value(), mean_, rstd_, dx_, weight_.grad(), bias_.grad(),

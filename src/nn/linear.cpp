@@ -33,7 +33,7 @@ void Linear::collect_parameters(std::vector<Parameter*>& out) {
 
 Tensor Linear::forward(const Tensor& x, StreamRef stream) {
   require(x.defined() && x.shape().rank() >= 1 && x.shape()[-1] == in_, "Linear '", weight_.name(),
-          "': input must end in ", in_, " features, got ", x.defined() ? x.description() : std::string("undefined"));
+          "': input must end in ", in_, " features, got ", x);
   input_ = detail::as_rows(x);
   const std::int64_t rows = input_.shape()[0];
   const Device device = weight_.value().device();
@@ -53,7 +53,7 @@ Tensor Linear::forward(const Tensor& x, StreamRef stream) {
 Tensor Linear::backward(const Tensor& dy, StreamRef stream) {
   require(input_.defined(), "Linear '", weight_.name(), "': backward before forward");
   const Tensor dy_rows = detail::as_rows(dy);
-  require(dy_rows.shape() == Shape{input_.shape()[0], out_}, "Linear '", weight_.name(), "': dy ", dy.description(),
+  require(dy_rows.shape() == Shape{input_.shape()[0], out_}, "Linear '", weight_.name(), "': dy ", dy,
           " does not match the forward output [", input_.shape()[0], ", ", out_, "]");
   const Device device = weight_.value().device();
   Tensor grad_out = dy_rows;

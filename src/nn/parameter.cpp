@@ -15,8 +15,8 @@ Parameter::Parameter(std::string name, Tensor value, DType grad_dtype, bool weig
 
 void Parameter::set_grad(Tensor grad) {
   require(grad.defined() && grad.shape() == value_.shape() && grad.device() == value_.device(),
-          "parameter '", name_, "': a gradient must match the value ", value_.description(), ", got ",
-          grad.defined() ? grad.description() : std::string("an undefined tensor"));
+          "parameter '", name_, "': a gradient must match the value ", value_, ", got ",
+          grad);
   require(is_floating_point(grad.dtype()), "parameter '", name_, "': gradient dtype ", grad.dtype(), " is not floating");
   grad_ = std::move(grad);
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <iosfwd>
 #include <memory>
 #include <span>
 #include <string>
@@ -138,5 +139,9 @@ class Tensor {
   Shape shape_;
   DType dtype_ = DType::f32;
 };
+
+// Writes description() (also for an undefined tensor). Error messages take tensors through this,
+// so the text is only built when a check fails.
+std::ostream& operator<<(std::ostream& out, const Tensor& tensor);
 
 }  // namespace loom
