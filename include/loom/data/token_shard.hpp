@@ -1,0 +1,21 @@
+// The token shard format of llm.c, so that shards prepared by that ecosystem (e.g. its
+// FineWeb/TinyShakespeare scripts) train here unchanged: a header of 256 little-endian int32
+// (magic 20240520, version 1, token count, the rest zero) followed by the tokens as uint16.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom::data {
+
+inline constexpr std::int32_t token_shard_magic = 20240520;
+inline constexpr std::int32_t token_shard_version = 1;
+
+// Reads a whole shard; a missing file is an io Error, a bad magic/version, a truncated or
+// oversized file a corrupt_data Error naming the file and what was wrong.
+std::vector<std::uint16_t> read_token_shard(const std::string& path);
+// Writes a shard (for tools and tests); io Error on failure.
+void write_token_shard(const std::string& path, const std::vector<std::uint16_t>& tokens);
+
+}  // namespace loom::data

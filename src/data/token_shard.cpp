@@ -1,0 +1,59 @@
+#include "loom/data/token_shard.hpp"
+
+#include <array>
+#include <fstream>
+
+#include "loom/core/error.hpp"
+
+namespace loom::data {
+
+namespace {
+constexpr std::size_t header_ints = 256;
+}
+
+std::vector<std::uint16_t> read_token_shard(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) fail(ErrorCategory::io, "cannot open token shard '", path, "'");
+  const std::streamoff size = in.tellg();
+  in.seekg(0);
+  std::array<std::int32_t, header_ints> header{};
+  if (size < static_cast<std::streamoff>(sizeof(header)) ||
+      !in.read(reinterpret_cast<char*>(header.data()), sizeof(header))) {
+    fail(ErrorCategory::corrupt_data, "token shard '", path, "' is shorter (", size,
+         " bytes) than its 1024-byte header");
+  }
+  if (header[0] != token_shard_magic) {
+    fail(ErrorCategory::corrupt_data, "token shard '", path, "' has magic ", header[0], ", expected ",
+         token_shard_magic, " (not an llm.c token shard)");
+  }
+  if (header[1] != token_shard_version) {
+    fail(ErrorCategory::corrupt_data, "token shard '", path, "' has version ", header[1], ", expected ",
+         token_shard_version);
+  }
+  const std::int64_t count = header[2];
+  const std::streamoff expected = static_cast<std::streamoff>(sizeof(header)) + count * 2;
+  if (count < 0 || size != expected) {
+    fail(ErrorCategory::corrupt_data, "token shard '", path, "' declares ", count, " tokens (", expected,
+         " bytes) but holds ", size, " bytes", size < expected ? " (truncated)" : "");
+  }
+  std::vector<std::uint16_t> tokens(static_cast<std::size_t>(count));
+  if (!in.read(reinterpret_cast<char*>(tokens.data()), static_cast<std::streamsize>(count * 2))) {
+    fail(ErrorCategory::io, "cannot read the tokens of shard '", path, "'");
+  }
+  return tokens;
+}
+
+void write_token_shard(const std::string& path, const std::vector<std::uint16_t>& tokens) {
+  std::array<std::int32_t, header_ints> header{};
+  header[0] = token_shard_magic;
+  header[1] = token_shard_version;
+  require(tokens.size() <= 0x7fffffffu, "token shard '", path, "': ", tokens.size(), " tokens do not fit the header");
+  header[2] = static_cast<std::int32_t>(tokens.size());
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) fail(ErrorCategory::io, "cannot create token shard '", path, "'");
+  out.write(reinterpret_cast<const char*>(header.data()), sizeof(header));
+  out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
+  if (!out) fail(ErrorCategory::io, "cannot write token shard '", path, "'");
+}
+
+}  // namespace loom::data
