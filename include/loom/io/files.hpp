@@ -1,0 +1,26 @@
+// Durable file operations for checkpoints: fsync'ed writes, atomic replacement by rename, and a
+// CRC-32 (the zlib/PNG polynomial, so `python -c "import zlib; ..."` can check it).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace loom::io {
+
+std::uint32_t crc32(std::span<const unsigned char> bytes, std::uint32_t crc = 0);
+// CRC-32 and size of a whole file; io Error when it cannot be read.
+struct FileDigest {
+  std::uint64_t bytes = 0;
+  std::uint32_t crc32 = 0;
+};
+FileDigest digest_file(const std::string& path);
+
+// fsync of a file or a directory; io Error naming the path on failure.
+void sync_path(const std::string& path);
+// Writes contents to path + ".tmp", fsyncs it, renames it over path and fsyncs the directory:
+// readers see the old or the new contents, never a mix.
+void write_file_atomically(const std::string& path, const std::string& contents);
+std::string read_file(const std::string& path);
+
+}  // namespace loom::io

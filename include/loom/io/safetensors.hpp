@@ -1,0 +1,39 @@
+// The safetensors format (as written by the Hugging Face safetensors library): an 8-byte
+// little-endian header length N, N bytes of JSON {"name": {"dtype", "shape", "data_offsets":
+// [begin, end)}, "__metadata__": {string: string}} padded with spaces to 8 bytes, then the data
+// of each tensor, contiguous and in offset order. Files written here load with the standard
+// readers (safetensors.torch.load_file, safe_open).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "loom/core/tensor.hpp"
+
+namespace loom::io {
+
+struct NamedTensor {
+  std::string name;
+  Tensor tensor;  // any device; written from a host copy
+};
+
+struct SafetensorsContents {
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, Tensor> tensors;  // CPU tensors
+};
+
+// Writes path (truncating) and flushes it to stable storage (fsync). Names must be unique and
+// not "__metadata__". io Error on any failure.
+void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+// Reads and validates a whole file: a truncated file, a malformed header, an unknown dtype,
+// offsets that overlap or leave the file, or a shape that does not match its byte range is a
+// corrupt_data Error naming the file and the problem.
+SafetensorsContents read_safetensors(const std::string& path);
+
+// "F32", "F16", "BF16", "I32", "I64", "U8", "U16".
+std::string safetensors_dtype(DType dtype);
+
+}  // namespace loom::io

@@ -1,0 +1,181 @@
+#include "loom/io/checkpoint.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <vector>
+
+#include "loom/core/error.hpp"
+#include "loom/core/tensor_ops.hpp"
+#include "loom/io/files.hpp"
+#include "loom/io/safetensors.hpp"
+
+namespace loom::io {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* format_name = "loom-checkpoint-1";
+const char* const data_files[] = {"model.safetensors", "optimizer.safetensors"};
+
+json config_json(const nn::GPTConfig& c) {
+  return {{"vocab_size", c.vocab_size}, {"context", c.context}, {"layers", c.layers}, {"heads", c.heads},
+          {"channels", c.channels}};
+}
+
+std::string step_name(std::int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
+  return name;
+}
+
+void require_matching_config(const json& saved, const nn::GPT& model, const std::string& where) {
+  const json mine = config_json(model.config());
+  for (const auto& [field, value] : mine.items()) {
+    if (!saved.contains(field) || saved[field] != value) {
+      fail(ErrorCategory::invalid_argument, "checkpoint '", where, "' has ", field, " = ",
+           saved.contains(field) ? saved[field].dump() : std::string("(missing)"), " but the model has ", value.dump());
+    }
+  }
+}
+
+// Copies a loaded tensor into dst, which must have its shape and dtype.
+void restore(const Tensor& dst, const std::map<std::string, Tensor>& tensors, const std::string& name,
+             const std::string& file) {
+  const auto it = tensors.find(name);
+  if (it == tensors.end()) fail(ErrorCategory::corrupt_data, "checkpoint file '", file, "' has no tensor '", name, "'");
+  require(it->second.shape() == dst.shape() && it->second.dtype() == dst.dtype(), "checkpoint tensor '", name, "' in '",
+          file, "' is ", it->second, " but the model expects ", dst);
+  copy(dst, it->second);
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& run_dir, const nn::GPT& model, const optim::AdamW& optimizer,
+                            const TrainingProgress& progress) {
+  std::error_code error;
+  fs::create_directories(run_dir, error);
+  if (error) fail(ErrorCategory::io, "cannot create checkpoint directory '", run_dir, "': ", error.message());
+  const std::string name = step_name(progress.step);
+  const fs::path final_dir = fs::path(run_dir) / name, temporary = fs::path(run_dir) / ("." + name + ".tmp");
+  fs::remove_all(temporary, error);
+  fs::create_directory(temporary, error);
+  if (error) fail(ErrorCategory::io, "cannot create '", temporary.string(), "': ", error.message());
+
+  std::vector<NamedTensor> weights, state;
+  for (const nn::Parameter* p : model.parameters()) weights.push_back({p->name(), p->value()});
+  for (std::size_t i = 0; i < optimizer.parameters().size(); ++i) {
+    const std::string& pname = optimizer.parameters()[i]->name();
+    const optim::AdamW::State& s = optimizer.state()[i];
+    state.push_back({pname + ".exp_avg", s.m});
+    state.push_back({pname + ".exp_avg_sq", s.v});
+    if (s.master.defined()) state.push_back({pname + ".master", s.master});
+  }
+  const std::string config = config_json(model.config()).dump();
+  write_safetensors((temporary / data_files[0]).string(), weights,
+                    {{"format", "pt"}, {"loom_config", config}, {"loom_precision", model.precision().name()}});
+  write_safetensors((temporary / data_files[1]).string(), state,
+                    {{"loom_optimizer", "adamw"}, {"optimizer_steps", std::to_string(optimizer.steps_taken())}});
+
+  json files = json::object();
+  for (const char* file : data_files) {
+    const FileDigest d = digest_file((temporary / file).string());
+    files[file] = {{"bytes", d.bytes}, {"crc32", d.crc32}};
+  }
+  const json manifest = {{"format", format_name},
+                         {"step", progress.step},
+                         {"optimizer_steps", optimizer.steps_taken()},
+                         {"data_position", progress.data_position},
+                         {"data_seed", progress.data_seed},
+                         {"loss_scaler",
+                          {{"scale", progress.loss_scale},
+                           {"clean_steps", progress.loss_scale_clean_steps},
+                           {"skipped_steps", progress.skipped_steps}}},
+                         {"config", config_json(model.config())},
+                         {"precision", model.precision().name()},
+                         {"files", files}};
+  write_file_atomically((temporary / "state.json").string(), manifest.dump(2) + "\n");
+  sync_path(temporary.string());
+  fs::remove_all(final_dir, error);  // a re-save of the same step replaces it
+  fs::rename(temporary, final_dir, error);
+  if (error) fail(ErrorCategory::io, "cannot move '", temporary.string(), "' to '", final_dir.string(), "': ", error.message());
+  sync_path(run_dir);
+  write_file_atomically((fs::path(run_dir) / "latest").string(), name + "\n");
+  return final_dir.string();
+}
+
+std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
+  const fs::path pointer = fs::path(run_dir) / "latest";
+  if (!fs::exists(pointer)) return std::nullopt;
+  std::string name = read_file(pointer.string());
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  if (name.empty() || name.find('/') != std::string::npos) {
+    fail(ErrorCategory::corrupt_data, "'", pointer.string(), "' does not name a checkpoint");
+  }
+  return (fs::path(run_dir) / name).string();
+}
+
+TrainingProgress load_checkpoint(const std::string& path, nn::GPT& model, optim::AdamW& optimizer) {
+  std::string dir = path;
+  if (!fs::exists(fs::path(path) / "state.json")) {
+    const std::optional<std::string> latest = latest_checkpoint(path);
+    if (!latest) fail(ErrorCategory::io, "'", path, "' is neither a checkpoint (no state.json) nor a run directory with "
+                      "a 'latest' checkpoint");
+    dir = *latest;
+  }
+  const std::string state_path = (fs::path(dir) / "state.json").string();
+  json manifest;
+  try {
+    manifest = json::parse(read_file(state_path));
+  } catch (const json::exception& e) {
+    fail(ErrorCategory::corrupt_data, "checkpoint state '", state_path, "' is not valid JSON (", e.what(), ")");
+  }
+  try {
+    if (manifest.value("format", "") != format_name) {
+      fail(ErrorCategory::corrupt_data, "'", state_path, "' is not a ", format_name, " checkpoint");
+    }
+    require_matching_config(manifest.at("config"), model, dir);
+    const std::string precision = manifest.at("precision").get<std::string>();
+    require(precision == model.precision().name(), "checkpoint '", dir, "' was trained in ", precision,
+            " but the model is ", model.precision().name());
+    for (const char* file : data_files) {
+      const std::string file_path = (fs::path(dir) / file).string();
+      const FileDigest d = digest_file(file_path);
+      const json& expected = manifest.at("files").at(file);
+      if (d.bytes != expected.at("bytes").get<std::uint64_t>() || d.crc32 != expected.at("crc32").get<std::uint32_t>()) {
+        fail(ErrorCategory::corrupt_data, "checkpoint file '", file_path, "' is damaged: ", d.bytes, " bytes with CRC-32 ",
+             d.crc32, ", expected ", expected.at("bytes").get<std::uint64_t>(), " bytes with CRC-32 ",
+             expected.at("crc32").get<std::uint32_t>());
+      }
+    }
+    const SafetensorsContents weights = read_safetensors((fs::path(dir) / data_files[0]).string());
+    const SafetensorsContents state = read_safetensors((fs::path(dir) / data_files[1]).string());
+    for (nn::Parameter* p : model.parameters()) restore(p->value(), weights.tensors, p->name(), data_files[0]);
+    for (std::size_t i = 0; i < optimizer.parameters().size(); ++i) {
+      const std::string& pname = optimizer.parameters()[i]->name();
+      const optim::AdamW::State& s = optimizer.state()[i];
+      restore(s.m, state.tensors, pname + ".exp_avg", data_files[1]);
+      restore(s.v, state.tensors, pname + ".exp_avg_sq", data_files[1]);
+      if (s.master.defined()) restore(s.master, state.tensors, pname + ".master", data_files[1]);
+    }
+    optimizer.set_steps_taken(manifest.at("optimizer_steps").get<std::int64_t>());
+    TrainingProgress progress;
+    progress.step = manifest.at("step").get<std::int64_t>();
+    progress.data_position = manifest.at("data_position").get<std::int64_t>();
+    progress.data_seed = manifest.at("data_seed").get<std::uint64_t>();
+    const json& scaler = manifest.at("loss_scaler");
+    progress.loss_scale = scaler.at("scale").get<float>();
+    progress.loss_scale_clean_steps = scaler.at("clean_steps").get<std::int64_t>();
+    progress.skipped_steps = scaler.at("skipped_steps").get<std::int64_t>();
+    return progress;
+  } catch (const json::exception& e) {
+    fail(ErrorCategory::corrupt_data, "checkpoint state '", state_path, "' lacks a field or has a wrong type (",
+         e.what(), ")");
+  }
+}
+
+}  // namespace loom::io

@@ -1,0 +1,202 @@
+// safetensors files (layout, round trip, every kind of damage) and training checkpoints: a save
+// restores every tensor bit for bit, damaged files and mismatched configs are refused with named
+// errors, an interrupted save leaves the previous checkpoint and `latest` intact, and resuming is
+// exact: N steps + save + load + M steps equals N + M uninterrupted steps bit for bit.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/core/numeric.hpp"
+#include "loom/data/addition_task.hpp"
+#include "loom/data/prefetcher.hpp"
+#include "loom/io/checkpoint.hpp"
+#include "loom/io/files.hpp"
+#include "loom/io/safetensors.hpp"
+#include "loom/train/trainer.hpp"
+#include "support/tensor_checks.hpp"
+
+using loom::DType;
+using loom::ErrorCategory;
+using loom::Tensor;
+using loom::test::IsError;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("loom_test_io_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+void flip_byte(const fs::path& file, std::uintmax_t offset) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x5a);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+loom::nn::GPTConfig tiny() {
+  loom::nn::GPTConfig c;
+  c.vocab_size = 256;
+  c.context = 24;
+  c.layers = 2;
+  c.heads = 2;
+  c.channels = 16;
+  return c;
+}
+
+loom::train::TrainerOptions trainer_options() {
+  loom::train::TrainerOptions o;
+  o.grad_accumulation = 2;
+  o.schedule = {.max_lr = 3e-3f, .min_lr = 3e-4f, .warmup = 2, .total = 8};
+  o.data_seed = 5;
+  return o;
+}
+
+std::unique_ptr<loom::data::BatchSource> task_data() {
+  return std::make_unique<loom::data::Prefetcher>(
+      std::make_unique<loom::data::AdditionTask>(loom::data::AdditionTaskOptions{.digits = 2, .seed = 5}, 3, 24));
+}
+
+std::vector<std::vector<float>> weights(const loom::nn::GPT& model) {
+  std::vector<std::vector<float>> out;
+  for (const loom::nn::Parameter* p : model.parameters()) out.push_back(p->value().to_vector<float>());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("safetensors: standard layout, round trip of every dtype, metadata", "[io]") {
+  const fs::path file = fresh_dir("st") / "a.safetensors";
+  Tensor f = Tensor::from_vector(std::vector<float>{1.5f, -2.0f, 3.25f, 0.0f, 7.0f, 8.0f}, {2, 3});
+  Tensor b = Tensor::empty({3}, DType::bf16);
+  for (int i = 0; i < 3; ++i) b.data<loom::bfloat16>()[i] = loom::to_bfloat16(static_cast<float>(i) - 0.5f);
+  Tensor i32 = Tensor::from_vector(std::vector<std::int32_t>{-7, 9}, {2});
+  Tensor empty = Tensor::empty({0, 4}, DType::f32);
+  loom::io::write_safetensors(file.string(), {{"w", f}, {"b", b}, {"i", i32}, {"e", empty}}, {{"k", "v"}});
+  // 8-byte little-endian header length, a JSON header padded to 8 bytes, then the data.
+  const std::string bytes = loom::io::read_file(file.string());
+  std::uint64_t length = 0;
+  for (int k = 0; k < 8; ++k) length |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[k])) << (8 * k);
+  REQUIRE(length % 8 == 0);
+  REQUIRE(bytes.size() == 8 + length + 24 + 6 + 8);
+  const std::string header = bytes.substr(8, length);
+  REQUIRE(header.find("\"w\":{\"data_offsets\":[0,24],\"dtype\":\"F32\",\"shape\":[2,3]}") != std::string::npos);
+  REQUIRE(header.find("\"b\":{\"data_offsets\":[24,30],\"dtype\":\"BF16\",\"shape\":[3]}") != std::string::npos);
+  REQUIRE(header.find("\"__metadata__\":{\"k\":\"v\"}") != std::string::npos);
+
+  const loom::io::SafetensorsContents back = loom::io::read_safetensors(file.string());
+  REQUIRE(back.metadata.at("k") == "v");
+  REQUIRE(back.tensors.at("w").to_vector<float>() == f.to_vector<float>());
+  REQUIRE(back.tensors.at("w").shape() == f.shape());
+  REQUIRE(back.tensors.at("b").dtype() == DType::bf16);
+  REQUIRE(back.tensors.at("b").data<loom::bfloat16>()[2].bits == b.data<loom::bfloat16>()[2].bits);
+  REQUIRE(back.tensors.at("i").to_vector<std::int32_t>() == i32.to_vector<std::int32_t>());
+  REQUIRE(back.tensors.at("e").shape() == empty.shape());
+
+  fs::resize_file(file, fs::file_size(file) - 3);
+  REQUIRE_THROWS_MATCHES(loom::io::read_safetensors(file.string()), loom::Error,
+                         IsError(ErrorCategory::corrupt_data, {"truncated"}));
+  fs::resize_file(file, 5);
+  REQUIRE_THROWS_MATCHES(loom::io::read_safetensors(file.string()), loom::Error,
+                         IsError(ErrorCategory::corrupt_data, {"shorter than the 8-byte header"}));
+  loom::io::write_safetensors(file.string(), {{"w", f}});
+  flip_byte(file, 9);  // inside the JSON
+  REQUIRE_THROWS_MATCHES(loom::io::read_safetensors(file.string()), loom::Error,
+                         IsError(ErrorCategory::corrupt_data, {file.string()}));
+}
+
+TEST_CASE("CRC-32 is the zlib one", "[io]") {
+  const std::string text = "123456789";
+  REQUIRE(loom::io::crc32(std::span(reinterpret_cast<const unsigned char*>(text.data()), text.size())) == 0xCBF43926u);
+}
+
+TEST_CASE("checkpoints restore every tensor, refuse damage and other configs, survive a crashed save", "[io]") {
+  const fs::path run = fresh_dir("ckpt");
+  auto data = task_data();
+  loom::nn::GPT model(tiny(), loom::nn::Precision::bf16(), loom::Device::cpu(), 3);
+  loom::train::Trainer trainer(model, *data, trainer_options());
+  trainer.step();
+  trainer.step();
+  const std::string saved = loom::io::save_checkpoint(run.string(), model, trainer.optimizer(), trainer.progress());
+  REQUIRE(fs::path(saved).filename() == "step_00000002");
+  REQUIRE(loom::io::latest_checkpoint(run.string()) == saved);
+
+  auto other_data = task_data();
+  loom::nn::GPT restored(tiny(), loom::nn::Precision::bf16(), loom::Device::cpu(), 99);
+  loom::train::Trainer other(restored, *other_data, trainer_options());
+  const loom::io::TrainingProgress progress = loom::io::load_checkpoint(run.string(), restored, other.optimizer());
+  REQUIRE(progress.step == 2);
+  REQUIRE(progress.data_position == 4);  // 2 steps x 2 micro-batches
+  for (std::size_t i = 0; i < model.parameters().size(); ++i) {
+    const Tensor& a = model.parameters()[i]->value();
+    const Tensor& b = restored.parameters()[i]->value();
+    REQUIRE(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0);
+    REQUIRE(trainer.optimizer().state()[i].master.to_vector<float>() == other.optimizer().state()[i].master.to_vector<float>());
+    REQUIRE(trainer.optimizer().state()[i].v.to_vector<float>() == other.optimizer().state()[i].v.to_vector<float>());
+  }
+  REQUIRE(other.optimizer().steps_taken() == 2);
+
+  // A save that crashed before its rename leaves a temporary directory and nothing else.
+  fs::create_directories(run / ".step_00000003.tmp");
+  std::ofstream(run / ".step_00000003.tmp" / "model.safetensors") << "partial";
+  REQUIRE(loom::io::latest_checkpoint(run.string()) == saved);
+  REQUIRE_NOTHROW(loom::io::load_checkpoint(run.string(), restored, other.optimizer()));
+
+  loom::nn::GPTConfig wider = tiny();
+  wider.channels = 32;
+  loom::nn::GPT mismatched(wider, loom::nn::Precision::bf16(), loom::Device::cpu());
+  loom::optim::AdamW mismatched_optimizer(mismatched.parameters(), {});
+  REQUIRE_THROWS_MATCHES(loom::io::load_checkpoint(saved, mismatched, mismatched_optimizer), loom::Error,
+                         IsError(ErrorCategory::invalid_argument, {"channels = 16", "the model has 32"}));
+  loom::nn::GPT fp32(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu());
+  loom::optim::AdamW fp32_optimizer(fp32.parameters(), {});
+  REQUIRE_THROWS_MATCHES(loom::io::load_checkpoint(saved, fp32, fp32_optimizer), loom::Error,
+                         IsError(ErrorCategory::invalid_argument, {"trained in bf16"}));
+
+  flip_byte(fs::path(saved) / "model.safetensors", fs::file_size(fs::path(saved) / "model.safetensors") - 10);
+  REQUIRE_THROWS_MATCHES(loom::io::load_checkpoint(saved, restored, other.optimizer()), loom::Error,
+                         IsError(ErrorCategory::corrupt_data, {"model.safetensors", "damaged", "CRC-32"}));
+  fs::resize_file(fs::path(saved) / "optimizer.safetensors", 100);
+  REQUIRE_THROWS_MATCHES(loom::io::load_checkpoint(saved, restored, other.optimizer()), loom::Error,
+                         IsError(ErrorCategory::corrupt_data, {"damaged"}));
+}
+
+TEST_CASE("resume is exact: N steps, save, load, M steps equals N + M steps bit for bit (fp32, CPU)", "[io][resume]") {
+  const fs::path run = fresh_dir("resume");
+  const int n = 3, m = 3;
+  std::vector<float> straight_losses;
+  auto data = task_data();
+  loom::nn::GPT straight(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu(), 7);
+  loom::train::Trainer straight_trainer(straight, *data, trainer_options());
+  for (int i = 0; i < n + m; ++i) straight_losses.push_back(straight_trainer.step().loss);
+
+  {
+    auto first_data = task_data();
+    loom::nn::GPT first(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu(), 7);
+    loom::train::Trainer first_trainer(first, *first_data, trainer_options());
+    for (int i = 0; i < n; ++i) REQUIRE(first_trainer.step().loss == straight_losses[static_cast<std::size_t>(i)]);
+    loom::io::save_checkpoint(run.string(), first, first_trainer.optimizer(), first_trainer.progress());
+  }  // the first process ends
+
+  auto resumed_data = task_data();
+  loom::nn::GPT resumed(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu(), 12345);  // other init
+  loom::train::Trainer resumed_trainer(resumed, *resumed_data, trainer_options());
+  resumed_trainer.restore(loom::io::load_checkpoint(run.string(), resumed, resumed_trainer.optimizer()));
+  for (int i = n; i < n + m; ++i) {
+    const loom::train::StepResult r = resumed_trainer.step();
+    REQUIRE(r.step == i + 1);
+    REQUIRE(r.loss == straight_losses[static_cast<std::size_t>(i)]);
+  }
+  REQUIRE(weights(resumed) == weights(straight));
+}
