@@ -85,7 +85,7 @@ void GPT::initialize(std::uint64_t seed) {
 
 float GPT::forward(const Tensor& tokens, const Tensor& targets, StreamRef stream) {
   require(tokens.defined() && tokens.dtype() == DType::i32 && tokens.shape().rank() == 2, "GPT: tokens must be [B, T] "
-          "i32, got ", tokens.defined() ? tokens.description() : std::string("undefined"));
+          "i32, got ", tokens);
   const std::int64_t batch = tokens.shape()[0], steps = tokens.shape()[1];
   require(steps >= 1 && steps <= config_.context, "GPT: sequence length ", steps, " is outside [1, context = ",
           config_.context, "]");
@@ -107,7 +107,7 @@ float GPT::forward(const Tensor& tokens, const Tensor& targets, StreamRef stream
     return std::nanf("");
   }
   require(targets.dtype() == DType::i32 && targets.shape() == tokens.shape(), "GPT: targets must be i32 shaped like "
-          "the tokens ", tokens.shape(), ", got ", targets.description());
+          "the tokens ", tokens.shape(), ", got ", targets);
   targets_ = targets.to(device_, stream);
   detail::ensure_buffer(losses_, {rows}, DType::f32, device_);
   kernels::CrossEntropyOptions ce;

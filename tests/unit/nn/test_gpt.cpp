@@ -152,3 +152,27 @@ TEST_CASE("GPT rejects bad configs, tokens and sequence lengths with clear error
   REQUIRE_THROWS_WITH(model.backward(), Catch::Contains("forward with targets"));
   REQUIRE_THROWS_WITH(Precision::parse("fp8"), Catch::Contains("unknown precision 'fp8'"));
 }
+
+TEST_CASE("GPT is causal: a position sees every earlier token and no later one", "[nn][gpt]") {
+  std::mt19937 rng(10);
+  GPT model(tiny_config(), Precision::fp32(), loom::Device::cpu(), 4);
+  const Tensor tokens = random_tokens(1, 8, 13, rng);
+  model.forward(tokens);
+  const std::vector<float> base = model.logits().to_vector<float>();
+  const std::int64_t vp = model.config().padded_vocab();
+  for (std::int64_t changed = 0; changed < 8; ++changed) {
+    Tensor other = tokens.clone();
+    other.at<std::int32_t>({0, changed}) = (other.at<std::int32_t>({0, changed}) + 1) % 13;
+    model.forward(other);
+    const std::vector<float> logits = model.logits().to_vector<float>();
+    for (std::int64_t t = 0; t < 8; ++t) {
+      double diff = 0;
+      for (std::int64_t v = 0; v < 13; ++v) {
+        diff = std::max(diff, std::fabs(static_cast<double>(logits[t * vp + v]) - base[t * vp + v]));
+      }
+      INFO("token " << changed << " changed, logits at " << t << " moved by " << diff);
+      if (t < changed) REQUIRE(diff == 0.0);
+      else REQUIRE(diff > 1e-4);
+    }
+  }
+}

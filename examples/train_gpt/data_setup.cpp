@@ -1,0 +1,111 @@
+#include "data_setup.hpp"
+
+#include <algorithm>
+#include <sstream>
+#include <vector>
+
+#include "loom/core/error.hpp"
+#include "loom/data/addition_task.hpp"
+#include "loom/data/prefetcher.hpp"
+#include "loom/data/token_batches.hpp"
+#include "loom/data/tokenizer.hpp"
+#include "loom/nn/generate.hpp"
+
+namespace train_gpt {
+
+namespace {
+
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> parts;
+  std::stringstream in(list);
+  for (std::string part; std::getline(in, part, ',');) {
+    if (!part.empty()) parts.push_back(part);
+  }
+  return parts;
+}
+
+constexpr std::uint64_t held_out_seed_offset = 0x5eed0fe1a1ull;
+
+// Exact-match accuracy of greedy answers on held-out problems, and a few of them as a sample.
+double addition_accuracy(loom::nn::GPT& model, const loom::data::AdditionTask& task, std::string& sample) {
+  const int problems = 200;
+  std::vector<std::vector<std::int32_t>> prompts;
+  std::vector<loom::data::AdditionProblem> cases;
+  const loom::data::ByteTokenizer bytes;
+  for (int i = 0; i < problems; ++i) {
+    cases.push_back(task.problem(loom::data::AdditionTask::held_out_base + static_cast<std::uint64_t>(i)));
+    prompts.push_back(bytes.encode(cases.back().prompt));
+  }
+  const std::int64_t answer_length = static_cast<std::int64_t>(cases.front().answer.size());
+  const auto answers = loom::nn::generate(model, prompts, {.max_new_tokens = answer_length});
+  int correct = 0;
+  std::ostringstream shown;
+  for (int i = 0; i < problems; ++i) {
+    std::string got;
+    for (std::int32_t t : answers[static_cast<std::size_t>(i)]) got += static_cast<char>(t >= 32 && t < 127 ? t : '?');
+    const std::string want = cases[static_cast<std::size_t>(i)].answer.substr(0, answer_length - 1);
+    got = got.substr(0, static_cast<std::size_t>(answer_length - 1));
+    const bool ok = got == want;
+    correct += ok;
+    if (i < 4) {
+      shown << "  " << cases[static_cast<std::size_t>(i)].prompt << got << "   (" << cases[static_cast<std::size_t>(i)].a
+            << " + " << cases[static_cast<std::size_t>(i)].b << "; answers are written reversed) " << (ok ? "ok" : "wrong")
+            << "\n";
+    }
+  }
+  sample = shown.str();
+  return static_cast<double>(correct) / problems;
+}
+
+}  // namespace
+
+RunData::RunData(const RunConfig& config) : config_(config) {
+  const std::int64_t steps = config.seq_len > 0 ? config.seq_len : config.model.context;
+  steps_ = steps;
+  std::unique_ptr<loom::data::BatchSource> train;
+  if (config.data == "addition") {
+    train = std::make_unique<loom::data::AdditionTask>(
+        loom::data::AdditionTaskOptions{.digits = config.digits, .seed = config.seed}, config.batch, steps);
+    held_out_ = std::make_unique<loom::data::AdditionTask>(
+        loom::data::AdditionTaskOptions{.digits = config.digits, .seed = config.seed + held_out_seed_offset},
+        config.batch, steps);
+  } else {
+    const bool text = config.data.starts_with("text:"), shards = config.data.starts_with("shards:");
+    loom::require(text || shards, "--data must be addition, text:PATH or shards:PATH[,PATH...], got '", config.data,
+                  "'");
+    std::vector<std::int32_t> tokens =
+        text ? loom::data::read_text_tokens(config.data.substr(5)) : loom::data::read_shard_tokens(split(config.data.substr(7)));
+    // The last 10% is held out (at least one window).
+    const std::size_t cut = std::min(tokens.size() - std::min<std::size_t>(tokens.size(), steps + 1),
+                                     tokens.size() * 9 / 10);
+    std::vector<std::int32_t> held(tokens.begin() + static_cast<std::ptrdiff_t>(cut), tokens.end());
+    tokens.resize(cut);
+    const std::int64_t vocab = text ? 256 : config.model.vocab_size;
+    train = std::make_unique<loom::data::TokenBatches>(std::move(tokens), vocab, config.batch, steps);
+    held_out_ = std::make_unique<loom::data::TokenBatches>(std::move(held), vocab, config.batch, steps);
+  }
+  train_ = std::make_unique<loom::data::Prefetcher>(std::move(train));
+}
+
+Evaluation RunData::evaluate(loom::nn::GPT& model, bool with_sample) {
+  Evaluation e;
+  held_out_->seek(0);
+  double sum = 0;
+  for (std::int64_t i = 0; i < config_.eval_batches; ++i) {
+    const loom::data::Batch batch = held_out_->next();
+    sum += model.forward(batch.tokens, batch.targets);
+  }
+  e.loss = sum / static_cast<double>(config_.eval_batches);
+  if (auto* task = dynamic_cast<loom::data::AdditionTask*>(held_out_.get())) {
+    e.metric_name = "exact-match accuracy";
+    e.metric = addition_accuracy(model, *task, e.sample);
+  } else if (with_sample) {
+    const loom::data::ByteTokenizer bytes;
+    const auto out = loom::nn::generate(model, {bytes.encode("\n")}, {.max_new_tokens = 200, .temperature = 0.8f});
+    if (model.config().vocab_size <= 256) e.sample = bytes.decode(out.front());
+    else e.sample = "(token ids; no GPT-2 decoder in loom yet)";
+  }
+  return e;
+}
+
+}  // namespace train_gpt

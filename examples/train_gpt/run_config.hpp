@@ -1,0 +1,41 @@
+// train_gpt's command line: what to train, on what, how, and where to keep checkpoints.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "loom/nn/gpt.hpp"
+#include "loom/train/trainer.hpp"
+
+namespace train_gpt {
+
+struct RunConfig {
+  loom::nn::GPTConfig model{};
+  std::string precision = "fp32";
+  std::string device = "cpu";
+  std::int64_t batch = 8;
+  std::int64_t seq_len = 0;  // 0: the model's context
+  std::int64_t grad_accumulation = 1;
+  std::int64_t steps = 3000;
+  float lr = 3e-3f;
+  float min_lr_ratio = 0.1f;
+  std::int64_t warmup = 100;
+  float weight_decay = 0.1f;
+  float max_grad_norm = 1.0f;
+  std::string data = "addition";  // addition | text:PATH | shards:PATH[,PATH...]
+  int digits = 2;
+  std::uint64_t seed = 1;
+  std::int64_t eval_every = 500;
+  std::int64_t eval_batches = 4;
+  std::string checkpoint_dir;
+  std::int64_t checkpoint_every = 0;  // 0: only at the end (when a directory is given)
+  bool resume = false;
+  std::int64_t log_every = 1;
+
+  void add_to(CLI::App& app);
+  loom::train::TrainerOptions trainer_options() const;
+};
+
+}  // namespace train_gpt

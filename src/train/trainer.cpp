@@ -1,0 +1,77 @@
+#include "loom/train/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+
+#include "loom/core/error.hpp"
+#include "loom/optim/clip.hpp"
+
+namespace loom::train {
+
+namespace {
+optim::LossScalerOptions scaler_options(const nn::Precision& precision) {
+  optim::LossScalerOptions options;
+  options.enabled = precision.loss_scaling;
+  return options;
+}
+}  // namespace
+
+Trainer::Trainer(nn::GPT& model, data::BatchSource& data, const TrainerOptions& options)
+    : model_(model),
+      data_(data),
+      options_(options),
+      optimizer_(model.parameters(), options.adamw),
+      scaler_(scaler_options(model.precision())) {
+  require(options.grad_accumulation >= 1, "trainer: grad_accumulation must be >= 1, got ", options.grad_accumulation);
+  require(data.vocab_size() <= model.config().vocab_size, "trainer: the data has a vocabulary of ", data.vocab_size(),
+          " tokens but the model only ", model.config().vocab_size);
+  options.schedule.at(0);  // validates the schedule now rather than at the first step
+}
+
+StepResult Trainer::step(StreamRef stream) {
+  const auto start = std::chrono::steady_clock::now();
+  StepResult result;
+  result.step = steps_done_ + 1;
+  model_.zero_grad();
+  const float micro = static_cast<float>(options_.grad_accumulation);
+  double loss_sum = 0;
+  for (std::int64_t i = 0; i < options_.grad_accumulation; ++i) {
+    const data::Batch batch = data_.next();
+    loss_sum += model_.forward(batch.tokens, batch.targets, stream);
+    model_.backward(scaler_.scale() / micro, stream);
+    result.tokens += batch.tokens.numel();
+  }
+  result.loss = static_cast<float>(loss_sum / static_cast<double>(options_.grad_accumulation));
+  result.lr = options_.schedule.at(steps_done_);
+  const bool finite = scaler_.unscale_and_update(model_.parameters(), stream);
+  result.grad_norm = optim::global_grad_norm(model_.parameters(), 1.0f, stream);
+  result.skipped = !finite;
+  if (finite) {
+    optimizer_.step(result.lr, optim::clip_factor(result.grad_norm, options_.max_grad_norm), stream);
+    synchronize(stream);
+  }
+  ++steps_done_;
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+io::TrainingProgress Trainer::progress() const {
+  io::TrainingProgress p;
+  p.step = steps_done_;
+  p.data_position = data_.position();
+  p.data_seed = options_.data_seed;
+  p.loss_scale = scaler_.scale();
+  p.loss_scale_clean_steps = scaler_.clean_steps_in_a_row();
+  p.skipped_steps = scaler_.skipped_steps();
+  return p;
+}
+
+void Trainer::restore(const io::TrainingProgress& progress) {
+  require(progress.data_seed == options_.data_seed, "trainer: the checkpoint's data seed ", progress.data_seed,
+          " differs from this run's ", options_.data_seed);
+  steps_done_ = progress.step;
+  data_.seek(progress.data_position);
+  scaler_.restore(progress.loss_scale, progress.loss_scale_clean_steps, progress.skipped_steps);
+}
+
+}  // namespace loom::train
