@@ -25,7 +25,10 @@ void RunConfig::add_to(CLI::App& app) {
   app.add_option("--lr", lr, "peak learning rate")->check(CLI::PositiveNumber);
   app.add_option("--min-lr-ratio", min_lr_ratio, "final learning rate as a fraction of --lr")->check(CLI::Range(0.0, 1.0));
   app.add_option("--warmup", warmup, "linear warmup steps")->check(CLI::NonNegativeNumber);
-  app.add_option("--weight-decay", weight_decay, "AdamW decoupled weight decay")->check(CLI::NonNegativeNumber);
+  app.add_option("--optimizer", optimizer, "adamw or sgd (with momentum)")->check(CLI::IsMember({"adamw", "sgd"}));
+  app.add_option("--weight-decay", weight_decay, "weight decay (decoupled for AdamW, L2 for SGD)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--momentum", momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0));
   app.add_option("--max-grad-norm", max_grad_norm, "clip gradients to this global norm (0: off)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--data", data, "addition (built-in task), text:PATH (bytes of a file) or shards:P1,P2 (llm.c)");
@@ -46,7 +49,11 @@ loom::train::TrainerOptions RunConfig::trainer_options() const {
   o.grad_accumulation = grad_accumulation;
   o.max_grad_norm = max_grad_norm;
   o.schedule = {.max_lr = lr, .min_lr = lr * min_lr_ratio, .warmup = std::min(warmup, steps), .total = steps};
+  o.optimizer = optimizer == "sgd" ? loom::train::TrainerOptions::OptimizerKind::sgd
+                                   : loom::train::TrainerOptions::OptimizerKind::adamw;
   o.adamw.weight_decay = weight_decay;
+  o.sgd.momentum = momentum;
+  o.sgd.weight_decay = weight_decay;
   o.data_seed = seed;
   return o;
 }

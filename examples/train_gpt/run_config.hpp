@@ -23,6 +23,8 @@ struct RunConfig {
   float min_lr_ratio = 0.1f;
   std::int64_t warmup = 100;
   float weight_decay = 0.1f;
+  std::string optimizer = "adamw";
+  float momentum = 0.9f;
   float max_grad_norm = 1.0f;
   std::string data = "addition";  // addition | text:PATH | shards:PATH[,PATH...]
   int digits = 2;

@@ -35,5 +35,7 @@
 #include "loom/optim/adamw.hpp"
 #include "loom/optim/clip.hpp"
 #include "loom/optim/loss_scaler.hpp"
+#include "loom/optim/optimizer.hpp"
 #include "loom/optim/schedule.hpp"
+#include "loom/optim/sgd.hpp"
 #include "loom/train/trainer.hpp"

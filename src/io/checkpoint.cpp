@@ -55,7 +55,7 @@ void restore(const Tensor& dst, const std::map<std::string, Tensor>& tensors, co
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& run_dir, const nn::GPT& model, const optim::AdamW& optimizer,
+std::string save_checkpoint(const std::string& run_dir, const nn::GPT& model, const optim::Optimizer& optimizer,
                             const TrainingProgress& progress) {
   std::error_code error;
   fs::create_directories(run_dir, error);
@@ -68,18 +68,12 @@ std::string save_checkpoint(const std::string& run_dir, const nn::GPT& model, co
 
   std::vector<NamedTensor> weights, state;
   for (const nn::Parameter* p : model.parameters()) weights.push_back({p->name(), p->value()});
-  for (std::size_t i = 0; i < optimizer.parameters().size(); ++i) {
-    const std::string& pname = optimizer.parameters()[i]->name();
-    const optim::AdamW::State& s = optimizer.state()[i];
-    state.push_back({pname + ".exp_avg", s.m});
-    state.push_back({pname + ".exp_avg_sq", s.v});
-    if (s.master.defined()) state.push_back({pname + ".master", s.master});
-  }
+  for (const optim::StateTensor& t : optimizer.state_tensors()) state.push_back({t.name, t.tensor});
   const std::string config = config_json(model.config()).dump();
   write_safetensors((temporary / data_files[0]).string(), weights,
                     {{"format", "pt"}, {"loom_config", config}, {"loom_precision", model.precision().name()}});
   write_safetensors((temporary / data_files[1]).string(), state,
-                    {{"loom_optimizer", "adamw"}, {"optimizer_steps", std::to_string(optimizer.steps_taken())}});
+                    {{"loom_optimizer", optimizer.name()}, {"optimizer_steps", std::to_string(optimizer.steps_taken())}});
 
   json files = json::object();
   for (const char* file : data_files) {
@@ -88,6 +82,7 @@ std::string save_checkpoint(const std::string& run_dir, const nn::GPT& model, co
   }
   const json manifest = {{"format", format_name},
                          {"step", progress.step},
+                         {"optimizer", optimizer.name()},
                          {"optimizer_steps", optimizer.steps_taken()},
                          {"data_position", progress.data_position},
                          {"data_seed", progress.data_seed},
@@ -119,7 +114,7 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
   return (fs::path(run_dir) / name).string();
 }
 
-TrainingProgress load_checkpoint(const std::string& path, nn::GPT& model, optim::AdamW& optimizer) {
+TrainingProgress load_checkpoint(const std::string& path, nn::GPT& model, optim::Optimizer& optimizer) {
   std::string dir = path;
   if (!fs::exists(fs::path(path) / "state.json")) {
     const std::optional<std::string> latest = latest_checkpoint(path);
@@ -142,6 +137,9 @@ TrainingProgress load_checkpoint(const std::string& path, nn::GPT& model, optim:
     const std::string precision = manifest.at("precision").get<std::string>();
     require(precision == model.precision().name(), "checkpoint '", dir, "' was trained in ", precision,
             " but the model is ", model.precision().name());
+    const std::string optimizer_name = manifest.at("optimizer").get<std::string>();
+    require(optimizer_name == optimizer.name(), "checkpoint '", dir, "' holds ", optimizer_name,
+            " state but the run uses ", optimizer.name());
     for (const char* file : data_files) {
       const std::string file_path = (fs::path(dir) / file).string();
       const FileDigest d = digest_file(file_path);
@@ -155,13 +153,7 @@ TrainingProgress load_checkpoint(const std::string& path, nn::GPT& model, optim:
     const SafetensorsContents weights = read_safetensors((fs::path(dir) / data_files[0]).string());
     const SafetensorsContents state = read_safetensors((fs::path(dir) / data_files[1]).string());
     for (nn::Parameter* p : model.parameters()) restore(p->value(), weights.tensors, p->name(), data_files[0]);
-    for (std::size_t i = 0; i < optimizer.parameters().size(); ++i) {
-      const std::string& pname = optimizer.parameters()[i]->name();
-      const optim::AdamW::State& s = optimizer.state()[i];
-      restore(s.m, state.tensors, pname + ".exp_avg", data_files[1]);
-      restore(s.v, state.tensors, pname + ".exp_avg_sq", data_files[1]);
-      if (s.master.defined()) restore(s.master, state.tensors, pname + ".master", data_files[1]);
-    }
+    for (const optim::StateTensor& t : optimizer.state_tensors()) restore(t.tensor, state.tensors, t.name, data_files[1]);
     optimizer.set_steps_taken(manifest.at("optimizer_steps").get<std::int64_t>());
     TrainingProgress progress;
     progress.step = manifest.at("step").get<std::int64_t>();

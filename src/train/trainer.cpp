@@ -9,6 +9,13 @@
 namespace loom::train {
 
 namespace {
+std::unique_ptr<optim::Optimizer> make_optimizer(const nn::GPT& model, const TrainerOptions& options) {
+  if (options.optimizer == TrainerOptions::OptimizerKind::sgd) {
+    return std::make_unique<optim::SGD>(model.parameters(), options.sgd);
+  }
+  return std::make_unique<optim::AdamW>(model.parameters(), options.adamw);
+}
+
 optim::LossScalerOptions scaler_options(const nn::Precision& precision) {
   optim::LossScalerOptions options;
   options.enabled = precision.loss_scaling;
@@ -20,7 +27,7 @@ Trainer::Trainer(nn::GPT& model, data::BatchSource& data, const TrainerOptions& 
     : model_(model),
       data_(data),
       options_(options),
-      optimizer_(model.parameters(), options.adamw),
+      optimizer_(make_optimizer(model, options)),
       scaler_(scaler_options(model.precision())) {
   require(options.grad_accumulation >= 1, "trainer: grad_accumulation must be >= 1, got ", options.grad_accumulation);
   require(data.vocab_size() <= model.config().vocab_size, "trainer: the data has a vocabulary of ", data.vocab_size(),
@@ -47,7 +54,7 @@ StepResult Trainer::step(StreamRef stream) {
   result.grad_norm = optim::global_grad_norm(model_.parameters(), 1.0f, stream);
   result.skipped = !finite;
   if (finite) {
-    optimizer_.step(result.lr, optim::clip_factor(result.grad_norm, options_.max_grad_norm), stream);
+    optimizer_->step(result.lr, optim::clip_factor(result.grad_norm, options_.max_grad_norm), stream);
     synchronize(stream);
   }
   ++steps_done_;

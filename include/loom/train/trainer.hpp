@@ -2,15 +2,17 @@
 // accumulation over micro-batches (the loss of each divided by their number), dynamic loss
 // scaling for fp16 (unscale + inf/NaN check in one pass; a bad step is skipped and counted),
 // clipping by global norm (folded into the optimizer's gradient scale), the learning rate from a
-// cosine schedule, and AdamW. Everything a checkpoint needs is in progress()/restore().
+// cosine schedule, and AdamW or SGD with momentum. Everything a checkpoint needs is in progress()/restore().
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "loom/data/batch_source.hpp"
 #include "loom/io/checkpoint.hpp"
 #include "loom/nn/gpt.hpp"
 #include "loom/optim/adamw.hpp"
+#include "loom/optim/sgd.hpp"
 #include "loom/optim/loss_scaler.hpp"
 #include "loom/optim/schedule.hpp"
 
@@ -20,7 +22,9 @@ struct TrainerOptions {
   std::int64_t grad_accumulation = 1;  // micro-batches per optimizer step
   float max_grad_norm = 1.0f;          // <= 0: no clipping
   optim::CosineSchedule schedule{};
+  enum class OptimizerKind { adamw, sgd } optimizer = OptimizerKind::adamw;
   optim::AdamWOptions adamw{};
+  optim::SgdOptions sgd{};
   std::uint64_t data_seed = 0;         // recorded in checkpoints
 };
 
@@ -47,14 +51,14 @@ class Trainer {
   void restore(const io::TrainingProgress& progress);
 
   nn::GPT& model() noexcept { return model_; }
-  optim::AdamW& optimizer() noexcept { return optimizer_; }
+  optim::Optimizer& optimizer() noexcept { return *optimizer_; }
   const optim::DynamicLossScaler& loss_scaler() const noexcept { return scaler_; }
 
  private:
   nn::GPT& model_;
   data::BatchSource& data_;
   TrainerOptions options_;
-  optim::AdamW optimizer_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
   optim::DynamicLossScaler scaler_;
   std::int64_t steps_done_ = 0;
 };

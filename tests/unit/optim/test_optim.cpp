@@ -15,6 +15,7 @@
 #include "loom/optim/clip.hpp"
 #include "loom/optim/loss_scaler.hpp"
 #include "loom/optim/schedule.hpp"
+#include "loom/optim/sgd.hpp"
 
 using loom::DType;
 using loom::Tensor;
@@ -80,7 +81,8 @@ TEST_CASE("AdamW follows the decoupled-weight-decay update, with decay only wher
     }
   }
   REQUIRE(adamw.steps_taken() == 3);
-  REQUIRE_FALSE(adamw.state()[0].master.defined());
+  REQUIRE_FALSE(adamw.master(0).defined());
+  REQUIRE(adamw.state_tensors().size() == 4);  // two moments per parameter, no masters
 }
 
 TEST_CASE("AdamW keeps fp32 master weights for bf16 parameters and rewrites them rounded", "[optim]") {
@@ -97,12 +99,47 @@ TEST_CASE("AdamW keeps fp32 master weights for bf16 parameters and rewrites them
     a.step(1e-3f);
     b.step(1e-3f);
   }
-  const Tensor& master = a.state()[0].master;
+  const Tensor& master = a.master(0);
   REQUIRE(master.dtype() == DType::f32);
   REQUIRE(master.to_vector<float>() == full->value().to_vector<float>());  // the same fp32 arithmetic
   for (std::int64_t i = 0; i < 64; ++i) {
     REQUIRE(low->value().data<loom::bfloat16>()[i].bits == loom::to_bfloat16(master.data<float>()[i]).bits);
   }
+}
+
+TEST_CASE("SGD with momentum, dampening, Nesterov and L2 decay follows PyTorch's rules", "[optim]") {
+  for (bool nesterov : {false, true}) {
+    INFO("nesterov " << nesterov);
+    std::mt19937 rng(6);
+    auto weight = random_parameter("w", 23, DType::f32, true, rng);
+    auto bias = random_parameter("b", 4, DType::f32, false, rng);
+    const loom::optim::SgdOptions options{.momentum = 0.8f, .dampening = nesterov ? 0.0f : 0.25f,
+                                          .weight_decay = 0.05f, .nesterov = nesterov};
+    loom::optim::SGD sgd({weight.get(), bias.get()}, options);
+    Parameter* params[] = {weight.get(), bias.get()};
+    std::vector<std::vector<double>> p = {as_double(weight->value()), as_double(bias->value())}, buf(2);
+    const double lr = 0.1, scale = 2.0;
+    for (int step = 1; step <= 3; ++step) {
+      for (int i = 0; i < 2; ++i) {
+        const std::vector<double> g0 = as_double(params[i]->grad());
+        buf[i].resize(p[i].size());
+        for (std::size_t j = 0; j < p[i].size(); ++j) {
+          double g = g0[j] * scale;
+          if (params[i]->weight_decay()) g += options.weight_decay * p[i][j];
+          buf[i][j] = step == 1 ? g : options.momentum * buf[i][j] + (1 - options.dampening) * g;
+          const double update = nesterov ? g + options.momentum * buf[i][j] : buf[i][j];
+          p[i][j] -= lr * update;
+        }
+      }
+      sgd.step(static_cast<float>(lr), static_cast<float>(scale));
+      for (int i = 0; i < 2; ++i) {
+        const std::vector<double> got = as_double(params[i]->value());
+        for (std::size_t j = 0; j < got.size(); ++j) REQUIRE(got[j] == Approx(p[i][j]).epsilon(1e-5).margin(1e-6));
+      }
+    }
+    REQUIRE(sgd.state_tensors().size() == 2);  // one momentum buffer per parameter
+  }
+  REQUIRE_THROWS_WITH(loom::optim::SGD({}, {.momentum = 0.0f, .nesterov = true}), Catch::Contains("Nesterov"));
 }
 
 TEST_CASE("cosine schedule: linear warmup, cosine decay, floor", "[optim]") {
