@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <exception>
 #include <string>
 
 #include "data_setup.hpp"
@@ -62,9 +63,11 @@ int run(const train_gpt::RunConfig& config) {
   const std::int64_t steps_per_seq = config.seq_len > 0 ? config.seq_len : model_config.context;
   const double peak = peak_tflops(device, config.precision);
   const double flops_per_token = model_config.training_flops_per_token(steps_per_seq);
+  std::int64_t saved_step = trainer.steps_done();  // nothing new to save before a step has run
   auto save = [&] {
-    if (config.checkpoint_dir.empty()) return;
+    if (config.checkpoint_dir.empty() || trainer.steps_done() == saved_step) return;
     const std::string where = loom::io::save_checkpoint(config.checkpoint_dir, model, trainer.optimizer(), trainer.progress());
+    saved_step = trainer.steps_done();
     std::printf("saved checkpoint %s\n", where.c_str());
   };
   while (trainer.steps_done() < config.steps) {
@@ -74,7 +77,7 @@ int run(const train_gpt::RunConfig& config) {
       std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s", static_cast<long long>(r.step),
                   static_cast<long long>(config.steps), r.loss, r.lr, r.grad_norm, r.seconds * 1e3, tokens_per_second);
       if (peak > 0) std::printf(" | MFU %.1f%%", 100.0 * tokens_per_second * flops_per_token / (peak * 1e12));
-      if (r.skipped) std::printf(" | skipped (fp16 overflow, loss scale now %g)", trainer.loss_scaler().scale());
+      if (r.skipped) std::printf(" | skipped (non-finite gradient; loss scale %g)", trainer.loss_scaler().scale());
       std::printf("\n");
       std::fflush(stdout);
     }
@@ -86,8 +89,8 @@ int run(const train_gpt::RunConfig& config) {
   save();
   const train_gpt::Evaluation final_eval = data.evaluate(model, true);
   print_evaluation(trainer.steps_done(), final_eval);
-  if (trainer.loss_scaler().skipped_steps() > 0) {
-    std::printf("skipped steps (fp16 overflow): %lld\n", static_cast<long long>(trainer.loss_scaler().skipped_steps()));
+  if (trainer.skipped_steps() > 0) {
+    std::printf("skipped steps (non-finite gradients): %lld\n", static_cast<long long>(trainer.skipped_steps()));
   }
   std::printf("sample:\n%s\n", final_eval.sample.c_str());
   return 0;
@@ -102,7 +105,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     return run(config);
-  } catch (const loom::Error& error) {
+  } catch (const std::exception& error) {  // loom::Error, and file-system or allocation failures
     std::fprintf(stderr, "train_gpt: %s\n", error.what());
     return 1;
   }

@@ -24,7 +24,8 @@ TokenBatches::TokenBatches(std::vector<std::int32_t> tokens, std::int64_t vocab_
   require(n >= steps + 1, "token batches: the data has ", n, " tokens, fewer than sequence length + 1 = ", steps + 1);
   for (std::size_t i = 0; i < tokens_.size(); ++i) {
     require(tokens_[i] >= 0 && tokens_[i] < vocab_size, "token batches: token ", tokens_[i], " at position ", i,
-            " is outside the vocabulary [0, ", vocab_size, ")");
+            " is outside the vocabulary [0, ", vocab_size, ")", vocab_size == 256 ? " (GPT-2 token shards need a "
+            "vocabulary of 50257: --vocab 50257)" : "");
   }
   windows_ = (n - 1) / steps;
 }

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -43,14 +44,27 @@ void require_matching_config(const json& saved, const nn::GPT& model, const std:
   }
 }
 
-// Copies a loaded tensor into dst, which must have its shape and dtype.
-void restore(const Tensor& dst, const std::map<std::string, Tensor>& tensors, const std::string& name,
-             const std::string& file) {
-  const auto it = tensors.find(name);
-  if (it == tensors.end()) fail(ErrorCategory::corrupt_data, "checkpoint file '", file, "' has no tensor '", name, "'");
-  require(it->second.shape() == dst.shape() && it->second.dtype() == dst.dtype(), "checkpoint tensor '", name, "' in '",
-          file, "' is ", it->second, " but the model expects ", dst);
-  copy(dst, it->second);
+// The file holds exactly the named tensors, each with its target's shape and dtype.
+void require_same_tensors(const std::map<std::string, Tensor>& loaded,
+                          const std::vector<std::pair<Tensor, std::string>>& targets, const std::string& file) {
+  for (const auto& [tensor, name] : targets) {
+    const auto it = loaded.find(name);
+    if (it == loaded.end()) {
+      fail(ErrorCategory::invalid_argument, "checkpoint file '", file, "' has no tensor '", name,
+           "' (saved with other model or optimizer settings?)");
+    }
+    require(it->second.shape() == tensor.shape() && it->second.dtype() == tensor.dtype(), "checkpoint tensor '", name,
+            "' in '", file, "' is ", it->second, " but the run expects ", tensor);
+  }
+  if (loaded.size() != targets.size()) {
+    for (const auto& [name, tensor] : loaded) {
+      const bool used = std::any_of(targets.begin(), targets.end(), [&](const auto& t) { return t.second == name; });
+      if (!used) {
+        fail(ErrorCategory::invalid_argument, "checkpoint file '", file, "' holds tensor '", name,
+             "' that this run has no place for (saved with other model or optimizer settings?)");
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -95,11 +109,21 @@ std::string save_checkpoint(const std::string& run_dir, const nn::GPT& model, co
                          {"files", files}};
   write_file_atomically((temporary / "state.json").string(), manifest.dump(2) + "\n");
   sync_path(temporary.string());
-  fs::remove_all(final_dir, error);  // a re-save of the same step replaces it
+  // A re-save of the same step moves the old copy aside first and deletes it only once the new
+  // one is in place and named by `latest`, so no crash leaves `latest` naming a missing directory.
+  const fs::path replaced = fs::path(run_dir) / ("." + name + ".old");
+  fs::remove_all(replaced, error);
+  const bool had_old = fs::exists(final_dir);
+  if (had_old) {
+    fs::rename(final_dir, replaced, error);
+    if (error) fail(ErrorCategory::io, "cannot move the old '", final_dir.string(), "' aside: ", error.message());
+    write_file_atomically((fs::path(run_dir) / "latest").string(), replaced.filename().string() + "\n");
+  }
   fs::rename(temporary, final_dir, error);
   if (error) fail(ErrorCategory::io, "cannot move '", temporary.string(), "' to '", final_dir.string(), "': ", error.message());
   sync_path(run_dir);
   write_file_atomically((fs::path(run_dir) / "latest").string(), name + "\n");
+  if (had_old) fs::remove_all(replaced, error);
   return final_dir.string();
 }
 
@@ -152,8 +176,14 @@ TrainingProgress load_checkpoint(const std::string& path, nn::GPT& model, optim:
     }
     const SafetensorsContents weights = read_safetensors((fs::path(dir) / data_files[0]).string());
     const SafetensorsContents state = read_safetensors((fs::path(dir) / data_files[1]).string());
-    for (nn::Parameter* p : model.parameters()) restore(p->value(), weights.tensors, p->name(), data_files[0]);
-    for (const optim::StateTensor& t : optimizer.state_tensors()) restore(t.tensor, state.tensors, t.name, data_files[1]);
+    std::vector<std::pair<Tensor, std::string>> model_targets, state_targets;
+    for (nn::Parameter* p : model.parameters()) model_targets.emplace_back(p->value(), p->name());
+    for (const optim::StateTensor& t : optimizer.state_tensors()) state_targets.emplace_back(t.tensor, t.name);
+    // Everything is checked before anything is copied: a refused checkpoint leaves the run as it was.
+    require_same_tensors(weights.tensors, model_targets, (fs::path(dir) / data_files[0]).string());
+    require_same_tensors(state.tensors, state_targets, (fs::path(dir) / data_files[1]).string());
+    for (const auto& [tensor, name] : model_targets) copy(tensor, weights.tensors.at(name));
+    for (const auto& [tensor, name] : state_targets) copy(tensor, state.tensors.at(name));
     optimizer.set_steps_taken(manifest.at("optimizer_steps").get<std::int64_t>());
     TrainingProgress progress;
     progress.step = manifest.at("step").get<std::int64_t>();

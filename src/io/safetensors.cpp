@@ -125,6 +125,9 @@ SafetensorsContents read_safetensors(const std::string& path) {
     } catch (const Error&) {
       corrupt("tensor '", name, "' has a shape whose size overflows");
     }
+    if (static_cast<std::uint64_t>(shape.numel()) > data_bytes / dtype_size(dtype)) {
+      corrupt("tensor '", name, "' has shape ", shape, " of ", dtype, ", larger than the ", data_bytes, " data bytes");
+    }
     const std::uint64_t expected = static_cast<std::uint64_t>(shape.numel()) * dtype_size(dtype);
     if (begin > end || end > data_bytes) {
       corrupt("tensor '", name, "' spans bytes [", begin, ", ", end, ") outside the ", data_bytes, " data bytes",

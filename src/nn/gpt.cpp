@@ -42,7 +42,7 @@ double GPTConfig::training_flops_per_token(std::int64_t steps) const {
 }
 
 GPT::GPT(const GPTConfig& config, const Precision& precision, Device device, std::uint64_t seed)
-    : config_((config.validate(), config)),
+    : config_((config.validate(), precision.validate(), config)),
       precision_(precision),
       device_(device),
       wte_("wte", Tensor::zeros({config.padded_vocab(), config.channels}, precision.storage, device), precision.grad,
@@ -156,6 +156,7 @@ void GPT::backward(float loss_scale, StreamRef stream) {
   kernels::embedding_backward(tokens_, d, wte_.grad(), wpe_.grad(), stream);
   wpe_.mark_grad_ready();
   wte_.mark_grad_ready();  // tied: final only after both the head and the embedding
+  targets_ = Tensor();     // the logits now hold their gradient: another backward needs a forward
 }
 
 void GPT::zero_grad() {

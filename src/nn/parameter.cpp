@@ -17,7 +17,8 @@ void Parameter::set_grad(Tensor grad) {
   require(grad.defined() && grad.shape() == value_.shape() && grad.device() == value_.device(),
           "parameter '", name_, "': a gradient must match the value ", value_, ", got ",
           grad);
-  require(is_floating_point(grad.dtype()), "parameter '", name_, "': gradient dtype ", grad.dtype(), " is not floating");
+  require(grad.dtype() == DType::f32, "parameter '", name_, "': gradients are f32 (the layers accumulate in f32), got ",
+          grad.dtype());
   grad_ = std::move(grad);
 }
 

@@ -19,6 +19,12 @@ Precision Precision::parse(std::string_view name) {
   fail(ErrorCategory::invalid_argument, "unknown precision '", name, "'; expected fp32, tf32, fp16 or bf16");
 }
 
+void Precision::validate() const {
+  require(storage == kernels::input_dtype(gemm), "precision: ", kernels::to_string(gemm), " GEMMs take ",
+          kernels::input_dtype(gemm), " operands, but the storage dtype is ", storage);
+  require(grad == DType::f32, "precision: gradients are accumulated in f32, got ", grad);
+}
+
 std::string Precision::name() const { return std::string(kernels::to_string(gemm)); }
 
 }  // namespace loom::nn

@@ -52,8 +52,10 @@ StepResult Trainer::step(StreamRef stream) {
   result.lr = options_.schedule.at(steps_done_);
   const bool finite = scaler_.unscale_and_update(model_.parameters(), stream);
   result.grad_norm = optim::global_grad_norm(model_.parameters(), 1.0f, stream);
-  result.skipped = !finite;
-  if (finite) {
+  // An inf/NaN gradient never reaches the weights, in any precision (fp16: the scaler backs off).
+  result.skipped = !finite || !std::isfinite(result.grad_norm);
+  if (result.skipped) ++skipped_steps_;
+  if (!result.skipped) {
     optimizer_->step(result.lr, optim::clip_factor(result.grad_norm, options_.max_grad_norm), stream);
     synchronize(stream);
   }
@@ -69,7 +71,7 @@ io::TrainingProgress Trainer::progress() const {
   p.data_seed = options_.data_seed;
   p.loss_scale = scaler_.scale();
   p.loss_scale_clean_steps = scaler_.clean_steps_in_a_row();
-  p.skipped_steps = scaler_.skipped_steps();
+  p.skipped_steps = skipped_steps_;
   return p;
 }
 
@@ -79,6 +81,7 @@ void Trainer::restore(const io::TrainingProgress& progress) {
   steps_done_ = progress.step;
   data_.seek(progress.data_position);
   scaler_.restore(progress.loss_scale, progress.loss_scale_clean_steps, progress.skipped_steps);
+  skipped_steps_ = progress.skipped_steps;
 }
 
 }  // namespace loom::train

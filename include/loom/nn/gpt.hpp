@@ -49,6 +49,7 @@ class GPT {
   void backward(float loss_scale = 1.0f, StreamRef stream = {});
   void zero_grad();
 
+  // The last forward's logits (after backward they hold the logits' gradient).
   const Tensor& logits() const noexcept { return logits_; }
   const GPTConfig& config() const noexcept { return config_; }
   const Precision& precision() const noexcept { return precision_; }

@@ -29,7 +29,7 @@ class Parameter {
   bool weight_decay() const noexcept { return weight_decay_; }
 
   // Replaces the gradient storage (for example with a view into a communication bucket); it
-  // must have the value's shape and device and a floating dtype.
+  // must have the value's shape and device and dtype f32.
   void set_grad(Tensor grad);
   void zero_grad();
 

@@ -26,6 +26,9 @@ struct Precision {
   // "fp32", "tf32", "fp16" or "bf16"; anything else is an invalid_argument Error.
   static Precision parse(std::string_view name);
 
+  // Throws an invalid_argument Error unless the storage dtype is the GEMM mode's input dtype
+  // (f32 for fp32/tf32) and gradients are f32.
+  void validate() const;
   // True when the optimizer needs fp32 master weights apart from the stored parameters.
   bool needs_master_weights() const noexcept { return storage != DType::f32; }
   std::string name() const;

@@ -1,5 +1,6 @@
-// Learning-rate schedule: linear warmup from 0 to max_lr over `warmup` steps, then cosine decay
-// to min_lr at step `total`, constant after.
+// Learning-rate schedule: linear warmup over `warmup` steps (step s < warmup gets
+// max_lr * (s + 1) / warmup, so the first step already moves), then cosine decay to min_lr at
+// step `total`, constant after.
 #pragma once
 
 #include <cstdint>

@@ -33,7 +33,7 @@ struct StepResult {
   float loss = 0;          // mean over the micro-batches
   float grad_norm = 0;     // before clipping (NaN/inf on a skipped step)
   float lr = 0;
-  bool skipped = false;    // fp16 overflow: no update
+  bool skipped = false;    // a non-finite gradient (fp16 overflow, or inf/NaN anywhere): no update
   std::int64_t tokens = 0; // tokens processed (inputs of every micro-batch)
   double seconds = 0;      // wall time of the step, synchronized
 };
@@ -45,6 +45,7 @@ class Trainer {
   StepResult step(StreamRef stream = {});
 
   std::int64_t steps_done() const noexcept { return steps_done_; }
+  std::int64_t skipped_steps() const noexcept { return skipped_steps_; }
   io::TrainingProgress progress() const;
   // Continues a run from a loaded checkpoint's progress (the model and optimizer state are
   // restored by io::load_checkpoint): step counter, data position, loss scaler.
@@ -60,7 +61,7 @@ class Trainer {
   TrainerOptions options_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::DynamicLossScaler scaler_;
-  std::int64_t steps_done_ = 0;
+  std::int64_t steps_done_ = 0, skipped_steps_ = 0;
 };
 
 }  // namespace loom::train

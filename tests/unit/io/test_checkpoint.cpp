@@ -4,9 +4,11 @@
 // exact: N steps + save + load + M steps equals N + M uninterrupted steps bit for bit.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -181,6 +183,42 @@ TEST_CASE("checkpoints restore every tensor, refuse damage and other configs, su
   fs::resize_file(fs::path(saved) / "optimizer.safetensors", 100);
   REQUIRE_THROWS_MATCHES(loom::io::load_checkpoint(saved, restored, other.optimizer()), loom::Error,
                          IsError(ErrorCategory::corrupt_data, {"damaged"}));
+}
+
+TEST_CASE("re-saving a step keeps `latest` valid, and a refused checkpoint leaves the run untouched", "[io]") {
+  const fs::path run = fresh_dir("resave");
+  auto data = task_data();
+  loom::nn::GPT model(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu(), 3);
+  loom::optim::SGD no_momentum(model.parameters(), {.momentum = 0.0f});
+  const loom::io::TrainingProgress progress{.step = 4};
+  const std::string first = loom::io::save_checkpoint(run.string(), model, no_momentum, progress);
+  const std::string again = loom::io::save_checkpoint(run.string(), model, no_momentum, progress);
+  REQUIRE(first == again);
+  REQUIRE(loom::io::latest_checkpoint(run.string()) == first);
+  REQUIRE_FALSE(fs::exists(run / ".step_00000004.old"));
+  REQUIRE(loom::io::load_checkpoint(run.string(), model, no_momentum).step == 4);
+
+  loom::nn::GPT other(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu(), 8);
+  const std::vector<std::vector<float>> before = weights(other);
+  loom::optim::SGD with_momentum(other.parameters(), {.momentum = 0.9f});
+  REQUIRE_THROWS_MATCHES(loom::io::load_checkpoint(run.string(), other, with_momentum), loom::Error,
+                         IsError(ErrorCategory::invalid_argument, {"no tensor 'wte.momentum_buffer'"}));
+  REQUIRE(weights(other) == before);
+}
+
+TEST_CASE("a non-finite gradient skips the step in any precision and leaves the weights alone", "[io][train]") {
+  auto data = task_data();
+  loom::nn::GPT model(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu(), 3);
+  loom::train::Trainer trainer(model, *data, trainer_options());
+  model.parameters().back()->value().data<float>()[0] = std::numeric_limits<float>::infinity();  // ln_f.bias
+  const std::vector<std::vector<float>> before = weights(model);
+  const loom::train::StepResult r = trainer.step();
+  REQUIRE(r.skipped);
+  REQUIRE_FALSE(std::isfinite(r.grad_norm));
+  REQUIRE(trainer.skipped_steps() == 1);
+  REQUIRE(trainer.progress().skipped_steps == 1);
+  REQUIRE(trainer.optimizer().steps_taken() == 0);
+  REQUIRE(weights(model) == before);
 }
 
 TEST_CASE("resume is exact: N steps, save, load, M steps equals N + M steps bit for bit (fp32, CPU)", "[io][resume]") {

@@ -151,6 +151,17 @@ TEST_CASE("GPT rejects bad configs, tokens and sequence lengths with clear error
   REQUIRE_THROWS_WITH(model.forward(Tensor::zeros({1, 4}, DType::i64)), Catch::Contains("tokens must be [B, T] i32"));
   REQUIRE_THROWS_WITH(model.backward(), Catch::Contains("forward with targets"));
   REQUIRE_THROWS_WITH(Precision::parse("fp8"), Catch::Contains("unknown precision 'fp8'"));
+  Precision mixed = Precision::fp32();
+  mixed.storage = DType::bf16;
+  REQUIRE_THROWS_WITH(GPT(tiny_config(), mixed, loom::Device::cpu()), Catch::Contains("take f32 operands"));
+  // One backward per forward: the logits hold their gradient afterwards.
+  std::mt19937 rng(12);
+  const Tensor tokens = random_tokens(1, 4, 13, rng), targets = random_tokens(1, 4, 13, rng);
+  model.forward(tokens, targets);
+  model.backward();
+  REQUIRE_THROWS_WITH(model.backward(), Catch::Contains("forward with targets"));
+  REQUIRE_THROWS_WITH(model.parameters()[0]->set_grad(Tensor::zeros(model.parameters()[0]->value().shape(), DType::bf16)),
+                      Catch::Contains("gradients are f32"));
 }
 
 TEST_CASE("GPT is causal: a position sees every earlier token and no later one", "[nn][gpt]") {
