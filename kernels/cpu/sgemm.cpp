@@ -69,8 +69,12 @@ void pack_b_sliver(std::int64_t kc, std::int64_t cols, const float* b, std::int6
   }
   for (std::int64_t p = 0; p < kc; ++p) {
     const float* src = b + p * rs;
-    if (cols == sgemm_nr && cs == 1) std::copy_n(src, sgemm_nr, dst + p * sgemm_nr);
-    else for (std::int64_t j = 0; j < cols; ++j) dst[p * sgemm_nr + j] = src[j * cs];
+    float* out = dst + p * sgemm_nr;
+    if (cols == sgemm_nr && cs == 1) {
+      for (std::int64_t j = 0; j < sgemm_nr; ++j) out[j] = src[j];  // two vector moves, not a memmove call
+    } else {
+      for (std::int64_t j = 0; j < cols; ++j) out[j] = src[j * cs];
+    }
   }
 }
 

@@ -109,25 +109,25 @@ void Tensor::require_defined(const char* operation) const {
 }
 
 void Tensor::require_numel_one() const {
-  require(numel() == 1, "item() needs a tensor of one element, got ", description());
+  require(numel() == 1, "item() needs a tensor of one element, got ", *this);
 }
 
 void Tensor::check_element_access(DType requested, bool needs_cpu) const {
   require_defined("element access");
-  require(requested == dtype_, "element type ", requested, " requested from ", description());
-  require(!needs_cpu || storage_->device().is_cpu(), "host element access to ", description(),
+  require(requested == dtype_, "element type ", requested, " requested from ", *this);
+  require(!needs_cpu || storage_->device().is_cpu(), "host element access to ", *this,
           "; copy it to the CPU first (to(Device::cpu()))");
 }
 
 std::int64_t Tensor::flat_index(std::initializer_list<std::int64_t> index) const {
   require(static_cast<std::int64_t>(index.size()) == rank(), "index of ", index.size(),
-          " coordinates for ", description());
+          " coordinates for ", *this);
   std::int64_t flat = 0;
   std::int64_t dim = 0;
   for (const std::int64_t coordinate : index) {
     const std::int64_t extent = shape_.extents()[static_cast<std::size_t>(dim)];
     require(coordinate >= 0 && coordinate < extent, "index ", coordinate, " out of range [0, ", extent,
-            ") in dimension ", dim, " of ", description());
+            ") in dimension ", dim, " of ", *this);
     flat = flat * extent + coordinate;
     ++dim;
   }
@@ -140,17 +140,17 @@ void Tensor::copy_to_host(void* destination) const {
 
 Tensor Tensor::view(const Shape& shape) const {
   require_defined("view()");
-  require(shape.numel() == numel(), "cannot view ", description(), " as shape ", shape, " (",
+  require(shape.numel() == numel(), "cannot view ", *this, " as shape ", shape, " (",
           shape.numel(), " elements)");
   return Tensor(storage_, offset_bytes_, shape, dtype_);
 }
 
 Tensor Tensor::slice(std::int64_t begin, std::int64_t end) const {
   require_defined("slice()");
-  require(rank() >= 1, "slice() needs rank >= 1, got ", description());
+  require(rank() >= 1, "slice() needs rank >= 1, got ", *this);
   const std::int64_t rows = shape_.extents()[0];
   require(0 <= begin && begin <= end && end <= rows, "slice [", begin, ", ", end,
-          ") out of range for dimension 0 of ", description());
+          ") out of range for dimension 0 of ", *this);
   std::vector<std::int64_t> extents = shape_.extents();
   extents[0] = end - begin;
   const std::int64_t row_elements = rows == 0 ? 0 : numel() / rows;
@@ -160,8 +160,8 @@ Tensor Tensor::slice(std::int64_t begin, std::int64_t end) const {
 
 Tensor Tensor::select(std::int64_t i) const {
   require_defined("select()");
-  require(rank() >= 1, "select() needs rank >= 1, got ", description());
-  require(0 <= i && i < shape_.extents()[0], "select(", i, ") out of range for ", description());
+  require(rank() >= 1, "select() needs rank >= 1, got ", *this);
+  require(0 <= i && i < shape_.extents()[0], "select(", i, ") out of range for ", *this);
   const Tensor row = slice(i, i + 1);
   return row.view(Shape(std::vector<std::int64_t>(shape_.extents().begin() + 1, shape_.extents().end())));
 }
