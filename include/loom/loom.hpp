@@ -15,6 +15,7 @@
 #include "loom/core/stream.hpp"
 #include "loom/core/tensor.hpp"
 #include "loom/core/tensor_ops.hpp"
+#include "loom/comm/launch.hpp"
 #include "loom/data/addition_task.hpp"
 #include "loom/data/batch_source.hpp"
 #include "loom/data/prefetcher.hpp"
