@@ -1,0 +1,41 @@
+// The handle every communication call returns: completion, waiting with a timeout, and the
+// operation's error.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace loom::comm {
+
+namespace detail {
+struct WorkState {
+  std::mutex mutex;
+  std::condition_variable done_changed;
+  bool done = false;
+  std::exception_ptr error;
+  std::string what;  // the operation, for timeout messages
+  void complete(std::exception_ptr failure);
+};
+}  // namespace detail
+
+class Work {
+ public:
+  Work() = default;  // an already completed, successful operation
+  explicit Work(std::shared_ptr<detail::WorkState> state) : state_(std::move(state)) {}
+
+  bool is_completed() const;
+  // Blocks until the operation is done and rethrows its error. A timeout Error names the operation
+  // when it is not done within `timeout` (the operation itself keeps its own deadline).
+  void wait(std::chrono::milliseconds timeout = std::chrono::milliseconds::max()) const;
+  // The operation's error once completed (nullptr when it succeeded or is still running).
+  std::exception_ptr error() const;
+
+ private:
+  std::shared_ptr<detail::WorkState> state_;
+};
+
+}  // namespace loom::comm

@@ -1,0 +1,78 @@
+#include "src/comm/reduce.hpp"
+
+#include <algorithm>
+
+#include "loom/core/error.hpp"
+#include "loom/core/numeric.hpp"
+
+namespace loom::comm::detail {
+
+namespace {
+
+template <class T>
+auto widen(T v) {
+  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) return to_float(v);
+  else if constexpr (std::is_same_v<T, float>) return v;
+  else return static_cast<std::int64_t>(v);
+}
+
+template <class T, class A>
+T narrow(A v) {
+  if constexpr (std::is_same_v<T, half>) return to_half(v);
+  else if constexpr (std::is_same_v<T, bfloat16>) return to_bfloat16(v);
+  else return static_cast<T>(v);
+}
+
+template <class T>
+void reduce_typed(T* out, const std::vector<const void*>& inputs, std::int64_t offset, std::int64_t count,
+                  ReduceOp op) {
+  const auto ranks = static_cast<std::int64_t>(inputs.size());
+  for (std::int64_t i = 0; i < count; ++i) {
+    auto acc = widen(static_cast<const T*>(inputs[0])[offset + i]);
+    for (std::int64_t r = 1; r < ranks; ++r) {
+      const auto v = widen(static_cast<const T*>(inputs[static_cast<std::size_t>(r)])[offset + i]);
+      if (op == ReduceOp::max) acc = std::max(acc, v);
+      else if (op == ReduceOp::min) acc = std::min(acc, v);
+      else acc += v;
+    }
+    if (op == ReduceOp::avg) acc /= static_cast<decltype(acc)>(ranks);
+    out[i] = narrow<T>(acc);
+  }
+}
+
+bool reducible_dtype(DType d) {
+  return d == DType::f32 || d == DType::f16 || d == DType::bf16 || d == DType::i32 || d == DType::i64;
+}
+
+}  // namespace
+
+void require_cpu_contiguous(const std::string& what, const char* name, const Tensor& tensor) {
+  require(tensor.defined(), what, ": ", name, " is undefined");
+  require(tensor.device().is_cpu(), what, ": ", name, " ", tensor, " is not a CPU tensor (this backend moves host memory)");
+}
+
+void require_reducible(const std::string& what, const Tensor& input, const Tensor& output, ReduceOp op,
+                       std::int64_t blocks) {
+  require_cpu_contiguous(what, "input", input);
+  require_cpu_contiguous(what, "output", output);
+  require(input.dtype() == output.dtype(), what, ": input ", input, " and output ", output, " differ in dtype");
+  require(reducible_dtype(input.dtype()), what, ": dtype ", input.dtype(), " cannot be reduced (f32, f16, bf16, i32, i64)");
+  require(input.numel() == blocks * output.numel(), what, ": input has ", input.numel(), " elements, expected ",
+          blocks, " x the output's ", output.numel());
+  require(op != ReduceOp::avg || is_floating_point(input.dtype()), what, ": avg needs a floating dtype, got ",
+          input.dtype());
+}
+
+void reduce_into(void* out, const std::vector<const void*>& inputs, std::int64_t offset, std::int64_t count,
+                 DType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DType::f32: return reduce_typed(static_cast<float*>(out), inputs, offset, count, op);
+    case DType::f16: return reduce_typed(static_cast<half*>(out), inputs, offset, count, op);
+    case DType::bf16: return reduce_typed(static_cast<bfloat16*>(out), inputs, offset, count, op);
+    case DType::i32: return reduce_typed(static_cast<std::int32_t*>(out), inputs, offset, count, op);
+    case DType::i64: return reduce_typed(static_cast<std::int64_t*>(out), inputs, offset, count, op);
+    default: fail(ErrorCategory::invalid_argument, "cannot reduce dtype ", dtype);
+  }
+}
+
+}  // namespace loom::comm::detail

@@ -1,0 +1,24 @@
+// Element-wise reductions over the ranks' buffers for the CPU backends, and the argument checks
+// they share. f16/bf16 accumulate in fp32, f32 in fp32, integers in int64; ranks are combined in
+// rank order, so every rank computes bit-identical results.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/comm/communicator.hpp"
+
+namespace loom::comm::detail {
+
+void require_cpu_contiguous(const std::string& what, const char* name, const Tensor& tensor);
+// input and output: CPU, one supported dtype; input.numel == blocks x output.numel; avg only for
+// floating dtypes.
+void require_reducible(const std::string& what, const Tensor& input, const Tensor& output, ReduceOp op,
+                       std::int64_t blocks);
+
+// out[i] = op over r of inputs[r][offset + i], i < count, in dtype.
+void reduce_into(void* out, const std::vector<const void*>& inputs, std::int64_t offset, std::int64_t count,
+                 DType dtype, ReduceOp op);
+
+}  // namespace loom::comm::detail
