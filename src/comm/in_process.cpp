@@ -12,16 +12,6 @@
 
 namespace loom::comm {
 
-std::string_view to_string(ReduceOp op) noexcept {
-  switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::avg: return "avg";
-    case ReduceOp::max: return "max";
-    case ReduceOp::min: return "min";
-  }
-  return "?";
-}
-
 namespace {
 
 struct Post {

@@ -5,7 +5,19 @@
 #include "loom/core/error.hpp"
 #include "loom/core/numeric.hpp"
 
-namespace loom::comm::detail {
+namespace loom::comm {
+
+std::string_view to_string(ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::avg: return "avg";
+    case ReduceOp::max: return "max";
+    case ReduceOp::min: return "min";
+  }
+  return "?";
+}
+
+namespace detail {
 
 namespace {
 
@@ -75,4 +87,5 @@ void reduce_into(void* out, const std::vector<const void*>& inputs, std::int64_t
   }
 }
 
-}  // namespace loom::comm::detail
+}  // namespace detail
+}  // namespace loom::comm

@@ -1,5 +1,5 @@
 // Element-wise reductions over the ranks' buffers for the CPU backends, and the argument checks
-// they share. f16/bf16 accumulate in fp32, f32 in fp32, integers in int64; ranks are combined in
+// they share; also to_string(ReduceOp). f16/bf16 accumulate in fp32, f32 in fp32, integers in int64; ranks are combined in
 // rank order, so every rank computes bit-identical results.
 #pragma once
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <span>
 #include <vector>
 
 #include "loom/core/error.hpp"
@@ -164,18 +165,22 @@ TrainingProgress load_checkpoint(const std::string& path, nn::GPT& model, optim:
     const std::string optimizer_name = manifest.at("optimizer").get<std::string>();
     require(optimizer_name == optimizer.name(), "checkpoint '", dir, "' holds ", optimizer_name,
             " state but the run uses ", optimizer.name());
+    // Each file is read once: its size and CRC-32 are checked on the bytes that are then parsed.
+    std::vector<SafetensorsContents> contents;
     for (const char* file : data_files) {
       const std::string file_path = (fs::path(dir) / file).string();
-      const FileDigest d = digest_file(file_path);
+      const std::string bytes = read_file(file_path);
+      const std::uint32_t crc = crc32(std::span(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()));
       const json& expected = manifest.at("files").at(file);
-      if (d.bytes != expected.at("bytes").get<std::uint64_t>() || d.crc32 != expected.at("crc32").get<std::uint32_t>()) {
-        fail(ErrorCategory::corrupt_data, "checkpoint file '", file_path, "' is damaged: ", d.bytes, " bytes with CRC-32 ",
-             d.crc32, ", expected ", expected.at("bytes").get<std::uint64_t>(), " bytes with CRC-32 ",
+      if (bytes.size() != expected.at("bytes").get<std::uint64_t>() || crc != expected.at("crc32").get<std::uint32_t>()) {
+        fail(ErrorCategory::corrupt_data, "checkpoint file '", file_path, "' is damaged: ", bytes.size(),
+             " bytes with CRC-32 ", crc, ", expected ", expected.at("bytes").get<std::uint64_t>(), " bytes with CRC-32 ",
              expected.at("crc32").get<std::uint32_t>());
       }
+      contents.push_back(parse_safetensors(bytes, file_path));
     }
-    const SafetensorsContents weights = read_safetensors((fs::path(dir) / data_files[0]).string());
-    const SafetensorsContents state = read_safetensors((fs::path(dir) / data_files[1]).string());
+    const SafetensorsContents& weights = contents[0];
+    const SafetensorsContents& state = contents[1];
     std::vector<std::pair<Tensor, std::string>> model_targets, state_targets;
     for (nn::Parameter* p : model.parameters()) model_targets.emplace_back(p->value(), p->name());
     for (const optim::StateTensor& t : optimizer.state_tensors()) state_targets.emplace_back(t.tensor, t.name);

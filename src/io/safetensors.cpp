@@ -75,8 +75,9 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
   sync_path(path);
 }
 
-SafetensorsContents read_safetensors(const std::string& path) {
-  const std::string file = read_file(path);
+SafetensorsContents read_safetensors(const std::string& path) { return parse_safetensors(read_file(path), path); }
+
+SafetensorsContents parse_safetensors(std::string_view file, const std::string& path) {
   auto corrupt = [&](auto&&... parts) {
     fail(ErrorCategory::corrupt_data, "safetensors '", path, "': ", std::forward<decltype(parts)>(parts)...);
   };

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "loom/core/tensor.hpp"
@@ -32,6 +33,8 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
 // offsets that overlap or leave the file, or a shape that does not match its byte range is a
 // corrupt_data Error naming the file and the problem.
 SafetensorsContents read_safetensors(const std::string& path);
+// The same checks on a file's bytes already in memory; name is used in error messages.
+SafetensorsContents parse_safetensors(std::string_view bytes, const std::string& name);
 
 // "F32", "F16", "BF16", "I32", "I64", "U8", "U16".
 std::string safetensors_dtype(DType dtype);

@@ -7,7 +7,6 @@
 
 #include <chrono>
 #include <functional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -83,11 +82,7 @@ struct RankFailures {
 
 template <class... Parts>
 std::function<std::string()> say(const Parts&... parts) {
-  return [=] {
-    std::ostringstream out;
-    (out << ... << parts);
-    return out.str();
-  };
+  return [=] { return loom::detail::concat(parts...); };
 }
 
 }  // namespace
