@@ -1,13 +1,17 @@
 #include "loom/comm/in_process.hpp"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
 
 #include "loom/core/error.hpp"
+#include "src/comm/call_queue.hpp"
+#include "src/comm/checked.hpp"
 #include "src/comm/reduce.hpp"
 
 namespace loom::comm {
@@ -16,19 +20,34 @@ namespace {
 
 struct Post {
   const void* input = nullptr;
+  int color = 0, key = 0;
+  std::shared_ptr<void> shared{};  // split: the new group, created by its first member
 };
 
-// Every rank of a round waits here until all have arrived, then sees all posts. A round that not
-// every rank joins in time aborts the group: the waiting ranks and every later call fail.
-class Rendezvous {
+// A message from a send waiting for its recv.
+struct Letter {
+  const void* data;
+  DType dtype;
+  std::int64_t numel;
+  bool taken = false;
+  std::string refusal{};  // set by a recv that does not match
+};
+
+// What the ranks of one group share. A collective round waits until every rank has arrived, then
+// every rank sees all posts. A round or a send/recv that its peers do not join in time aborts the
+// group: the waiting ranks and every later call fail.
+class Group {
  public:
-  Rendezvous(int size, std::chrono::milliseconds timeout) : size_(size), timeout_(timeout), posts_(size) {}
+  Group(int size, std::chrono::milliseconds timeout) : size_(size), timeout_(timeout), posts_(size) {}
+
+  int size() const { return size_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
 
   std::vector<Post> arrive(int rank, Post post, const std::string& what) {
     std::unique_lock lock(mutex_);
-    if (aborted_) fail(ErrorCategory::timeout, what, ": the in-process communicator was aborted by an earlier timeout");
+    check_not_aborted(what);
     const std::int64_t round = round_;
-    posts_[static_cast<std::size_t>(rank)] = post;
+    posts_[static_cast<std::size_t>(rank)] = std::move(post);
     if (++arrived_ == size_) {
       snapshot_ = posts_;
       arrived_ = 0;
@@ -37,17 +56,65 @@ class Rendezvous {
       return snapshot_;
     }
     if (!changed_.wait_for(lock, timeout_, [&] { return round_ != round || aborted_; })) {
-      aborted_ = true;
-      const int present = arrived_;
-      changed_.notify_all();
-      fail(ErrorCategory::timeout, what, ": only ", present, " of ", size_, " ranks joined within ", timeout_.count(),
+      abort_locked();
+      fail(ErrorCategory::timeout, what, ": only ", arrived_, " of ", size_, " ranks joined within ", timeout_.count(),
            " ms; the communicator is aborted");
     }
     if (round_ == round) fail(ErrorCategory::timeout, what, ": aborted by another rank's timeout");
     return snapshot_;
   }
 
+  void send(int from, int to, const Tensor& tensor, const std::string& what) {
+    std::unique_lock lock(mutex_);
+    check_not_aborted(what);
+    Letter letter{tensor.raw_data(), tensor.dtype(), tensor.numel()};
+    std::deque<Letter*>& box = mailbox_[{from, to}];
+    box.push_back(&letter);
+    changed_.notify_all();
+    if (!changed_.wait_for(lock, timeout_, [&] { return letter.taken || aborted_; })) {
+      std::erase(box, &letter);
+      abort_locked();
+      fail(ErrorCategory::timeout, what, ": rank ", to, " did not receive within ", timeout_.count(),
+           " ms; the communicator is aborted");
+    }
+    if (!letter.taken) {
+      std::erase(box, &letter);
+      fail(ErrorCategory::timeout, what, ": aborted by another rank's timeout");
+    }
+    if (!letter.refusal.empty()) fail(ErrorCategory::invalid_argument, what, ": ", letter.refusal);
+  }
+
+  void recv(int from, int to, const Tensor& tensor, const std::string& what) {
+    std::unique_lock lock(mutex_);
+    check_not_aborted(what);
+    std::deque<Letter*>& box = mailbox_[{from, to}];
+    if (!changed_.wait_for(lock, timeout_, [&] { return !box.empty() || aborted_; })) {
+      abort_locked();
+      fail(ErrorCategory::timeout, what, ": rank ", from, " did not send within ", timeout_.count(),
+           " ms; the communicator is aborted");
+    }
+    if (box.empty()) fail(ErrorCategory::timeout, what, ": aborted by another rank's timeout");
+    Letter& letter = *box.front();
+    box.pop_front();
+    letter.taken = true;
+    changed_.notify_all();
+    if (letter.dtype != tensor.dtype() || letter.numel != tensor.numel()) {
+      letter.refusal = loom::detail::concat("rank ", from, " sent ", letter.numel, " ", letter.dtype, " elements but rank ",
+                                            to, " receives ", tensor.numel(), " ", tensor.dtype());
+      fail(ErrorCategory::invalid_argument, what, ": ", letter.refusal);
+    }
+    if (tensor.nbytes() > 0) std::memcpy(tensor.raw_data(), letter.data, tensor.nbytes());
+  }
+
  private:
+  void check_not_aborted(const std::string& what) const {
+    if (aborted_) fail(ErrorCategory::timeout, what, ": the in-process communicator was aborted by an earlier timeout");
+  }
+  void abort_locked() {
+    aborted_ = true;
+    changed_.notify_all();
+  }
+
   std::mutex mutex_;
   std::condition_variable changed_;
   int size_;
@@ -56,43 +123,45 @@ class Rendezvous {
   std::int64_t round_ = 0;
   bool aborted_ = false;
   std::vector<Post> posts_, snapshot_;
+  std::map<std::pair<int, int>, std::deque<Letter*>> mailbox_;
 };
 
 class InProcessCommunicator : public Communicator {
  public:
-  InProcessCommunicator(std::shared_ptr<Rendezvous> group, int rank, int size)
-      : group_(std::move(group)), rank_(rank), size_(size), worker_([this] { run(); }) {}
-
-  ~InProcessCommunicator() override {
-    {
-      const std::lock_guard lock(mutex_);
-      stopping_ = true;
-    }
-    queued_.notify_one();
-    worker_.join();
-  }
+  InProcessCommunicator(std::shared_ptr<Group> group, int rank)
+      : group_(std::move(group)), rank_(rank), calls_("in-process communicator", std::chrono::milliseconds(0)) {}
 
   int rank() const override { return rank_; }
-  int size() const override { return size_; }
+  int size() const override { return group_->size(); }
+  Device device() const override { return Device::cpu(); }
+  std::string_view backend() const override { return "in-process"; }
 
   Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op) override {
     const std::string what = describe("all_reduce");
     detail::require_reducible(what, input, output, op, 1);
-    return enqueue(what, [=, this] {
-      const std::vector<Post> posts = group_->arrive(rank_, {input.raw_data()}, what);
-      const std::vector<const void*> inputs = inputs_of(posts);
-      std::vector<unsigned char> result(input.nbytes());
-      detail::reduce_into(result.data(), inputs, 0, input.numel(), input.dtype(), op);
-      group_->arrive(rank_, {}, what);  // every rank has read the inputs: outputs may overwrite them
-      if (!result.empty()) std::memcpy(output.raw_data(), result.data(), result.size());
+    return calls_.enqueue(what, [=, this] { reduce_to(input, output, op, 0, input.numel(), what); });
+  }
+
+  Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root) override {
+    const std::string what = describe("reduce");
+    require_root(what, root);
+    detail::require_reducible(what, input, rank_ == root ? output : input, op, 1);
+    return calls_.enqueue(what, [=, this] {
+      reduce_to(input, rank_ == root ? output : Tensor(), op, 0, input.numel(), what);
     });
+  }
+
+  Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
+    const std::string what = describe("reduce_scatter");
+    detail::require_reducible(what, input, output, op, size());
+    return calls_.enqueue(what, [=, this] { reduce_to(input, output, op, rank_ * output.numel(), output.numel(), what); });
   }
 
   Work broadcast(const Tensor& tensor, int root) override {
     const std::string what = describe("broadcast");
-    require(root >= 0 && root < size_, what, ": root ", root, " is outside a world of ", size_);
+    require_root(what, root);
     detail::require_cpu_contiguous(what, "tensor", tensor);
-    return enqueue(what, [=, this] {
+    return calls_.enqueue(what, [=, this] {
       const std::vector<Post> posts = group_->arrive(rank_, {tensor.raw_data()}, what);
       if (rank_ != root && tensor.nbytes() > 0) {
         std::memcpy(tensor.raw_data(), posts[static_cast<std::size_t>(root)].input, tensor.nbytes());
@@ -103,89 +172,90 @@ class InProcessCommunicator : public Communicator {
 
   Work all_gather(const Tensor& input, const Tensor& output) override {
     const std::string what = describe("all_gather");
-    detail::require_cpu_contiguous(what, "input", input);
-    detail::require_cpu_contiguous(what, "output", output);
-    require(input.dtype() == output.dtype() && output.numel() == input.numel() * size_, what, ": output must be ",
-            size_, " x the input's ", input.numel(), " ", input.dtype(), " elements, got ", output);
-    return enqueue(what, [=, this] {
+    detail::require_gatherable(what, input, output, size());
+    return calls_.enqueue(what, [=, this] {
       const std::vector<Post> posts = group_->arrive(rank_, {input.raw_data()}, what);
       auto* out = static_cast<unsigned char*>(output.raw_data());
-      for (int r = 0; r < size_; ++r) {
+      for (int r = 0; r < size(); ++r) {
         unsigned char* block = out + static_cast<std::size_t>(r) * input.nbytes();
         const void* source = posts[static_cast<std::size_t>(r)].input;
-        if (input.nbytes() > 0 && block != source) std::memcpy(block, source, input.nbytes());
+        if (input.nbytes() > 0 && block != source) std::memmove(block, source, input.nbytes());
       }
       group_->arrive(rank_, {}, what);
     });
   }
 
-  Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
-    const std::string what = describe("reduce_scatter");
-    detail::require_reducible(what, input, output, op, size_);
-    return enqueue(what, [=, this] {
-      const std::vector<Post> posts = group_->arrive(rank_, {input.raw_data()}, what);
-      std::vector<unsigned char> result(output.nbytes());
-      detail::reduce_into(result.data(), inputs_of(posts), rank_ * output.numel(), output.numel(), input.dtype(), op);
-      group_->arrive(rank_, {}, what);
-      if (!result.empty()) std::memcpy(output.raw_data(), result.data(), result.size());
-    });
+  Work send(const Tensor& tensor, int peer) override {
+    const std::string what = describe("send", peer);
+    detail::require_peer(what, tensor, peer, rank_, size());
+    return calls_.enqueue(what, [=, this] { group_->send(rank_, peer, tensor, what); });
+  }
+
+  Work recv(const Tensor& tensor, int peer) override {
+    const std::string what = describe("recv", peer);
+    detail::require_peer(what, tensor, peer, rank_, size());
+    return calls_.enqueue(what, [=, this] { group_->recv(peer, rank_, tensor, what); });
   }
 
   Work barrier() override {
     const std::string what = describe("barrier");
-    return enqueue(what, [=, this] { group_->arrive(rank_, {}, what); });
+    return calls_.enqueue(what, [=, this] { group_->arrive(rank_, {}, what); });
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    const std::string what = describe("split");
+    require(color >= 0 || color == no_color, what, ": color must be >= 0 or no_color, got ", color);
+    std::unique_ptr<Communicator> child;
+    calls_.run(what, [&] {
+      std::vector<Post> posts = group_->arrive(rank_, {nullptr, color, key, nullptr}, what);
+      // Members of this rank's color, ordered by (key, old rank); the first creates the group.
+      std::vector<int> members;
+      for (int r = 0; r < size(); ++r) {
+        if (color != no_color && posts[static_cast<std::size_t>(r)].color == color) members.push_back(r);
+      }
+      std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
+        return posts[static_cast<std::size_t>(a)].key < posts[static_cast<std::size_t>(b)].key;
+      });
+      std::shared_ptr<void> created;
+      if (!members.empty() && members.front() == rank_) {
+        created = std::make_shared<Group>(static_cast<int>(members.size()), group_->timeout());
+      }
+      posts = group_->arrive(rank_, {nullptr, 0, 0, created}, what);
+      if (members.empty()) return;
+      const auto new_rank = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+      child = std::make_unique<InProcessCommunicator>(
+          std::static_pointer_cast<Group>(posts[static_cast<std::size_t>(members.front())].shared), new_rank);
+    });
+    return child;
   }
 
  private:
-  std::string describe(const char* op) const {
-    return std::string("in-process ") + op + " (rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ")";
+  std::string describe(const char* op, int peer = -1) const {
+    std::string text = std::string("in-process ") + op + " (rank " + std::to_string(rank_) + " of " +
+                       std::to_string(size());
+    if (peer >= 0) text += ", peer " + std::to_string(peer);
+    return text + ")";
   }
 
-  static std::vector<const void*> inputs_of(const std::vector<Post>& posts) {
+  void require_root(const std::string& what, int root) const {
+    require(root >= 0 && root < size(), what, ": root ", root, " is outside a world of ", size());
+  }
+
+  // output (when defined) = elements [offset, offset + count) of op over the ranks' inputs.
+  void reduce_to(const Tensor& input, const Tensor& output, ReduceOp op, std::int64_t offset, std::int64_t count,
+                 const std::string& what) {
+    const std::vector<Post> posts = group_->arrive(rank_, {input.raw_data()}, what);
     std::vector<const void*> inputs;
     for (const Post& p : posts) inputs.push_back(p.input);
-    return inputs;
+    std::vector<unsigned char> result(output.defined() ? output.nbytes() : 0);
+    if (output.defined()) detail::reduce_into(result.data(), inputs, offset, count, input.dtype(), op);
+    group_->arrive(rank_, {}, what);  // every rank has read the inputs: outputs may overwrite them
+    if (!result.empty()) std::memcpy(output.raw_data(), result.data(), result.size());
   }
 
-  Work enqueue(const std::string& what, std::function<void()> op) {
-    auto state = std::make_shared<detail::WorkState>();
-    state->what = what;
-    {
-      const std::lock_guard lock(mutex_);
-      queue_.push_back({state, std::move(op)});
-    }
-    queued_.notify_one();
-    return Work(state);
-  }
-
-  void run() {
-    for (;;) {
-      std::pair<std::shared_ptr<detail::WorkState>, std::function<void()>> item;
-      {
-        std::unique_lock lock(mutex_);
-        queued_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stopping, and everything asked for is done
-        item = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      std::exception_ptr failure;
-      try {
-        item.second();
-      } catch (...) {
-        failure = std::current_exception();
-      }
-      item.second = nullptr;  // release the call's captures before the caller learns it is done
-      item.first->complete(failure);
-    }
-  }
-
-  std::shared_ptr<Rendezvous> group_;
-  int rank_, size_;
-  std::mutex mutex_;
-  std::condition_variable queued_;
-  std::deque<std::pair<std::shared_ptr<detail::WorkState>, std::function<void()>>> queue_;
-  bool stopping_ = false;
-  std::thread worker_;  // last: started once everything it uses exists
+  std::shared_ptr<Group> group_;
+  int rank_;
+  detail::CallQueue calls_;  // last: its worker stops before the rest is destroyed
 };
 
 }  // namespace
@@ -193,9 +263,12 @@ class InProcessCommunicator : public Communicator {
 std::vector<std::unique_ptr<Communicator>> make_in_process_communicators(int size, const CommOptions& options) {
   require(size >= 1, "in-process communicators: size must be >= 1, got ", size);
   require(options.timeout.count() > 0, "in-process communicators: the timeout must be positive");
-  auto group = std::make_shared<Rendezvous>(size, options.timeout);
+  auto group = std::make_shared<Group>(size, options.timeout);
   std::vector<std::unique_ptr<Communicator>> out;
-  for (int r = 0; r < size; ++r) out.push_back(std::make_unique<InProcessCommunicator>(group, r, size));
+  for (int r = 0; r < size; ++r) {
+    std::unique_ptr<Communicator> comm = std::make_unique<InProcessCommunicator>(group, r);
+    out.push_back(options.check_collectives ? detail::with_collective_checks(std::move(comm)) : std::move(comm));
+  }
   return out;
 }
 

@@ -63,16 +63,58 @@ void require_cpu_contiguous(const std::string& what, const char* name, const Ten
   require(tensor.device().is_cpu(), what, ": ", name, " ", tensor, " is not a CPU tensor (this backend moves host memory)");
 }
 
+void require_same_dtype(const std::string& what, const Tensor& input, const Tensor& output) {
+  require(input.dtype() == output.dtype(), what, ": input ", input, " and output ", output, " differ in dtype");
+}
+
+void require_gatherable(const std::string& what, const Tensor& input, const Tensor& output, int ranks) {
+  require_cpu_contiguous(what, "input", input);
+  require_cpu_contiguous(what, "output", output);
+  require_same_dtype(what, input, output);
+  require(output.numel() == input.numel() * ranks, what, ": output must be ", ranks, " x the input's ", input.numel(),
+          " ", input.dtype(), " elements, got ", output);
+}
+
+void require_peer(const std::string& what, const Tensor& tensor, int peer, int rank, int size) {
+  require_cpu_contiguous(what, "tensor", tensor);
+  require(peer >= 0 && peer < size && peer != rank, what, ": peer ", peer, " must be another rank of a world of ", size);
+}
+
 void require_reducible(const std::string& what, const Tensor& input, const Tensor& output, ReduceOp op,
                        std::int64_t blocks) {
   require_cpu_contiguous(what, "input", input);
   require_cpu_contiguous(what, "output", output);
-  require(input.dtype() == output.dtype(), what, ": input ", input, " and output ", output, " differ in dtype");
+  require_same_dtype(what, input, output);
   require(reducible_dtype(input.dtype()), what, ": dtype ", input.dtype(), " cannot be reduced (f32, f16, bf16, i32, i64)");
   require(input.numel() == blocks * output.numel(), what, ": input has ", input.numel(), " elements, expected ",
           blocks, " x the output's ", output.numel());
   require(op != ReduceOp::avg || is_floating_point(input.dtype()), what, ": avg needs a floating dtype, got ",
           input.dtype());
+}
+
+std::vector<float> widen_to_f32(const Tensor& tensor) {
+  std::vector<float> out(static_cast<std::size_t>(tensor.numel()));
+  if (tensor.dtype() == DType::f16) {
+    const half* in = tensor.data<half>();
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = to_float(in[i]);
+  } else {
+    require(tensor.dtype() == DType::bf16, "widen_to_f32: ", tensor, " is not f16 or bf16");
+    const bfloat16* in = tensor.data<bfloat16>();
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = to_float(in[i]);
+  }
+  return out;
+}
+
+void narrow_from_f32(const float* values, const Tensor& tensor) {
+  const auto n = static_cast<std::size_t>(tensor.numel());
+  if (tensor.dtype() == DType::f16) {
+    half* out = tensor.data<half>();
+    for (std::size_t i = 0; i < n; ++i) out[i] = to_half(values[i]);
+  } else {
+    require(tensor.dtype() == DType::bf16, "narrow_from_f32: ", tensor, " is not f16 or bf16");
+    bfloat16* out = tensor.data<bfloat16>();
+    for (std::size_t i = 0; i < n; ++i) out[i] = to_bfloat16(values[i]);
+  }
 }
 
 void reduce_into(void* out, const std::vector<const void*>& inputs, std::int64_t offset, std::int64_t count,

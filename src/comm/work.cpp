@@ -1,5 +1,7 @@
 #include "loom/comm/work.hpp"
 
+#include <thread>
+
 #include "loom/core/error.hpp"
 
 namespace loom::comm {
@@ -7,22 +9,25 @@ namespace loom::comm {
 void detail::WorkState::complete(std::exception_ptr failure) {
   {
     const std::lock_guard lock(mutex);
-    done = true;
+    if (done.load(std::memory_order_relaxed)) return;
     error = std::move(failure);
+    done.store(true, std::memory_order_release);
   }
   done_changed.notify_all();
 }
 
-bool Work::is_completed() const {
-  if (!state_) return true;
-  const std::lock_guard lock(state_->mutex);
-  return state_->done;
-}
+bool Work::is_completed() const { return !state_ || state_->done.load(std::memory_order_acquire); }
 
 void Work::wait(std::chrono::milliseconds timeout) const {
   if (!state_) return;
+  // Small collectives finish within microseconds: spin briefly before sleeping, so that waking
+  // this thread does not dominate their latency.
+  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+  while (!state_->done.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < spin_until) {
+    std::this_thread::yield();
+  }
   std::unique_lock lock(state_->mutex);
-  const auto is_done = [&] { return state_->done; };
+  const auto is_done = [&] { return state_->done.load(std::memory_order_relaxed); };
   if (timeout == std::chrono::milliseconds::max()) {
     state_->done_changed.wait(lock, is_done);
   } else if (!state_->done_changed.wait_for(lock, timeout, is_done)) {

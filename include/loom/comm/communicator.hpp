@@ -1,12 +1,15 @@
-// One interface for collective communication among the ranks of a job. Every call is
-// asynchronous and returns a Work; a backend finishes its calls in the order they were made.
-// Tensors are contiguous; outputs may be the inputs (in place) where noted.
+// One interface for communication among the ranks of a job. Every call is asynchronous and
+// returns a Work; a backend finishes its calls in the order they were made. Tensors are
+// contiguous and live on the communicator's device; outputs may be the inputs (in place) where
+// noted. Backends: in-process (threads as ranks), MPI (CPU processes), NCCL (one GPU per rank).
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string_view>
 
 #include "loom/comm/work.hpp"
+#include "loom/core/stream.hpp"
 #include "loom/core/tensor.hpp"
 
 namespace loom::comm {
@@ -14,27 +17,56 @@ namespace loom::comm {
 enum class ReduceOp { sum, avg, max, min };
 std::string_view to_string(ReduceOp op) noexcept;
 
+// LOOM_DEBUG_COLLECTIVES=1 in the environment.
+bool collective_checks_from_environment();
+
 struct CommOptions {
-  // A collective that not every rank joins within this time fails with a timeout Error on the
-  // ranks that did, and the communicator is aborted (later calls fail at once) instead of hanging.
+  // A call that its peers do not join within this time fails with a timeout Error on the ranks
+  // that made it, and the communicator is aborted (later calls fail at once) instead of hanging.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // Before each call, check that every rank makes the same call (operation, count, dtype, op,
+  // root, sequence number) and fail with an error naming the ranks and their calls if not.
+  // Costs one small all-gather per call; for debugging.
+  bool check_collectives = collective_checks_from_environment();
 };
 
 class Communicator {
  public:
+  static constexpr int no_color = -1;
+
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  virtual Device device() const = 0;             // where the tensors of every call must live
+  virtual std::string_view backend() const = 0;  // "in-process", "mpi" or "nccl"
 
-  // output = op over ranks of input, element-wise (f16/bf16 accumulate in fp32). output may be input.
+  // output = op over ranks of input, element-wise (f16/bf16 accumulate in fp32 on the CPU
+  // backends). output may be input.
   virtual Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op) = 0;
+  // root's output = op over ranks of input. Other ranks' output is not written and may be undefined.
+  virtual Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root) = 0;
   // tensor = root's tensor on every rank.
   virtual Work broadcast(const Tensor& tensor, int root) = 0;
-  // output (size x input.numel elements) = the inputs in rank order.
+  // output (size x input.numel elements) = the inputs in rank order. input may be this rank's
+  // block of output.
   virtual Work all_gather(const Tensor& input, const Tensor& output) = 0;
   // output (input.numel / size elements) = this rank's block of op over ranks of input.
   virtual Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) = 0;
+  // Point to point: the k-th send from a to b delivers into the k-th recv on b from a; count and
+  // dtype must match. A send may not complete before its recv is posted, so order calls as for
+  // blocking sends (in a ring exchange, even ranks send first and odd ranks receive first).
+  virtual Work send(const Tensor& tensor, int peer) = 0;
+  virtual Work recv(const Tensor& tensor, int peer) = 0;
   virtual Work barrier() = 0;
+
+  // Collective and blocking: every rank calls it after its earlier calls. Ranks passing the same
+  // color form a new communicator, ranked by (key, old rank); no_color gives nullptr. The child
+  // has the parent's backend, device and options and runs independently of it.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  // GPU backends: calls start after the work enqueued so far on this stream (default: the
+  // device's default stream). CPU backends ignore it.
+  virtual void set_stream(StreamRef stream) { (void)stream; }
 };
 
 }  // namespace loom::comm

@@ -2,6 +2,7 @@
 // operation's error.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -15,9 +16,10 @@ namespace detail {
 struct WorkState {
   std::mutex mutex;
   std::condition_variable done_changed;
-  bool done = false;
+  std::atomic<bool> done{false};  // read without the mutex by waiters that spin briefly
   std::exception_ptr error;
   std::string what;  // the operation, for timeout messages
+  // The first completion wins: a call failed by a watchdog stays failed when it returns later.
   void complete(std::exception_ptr failure);
 };
 }  // namespace detail

@@ -1,0 +1,262 @@
+#include "loom/comm/mpi.hpp"
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "loom/core/error.hpp"
+#include "loom/core/mpi_check.hpp"
+#include "src/comm/call_queue.hpp"
+#include "src/comm/checked.hpp"
+#include "src/comm/reduce.hpp"
+
+namespace loom::comm {
+
+namespace {
+
+MPI_Datatype mpi_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::i32: return MPI_INT32_T;
+    case DType::i64: return MPI_INT64_T;
+    default: fail(ErrorCategory::invalid_argument, "no MPI datatype for ", dtype);
+  }
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::max: return MPI_MAX;
+    case ReduceOp::min: return MPI_MIN;
+    default: return MPI_SUM;  // avg: sum, then divide
+  }
+}
+
+bool is_16bit(DType dtype) { return dtype == DType::f16 || dtype == DType::bf16; }
+
+void divide(float* values, std::int64_t n, int size) {
+  const auto divisor = static_cast<float>(size);
+  for (std::int64_t i = 0; i < n; ++i) values[i] /= divisor;
+}
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  const auto* pa = static_cast<const unsigned char*>(a.raw_data());
+  const auto* pb = static_cast<const unsigned char*>(b.raw_data());
+  return a.nbytes() > 0 && b.nbytes() > 0 && pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
+int mpi_count(const std::string& what, std::int64_t count) {
+  require(count <= INT_MAX, what, ": ", count, " elements exceed MPI's int count; split the tensor");
+  return static_cast<int>(count);
+}
+
+void check_thread_level() {
+  int initialized = 0, finalized = 0;
+  check_mpi(MPI_Initialized(&initialized), "MPI_Initialized");
+  check_mpi(MPI_Finalized(&finalized), "MPI_Finalized");
+  require(initialized && !finalized, "MPI communicator: MPI is not initialized (call loom::init first)");
+  int provided = MPI_THREAD_SINGLE;
+  check_mpi(MPI_Query_thread(&provided), "MPI_Query_thread");
+  require(provided == MPI_THREAD_MULTIPLE, "MPI communicator: MPI was initialized with thread level ", provided,
+          "; loom's progress threads need MPI_THREAD_MULTIPLE (", MPI_THREAD_MULTIPLE,
+          "): initialize with loom::init or MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)");
+}
+
+class MpiCommunicator : public Communicator {
+ public:
+  MpiCommunicator(MPI_Comm comm, const CommOptions& options) : comm_(comm), options_(options) {
+    check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    calls_ = std::make_unique<detail::CallQueue>("MPI communicator", options.timeout);
+  }
+
+  ~MpiCommunicator() override {
+    const bool aborted = calls_->aborted();
+    calls_.reset();  // runs what is queued (or abandons a stuck call)
+    int finalized = 1;
+    MPI_Finalized(&finalized);
+    if (!aborted && !finalized) MPI_Comm_free(&comm_);  // an aborted call may still be inside MPI with it
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Device device() const override { return Device::cpu(); }
+  std::string_view backend() const override { return "mpi"; }
+
+  Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op) override {
+    const std::string what = describe("all_reduce");
+    detail::require_reducible(what, input, output, op, 1);
+    const int n = mpi_count(what, input.numel());
+    return calls_->enqueue(what, [=, this] {
+      if (is_16bit(input.dtype())) {
+        std::vector<float> values = detail::widen_to_f32(input);
+        check_mpi(MPI_Allreduce(MPI_IN_PLACE, values.data(), n, MPI_FLOAT, mpi_op(op), comm_), what);
+        if (op == ReduceOp::avg) divide(values.data(), n, size_);
+        detail::narrow_from_f32(values.data(), output);
+        return;
+      }
+      const void* send = input.raw_data() == output.raw_data() ? MPI_IN_PLACE : input.raw_data();
+      check_mpi(MPI_Allreduce(send, output.raw_data(), n, mpi_type(input.dtype()), mpi_op(op), comm_), what);
+      if (op == ReduceOp::avg) divide(output.data<float>(), n, size_);
+    });
+  }
+
+  Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root) override {
+    const std::string what = describe("reduce");
+    require_root(what, root);
+    const bool is_root = rank_ == root;
+    detail::require_reducible(what, input, is_root ? output : input, op, 1);
+    const int n = mpi_count(what, input.numel());
+    return calls_->enqueue(what, [=, this] {
+      if (is_16bit(input.dtype())) {
+        std::vector<float> values = detail::widen_to_f32(input);
+        check_mpi(MPI_Reduce(is_root ? MPI_IN_PLACE : values.data(), is_root ? values.data() : nullptr, n, MPI_FLOAT,
+                             mpi_op(op), root, comm_),
+                  what);
+        if (!is_root) return;
+        if (op == ReduceOp::avg) divide(values.data(), n, size_);
+        detail::narrow_from_f32(values.data(), output);
+        return;
+      }
+      const void* send = is_root && input.raw_data() == output.raw_data() ? MPI_IN_PLACE : input.raw_data();
+      check_mpi(MPI_Reduce(send, is_root ? output.raw_data() : nullptr, n, mpi_type(input.dtype()), mpi_op(op), root,
+                           comm_),
+                what);
+      if (is_root && op == ReduceOp::avg) divide(output.data<float>(), n, size_);
+    });
+  }
+
+  Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
+    const std::string what = describe("reduce_scatter");
+    detail::require_reducible(what, input, output, op, size_);
+    const int n = mpi_count(what, output.numel());
+    mpi_count(what, input.numel());
+    return calls_->enqueue(what, [=, this] {
+      if (is_16bit(input.dtype())) {
+        std::vector<float> in = detail::widen_to_f32(input), out(static_cast<std::size_t>(n));
+        check_mpi(MPI_Reduce_scatter_block(in.data(), out.data(), n, MPI_FLOAT, mpi_op(op), comm_), what);
+        if (op == ReduceOp::avg) divide(out.data(), n, size_);
+        detail::narrow_from_f32(out.data(), output);
+        return;
+      }
+      // MPI forbids aliased buffers; an output inside the input (in place) goes through a copy.
+      std::vector<unsigned char> scratch(overlaps(input, output) ? output.nbytes() : 0);
+      void* out = scratch.empty() ? output.raw_data() : scratch.data();
+      check_mpi(MPI_Reduce_scatter_block(input.raw_data(), out, n, mpi_type(input.dtype()), mpi_op(op), comm_), what);
+      if (!scratch.empty()) std::memcpy(output.raw_data(), scratch.data(), scratch.size());
+      if (op == ReduceOp::avg) divide(output.data<float>(), n, size_);
+    });
+  }
+
+  Work broadcast(const Tensor& tensor, int root) override {
+    const std::string what = describe("broadcast");
+    require_root(what, root);
+    detail::require_cpu_contiguous(what, "tensor", tensor);
+    const int bytes = mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()));
+    return calls_->enqueue(what, [=, this] {
+      check_mpi(MPI_Bcast(tensor.raw_data(), bytes, MPI_BYTE, root, comm_), what);
+    });
+  }
+
+  Work all_gather(const Tensor& input, const Tensor& output) override {
+    const std::string what = describe("all_gather");
+    detail::require_gatherable(what, input, output, size_);
+    const int bytes = mpi_count(what, static_cast<std::int64_t>(input.nbytes()));
+    mpi_count(what, static_cast<std::int64_t>(output.nbytes()));
+    return calls_->enqueue(what, [=, this] {
+      auto* out = static_cast<unsigned char*>(output.raw_data());
+      const bool in_place = input.raw_data() == out + static_cast<std::size_t>(rank_) * input.nbytes();
+      std::vector<unsigned char> copy;
+      const void* send = input.raw_data();
+      if (in_place) {
+        send = MPI_IN_PLACE;
+      } else if (overlaps(input, output)) {
+        copy.assign(static_cast<const unsigned char*>(input.raw_data()),
+                    static_cast<const unsigned char*>(input.raw_data()) + input.nbytes());
+        send = copy.data();
+      }
+      check_mpi(MPI_Allgather(send, bytes, MPI_BYTE, out, bytes, MPI_BYTE, comm_), what);
+    });
+  }
+
+  Work send(const Tensor& tensor, int peer) override {
+    const std::string what = describe("send", peer);
+    detail::require_peer(what, tensor, peer, rank_, size_);
+    const int bytes = mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()));
+    return calls_->enqueue(what, [=, this] {
+      check_mpi(MPI_Send(tensor.raw_data(), bytes, MPI_BYTE, peer, point_to_point_tag, comm_), what);
+    });
+  }
+
+  Work recv(const Tensor& tensor, int peer) override {
+    const std::string what = describe("recv", peer);
+    detail::require_peer(what, tensor, peer, rank_, size_);
+    const int bytes = mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()));
+    return calls_->enqueue(what, [=, this] {
+      MPI_Status status;
+      check_mpi(MPI_Probe(peer, point_to_point_tag, comm_, &status), what);
+      int sent = 0;
+      check_mpi(MPI_Get_count(&status, MPI_BYTE, &sent), what);
+      if (sent != bytes) {
+        std::vector<unsigned char> drained(static_cast<std::size_t>(sent));  // let the sender finish
+        check_mpi(MPI_Recv(drained.data(), sent, MPI_BYTE, peer, point_to_point_tag, comm_, MPI_STATUS_IGNORE), what);
+        fail(ErrorCategory::invalid_argument, what, ": rank ", peer, " sent ", sent, " bytes but this recv expects ",
+             tensor, " (", tensor.nbytes(), " bytes)");
+      }
+      check_mpi(MPI_Recv(tensor.raw_data(), bytes, MPI_BYTE, peer, point_to_point_tag, comm_, MPI_STATUS_IGNORE),
+                what);
+    });
+  }
+
+  Work barrier() override {
+    const std::string what = describe("barrier");
+    return calls_->enqueue(what, [=, this] { check_mpi(MPI_Barrier(comm_), what); });
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    const std::string what = describe("split");
+    require(color >= 0 || color == no_color, what, ": color must be >= 0 or no_color, got ", color);
+    MPI_Comm child = MPI_COMM_NULL;
+    calls_->run(what, [&] {
+      check_mpi(MPI_Comm_split(comm_, color == no_color ? MPI_UNDEFINED : color, key, &child), what);
+    });
+    if (child == MPI_COMM_NULL) return nullptr;
+    return std::make_unique<MpiCommunicator>(child, options_);
+  }
+
+ private:
+  static constexpr int point_to_point_tag = 7;
+
+  std::string describe(const char* op, int peer = -1) const {
+    std::string text = std::string("MPI ") + op + " (rank " + std::to_string(rank_) + " of " + std::to_string(size_);
+    if (peer >= 0) text += ", peer " + std::to_string(peer);
+    return text + ")";
+  }
+
+  void require_root(const std::string& what, int root) const {
+    require(root >= 0 && root < size_, what, ": root ", root, " is outside a world of ", size_);
+  }
+
+  MPI_Comm comm_;
+  CommOptions options_;
+  int rank_ = 0, size_ = 1;
+  std::unique_ptr<detail::CallQueue> calls_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_world_communicator(const CommOptions& options) {
+  check_thread_level();
+  require(options.timeout.count() > 0, "MPI communicator: the timeout must be positive");
+  MPI_Comm comm = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup");
+  std::unique_ptr<Communicator> out = std::make_unique<MpiCommunicator>(comm, options);
+  return options.check_collectives ? detail::with_collective_checks(std::move(out)) : std::move(out);
+}
+
+bool mpi_calls_were_abandoned() { return detail::calls_were_abandoned(); }
+
+}  // namespace loom::comm
