@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "loom/core/error.hpp"
+#include "src/comm/reduce.hpp"
 
 namespace loom::comm::detail {
 
@@ -101,8 +102,7 @@ struct CallQueue::State {
   }
 
   std::string concat_reason(const std::string& what) const {
-    return loom::detail::concat(what, ": not completed within ", timeout.count(),
-                          " ms (a peer did not join, or is stuck); the ", name, " is aborted");
+    return what + ": " + not_completed_within(timeout) + "; the " + name + " is aborted";
   }
 
   std::thread worker, watchdog;

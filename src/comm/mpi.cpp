@@ -257,6 +257,34 @@ std::unique_ptr<Communicator> make_mpi_world_communicator(const CommOptions& opt
   return options.check_collectives ? detail::with_collective_checks(std::move(out)) : std::move(out);
 }
 
+bool mpi_built() { return true; }
+
+bool initialize_mpi() {
+  int initialized = 0;
+  check_mpi(MPI_Initialized(&initialized), "MPI_Initialized");
+  if (initialized) return false;
+  int provided = MPI_THREAD_SINGLE;
+  check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  check_thread_level();
+  return true;
+}
+
+void finalize_mpi() { check_mpi(MPI_Finalize(), "MPI_Finalize"); }
+
+std::pair<int, int> mpi_world() {
+  int rank = 0, size = 0;
+  check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
+  return {rank, size};
+}
+
+void mpi_broadcast_bytes(std::span<unsigned char> bytes, int root) {
+  check_mpi(MPI_Bcast(bytes.data(), mpi_count("mpi_broadcast_bytes", static_cast<std::int64_t>(bytes.size())), MPI_BYTE,
+                      root, MPI_COMM_WORLD),
+            "MPI_Bcast");
+}
+
 bool mpi_calls_were_abandoned() { return detail::calls_were_abandoned(); }
 
 }  // namespace loom::comm

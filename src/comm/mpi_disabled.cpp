@@ -5,10 +5,19 @@
 
 namespace loom::comm {
 
-std::unique_ptr<Communicator> make_mpi_world_communicator(const CommOptions&) {
-  fail(ErrorCategory::invalid_argument,
-       "MPI communicator: this loom was built without MPI (configure with LOOM_MPI=ON and Open MPI installed)");
+namespace {
+[[noreturn]] void no_mpi(const char* what) {
+  fail(ErrorCategory::invalid_argument, what,
+       ": this loom was built without MPI (configure with LOOM_MPI=ON and Open MPI installed)");
 }
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_world_communicator(const CommOptions&) { no_mpi("MPI communicator"); }
+bool mpi_built() { return false; }
+bool initialize_mpi() { no_mpi("MPI initialization"); }
+void finalize_mpi() {}
+std::pair<int, int> mpi_world() { no_mpi("MPI world"); }
+void mpi_broadcast_bytes(std::span<unsigned char>, int) { no_mpi("MPI broadcast"); }
 
 bool mpi_calls_were_abandoned() { return false; }
 

@@ -117,6 +117,10 @@ void narrow_from_f32(const float* values, const Tensor& tensor) {
   }
 }
 
+std::string not_completed_within(std::chrono::milliseconds timeout) {
+  return loom::detail::concat("not completed within ", timeout.count(), " ms (a peer did not join, or is stuck)");
+}
+
 void reduce_into(void* out, const std::vector<const void*>& inputs, std::int64_t offset, std::int64_t count,
                  DType dtype, ReduceOp op) {
   switch (dtype) {

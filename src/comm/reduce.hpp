@@ -3,6 +3,7 @@
 // rank order, so every rank computes bit-identical results.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -26,6 +27,9 @@ void require_reducible(const std::string& what, const Tensor& input, const Tenso
 // f16/bf16 elements as f32, and back (round to nearest even), for backends that reduce in f32.
 std::vector<float> widen_to_f32(const Tensor& tensor);
 void narrow_from_f32(const float* values, const Tensor& tensor);
+
+// "not completed within T ms (a peer did not join, or is stuck)": why a backend aborted.
+std::string not_completed_within(std::chrono::milliseconds timeout);
 
 // out[i] = op over r of inputs[r][offset + i], i < count, in dtype.
 void reduce_into(void* out, const std::vector<const void*>& inputs, std::int64_t offset, std::int64_t count,

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "loom/comm/mpi.hpp"
+#include "loom/comm/world.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/mpi_check.hpp"
 #include "support/comm_conformance.hpp"
@@ -95,4 +96,24 @@ TEST_CASE("an MPI recv that does not match its send is a clear error, and the se
   REQUIRE_THROWS_WITH(comm->all_reduce(Tensor::zeros({4}, DType::f32), Tensor::zeros({4}, DType::f16), ReduceOp::sum),
                       Catch::Contains("differ in dtype"));
   comm->barrier().wait();
+}
+
+TEST_CASE("loom::init under mpirun builds an MPI world that matches the launcher", "[dist][comm]") {
+  char name[] = "loom_dist_tests";
+  char* args[] = {name, nullptr};
+  int argc = 1;
+  char** argv = args;
+  loom::InitOptions options;
+  options.device_type = loom::DeviceType::cpu;
+  std::unique_ptr<loom::World> world = loom::init(argc, argv, options);  // MPI is already running: kept
+  int rank = -1, size = 0;
+  loom::check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "MPI_Comm_rank");
+  loom::check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
+  REQUIRE(world->launch().launcher == "Open MPI");
+  REQUIRE(world->rank() == rank);
+  REQUIRE(world->size() == size);
+  REQUIRE(world->comm().backend() == "mpi");
+  const Tensor t = Tensor::full({3}, DType::i64, rank + 1);
+  world->comm().all_reduce(t, t, ReduceOp::sum).wait();
+  REQUIRE(t.to_vector<std::int64_t>() == std::vector<std::int64_t>(3, std::int64_t{size} * (size + 1) / 2));
 }

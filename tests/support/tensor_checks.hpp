@@ -23,8 +23,8 @@ inline void poison(const Tensor& tensor, StreamRef stream = {}) {
 // Matches a loom::Error of one category whose what() contains every given fragment.
 class ErrorMatcher : public Catch::MatcherBase<Error> {
  public:
-  ErrorMatcher(ErrorCategory category, std::initializer_list<std::string> fragments)
-      : category_(category), fragments_(fragments) {}
+  ErrorMatcher(ErrorCategory category, std::vector<std::string> fragments)
+      : category_(category), fragments_(std::move(fragments)) {}
 
   bool match(const Error& error) const override {
     if (error.category() != category_) return false;
@@ -47,6 +47,9 @@ class ErrorMatcher : public Catch::MatcherBase<Error> {
 };
 
 inline ErrorMatcher IsError(ErrorCategory category, std::initializer_list<std::string> fragments = {}) {
+  return ErrorMatcher(category, fragments);
+}
+inline ErrorMatcher IsError(ErrorCategory category, const std::vector<std::string>& fragments) {
   return ErrorMatcher(category, fragments);
 }
 

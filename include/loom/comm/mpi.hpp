@@ -6,6 +6,8 @@
 #pragma once
 
 #include <memory>
+#include <span>
+#include <utility>
 
 #include "loom/comm/communicator.hpp"
 
@@ -15,6 +17,16 @@ namespace loom::comm {
 // never matches the application's own MPI calls). Throws when loom was built without MPI, MPI is
 // not initialized, or its thread level is below MPI_THREAD_MULTIPLE.
 std::unique_ptr<Communicator> make_mpi_world_communicator(const CommOptions& options = {});
+
+// Bootstrap helpers (loom::init). mpi_built: this loom has the MPI backend. initialize_mpi:
+// MPI_Init_thread with MPI_THREAD_MULTIPLE unless MPI is already initialized; true when it
+// initialized MPI (the caller then finalizes it with finalize_mpi). mpi_world: rank and size in
+// MPI_COMM_WORLD. mpi_broadcast_bytes: root's bytes to every process of MPI_COMM_WORLD.
+bool mpi_built();
+bool initialize_mpi();
+void finalize_mpi();
+std::pair<int, int> mpi_world();
+void mpi_broadcast_bytes(std::span<unsigned char> bytes, int root);
 
 // True after an MPI call timed out and its progress thread was left stuck in MPI: the process
 // must then exit without MPI_Finalize (which would wait for that call). loom::init's World does so.

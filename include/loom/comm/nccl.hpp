@@ -1,0 +1,27 @@
+// The NCCL backend: CUDA tensors, one GPU per rank. Calls are enqueued on the communicator's own
+// stream after an event recorded on the caller's stream (set_stream), so communication overlaps
+// compute; a watcher thread completes each Work when its end event has passed. The NCCL
+// communicator is non-blocking: the watcher polls ncclCommGetAsyncError, and a call that is not
+// done within CommOptions::timeout (a dead or stuck peer) aborts the communicator with
+// ncclCommAbort and fails that call and every later one with a timeout Error, instead of hanging.
+// Each rank must pass a different device. f16/bf16 are reduced by NCCL in their own precision.
+#pragma once
+
+#include <array>
+#include <memory>
+
+#include "loom/comm/communicator.hpp"
+
+namespace loom::comm {
+
+// An ncclUniqueId as bytes, so that this header does not need nccl.h.
+using NcclId = std::array<unsigned char, 128>;
+
+// A new id (on rank 0; the others receive it through MPI, TCP or a file: see loom::init).
+NcclId make_nccl_id();
+
+// Collective over the `size` ranks that pass the same id. Throws when loom was built without NCCL.
+std::unique_ptr<Communicator> make_nccl_communicator(const NcclId& id, int rank, int size, Device device,
+                                                     const CommOptions& options = {});
+
+}  // namespace loom::comm

@@ -1,0 +1,380 @@
+#include "loom/comm/nccl.hpp"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "loom/core/cuda_check.hpp"
+#include "loom/core/error.hpp"
+#include "loom/core/nccl_check.hpp"
+#include "src/comm/checked.hpp"
+#include "src/comm/reduce.hpp"
+#include "src/core/cuda/device_guard.hpp"
+
+namespace loom::comm {
+
+namespace {
+
+static_assert(sizeof(ncclUniqueId) == std::tuple_size_v<NcclId>, "NcclId must hold an ncclUniqueId");
+
+using Clock = std::chrono::steady_clock;
+
+ncclDataType_t nccl_type(const std::string& what, DType dtype) {
+  switch (dtype) {
+    case DType::f32: return ncclFloat32;
+    case DType::f16: return ncclFloat16;
+    case DType::bf16: return ncclBfloat16;
+    case DType::i32: return ncclInt32;
+    case DType::i64: return ncclInt64;
+    default: fail(ErrorCategory::invalid_argument, what, ": dtype ", dtype, " cannot be reduced (f32, f16, bf16, i32, i64)");
+  }
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return ncclSum;
+    case ReduceOp::avg: return ncclAvg;
+    case ReduceOp::max: return ncclMax;
+    case ReduceOp::min: return ncclMin;
+  }
+  return ncclSum;
+}
+
+// Waits until a non-blocking NCCL call on `comm` has left ncclInProgress; throws its error, or a
+// timeout Error at the deadline.
+void settle(ncclComm_t comm, ncclResult_t status, const std::string& what, Clock::time_point deadline) {
+  check(status, what);
+  ncclResult_t state = status;
+  while (state == ncclInProgress) {
+    if (Clock::now() > deadline) fail(ErrorCategory::timeout, what, ": NCCL did not finish enqueueing in time");
+    std::this_thread::yield();
+    check(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError");
+  }
+  check(state, what);
+}
+
+ncclConfig_t nonblocking_config() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+
+struct InFlight {
+  std::shared_ptr<detail::WorkState> work;
+  cudaEvent_t done = nullptr;
+  Clock::time_point deadline;
+  std::vector<Tensor> keep_alive;  // the call's buffers stay allocated until the GPU is done with them
+};
+
+class NcclCommunicator : public Communicator {
+ public:
+  NcclCommunicator(ncclComm_t comm, Device device, const CommOptions& options)
+      : comm_(comm), device_(device), options_(options) {
+    const loom::detail::CudaDeviceGuard guard(device_);
+    check(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
+    check(ncclCommCount(comm_, &size_), "ncclCommCount");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    barrier_scratch_ = Tensor::zeros({1}, DType::f32, device_);
+    watcher_ = std::thread([this] { watch(); });
+  }
+
+  ~NcclCommunicator() override {
+    {
+      const std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    changed_.notify_all();
+    watcher_.join();  // every call in flight completes or times out (and aborts) first
+    try {
+      const loom::detail::CudaDeviceGuard guard(device_);
+      if (!aborted_) {
+        settle(comm_, ncclCommFinalize(comm_), "ncclCommFinalize", Clock::now() + options_.timeout);
+        check(ncclCommDestroy(comm_), "ncclCommDestroy");
+      }
+      check(cudaStreamDestroy(stream_), "cudaStreamDestroy");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "loom: closing the NCCL communicator failed: %s\n", e.what());
+    }
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Device device() const override { return device_; }
+  std::string_view backend() const override { return "nccl"; }
+
+  void set_stream(StreamRef stream) override {
+    require(stream.is_default() || stream.device() == device_, "NCCL set_stream: stream of ", stream.device(),
+            " for a communicator on ", device_);
+    const std::lock_guard lock(mutex_);
+    user_stream_ = stream.is_default() ? nullptr : static_cast<cudaStream_t>(stream.native_handle());
+  }
+
+  Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op) override {
+    const std::string what = describe("all_reduce");
+    require_reduction(what, input, output, op, 1);
+    return submit(what, {input, output}, [&](cudaStream_t s) {
+      return ncclAllReduce(input.raw_data(), output.raw_data(), count(input), nccl_type(what, input.dtype()),
+                           nccl_op(op), comm_, s);
+    });
+  }
+
+  Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root) override {
+    const std::string what = describe("reduce");
+    require_root(what, root);
+    const bool is_root = rank_ == root;
+    require_reduction(what, input, is_root ? output : input, op, 1);
+    return submit(what, {input, output}, [&](cudaStream_t s) {
+      return ncclReduce(input.raw_data(), is_root ? output.raw_data() : nullptr, count(input),
+                        nccl_type(what, input.dtype()), nccl_op(op), root, comm_, s);
+    });
+  }
+
+  Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
+    const std::string what = describe("reduce_scatter");
+    require_reduction(what, input, output, op, size_);
+    return submit(what, {input, output}, [&](cudaStream_t s) {
+      return ncclReduceScatter(input.raw_data(), output.raw_data(), count(output), nccl_type(what, input.dtype()),
+                               nccl_op(op), comm_, s);
+    });
+  }
+
+  Work broadcast(const Tensor& tensor, int root) override {
+    const std::string what = describe("broadcast");
+    require_root(what, root);
+    require_on_device(what, "tensor", tensor);
+    return submit(what, {tensor}, [&](cudaStream_t s) {
+      return ncclBroadcast(tensor.raw_data(), tensor.raw_data(), tensor.nbytes(), ncclUint8, root, comm_, s);
+    });
+  }
+
+  Work all_gather(const Tensor& input, const Tensor& output) override {
+    const std::string what = describe("all_gather");
+    require_on_device(what, "input", input);
+    require_on_device(what, "output", output);
+    detail::require_same_dtype(what, input, output);
+    require(output.numel() == input.numel() * size_, what, ": output must be ", size_, " x the input's ", input.numel(),
+            " ", input.dtype(), " elements, got ", output);
+    return submit(what, {input, output}, [&](cudaStream_t s) {
+      return ncclAllGather(input.raw_data(), output.raw_data(), input.nbytes(), ncclUint8, comm_, s);
+    });
+  }
+
+  Work send(const Tensor& tensor, int peer) override {
+    const std::string what = describe("send", peer);
+    require_peer(what, tensor, peer);
+    return submit(what, {tensor}, [&](cudaStream_t s) {
+      return ncclSend(tensor.raw_data(), tensor.nbytes(), ncclUint8, peer, comm_, s);
+    });
+  }
+
+  Work recv(const Tensor& tensor, int peer) override {
+    const std::string what = describe("recv", peer);
+    require_peer(what, tensor, peer);
+    return submit(what, {tensor}, [&](cudaStream_t s) {
+      return ncclRecv(tensor.raw_data(), tensor.nbytes(), ncclUint8, peer, comm_, s);
+    });
+  }
+
+  Work barrier() override {
+    const std::string what = describe("barrier");
+    return submit(what, {barrier_scratch_}, [&](cudaStream_t s) {
+      return ncclAllReduce(barrier_scratch_.raw_data(), barrier_scratch_.raw_data(), 1, ncclFloat32, ncclSum, comm_, s);
+    });
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    const std::string what = describe("split");
+    require(color >= 0 || color == no_color, what, ": color must be >= 0 or no_color, got ", color);
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return in_flight_.empty() || aborted_; });  // after the earlier calls
+    if (aborted_) fail(ErrorCategory::timeout, what, ": the NCCL communicator was aborted (", abort_reason_, ")");
+    const loom::detail::CudaDeviceGuard guard(device_);
+    ncclConfig_t config = nonblocking_config();
+    ncclComm_t child = nullptr;
+    const auto deadline = Clock::now() + options_.timeout;
+    try {
+      settle(comm_, ncclCommSplit(comm_, color == no_color ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config), what,
+             deadline);
+      if (child != nullptr) settle(child, ncclInProgress, what, deadline);
+    } catch (const Error& e) {
+      abort_locked(e.category(), e.detail());
+      throw;
+    }
+    if (child == nullptr) return nullptr;
+    return std::make_unique<NcclCommunicator>(child, device_, options_);
+  }
+
+ private:
+  static std::size_t count(const Tensor& t) { return static_cast<std::size_t>(t.numel()); }
+
+  std::string describe(const char* op, int peer = -1) const {
+    std::string text = std::string("NCCL ") + op + " (rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+                       " on " + device_.to_string();
+    if (peer >= 0) text += ", peer " + std::to_string(peer);
+    return text + ")";
+  }
+
+  void require_on_device(const std::string& what, const char* name, const Tensor& t) const {
+    require(t.defined(), what, ": ", name, " is undefined");
+    require(t.device() == device_, what, ": ", name, " ", t, " is not on this communicator's device ", device_);
+  }
+  void require_root(const std::string& what, int root) const {
+    require(root >= 0 && root < size_, what, ": root ", root, " is outside a world of ", size_);
+  }
+  void require_peer(const std::string& what, const Tensor& t, int peer) const {
+    require_on_device(what, "tensor", t);
+    require(peer >= 0 && peer < size_ && peer != rank_, what, ": peer ", peer, " must be another rank of a world of ",
+            size_);
+  }
+  void require_reduction(const std::string& what, const Tensor& input, const Tensor& output, ReduceOp op,
+                         std::int64_t blocks) const {
+    require_on_device(what, "input", input);
+    require_on_device(what, "output", output);
+    detail::require_same_dtype(what, input, output);
+    nccl_type(what, input.dtype());
+    require(input.numel() == blocks * output.numel(), what, ": input has ", input.numel(), " elements, expected ",
+            blocks, " x the output's ", output.numel());
+    require(op != ReduceOp::avg || is_floating_point(input.dtype()), what, ": avg needs a floating dtype, got ",
+            input.dtype());
+  }
+
+  // Orders the call after the caller's stream, enqueues it on the communication stream, and hands
+  // its end event to the watcher.
+  Work submit(const std::string& what, std::vector<Tensor> tensors, const std::function<ncclResult_t(cudaStream_t)>& call) {
+    auto work = std::make_shared<detail::WorkState>();
+    work->what = what;
+    const std::lock_guard lock(mutex_);
+    if (aborted_) {
+      work->complete(std::make_exception_ptr(
+          Error(ErrorCategory::timeout, what + ": the NCCL communicator was aborted (" + abort_reason_ + ")")));
+      return Work(work);
+    }
+    const loom::detail::CudaDeviceGuard guard(device_);
+    cudaEvent_t ready = nullptr, done = nullptr;
+    check(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    check(cudaEventRecord(ready, user_stream_), "cudaEventRecord");
+    check(cudaStreamWaitEvent(stream_, ready, 0), "cudaStreamWaitEvent");
+    check(cudaEventDestroy(ready), "cudaEventDestroy");
+    try {
+      settle(comm_, call(stream_), what, Clock::now() + options_.timeout);
+    } catch (const Error& e) {
+      abort_locked(e.category(), e.detail());
+      throw;
+    }
+    check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    check(cudaEventRecord(done, stream_), "cudaEventRecord");
+    in_flight_.push_back({work, done, Clock::now() + options_.timeout, std::move(tensors)});
+    changed_.notify_all();
+    return Work(work);
+  }
+
+  // Completes calls in order as their end events pass; aborts on an asynchronous NCCL error or a
+  // call past its deadline.
+  void watch() {
+    if (cudaSetDevice(device_.index()) != cudaSuccess) std::fprintf(stderr, "loom: NCCL watcher: cudaSetDevice failed\n");
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      changed_.wait(lock, [&] { return stopping_ || !in_flight_.empty(); });
+      if (in_flight_.empty()) return;
+      InFlight& head = in_flight_.front();
+      const cudaError_t state = cudaEventQuery(head.done);
+      if (state == cudaSuccess) {
+        cudaEventDestroy(head.done);
+        std::shared_ptr<detail::WorkState> work = std::move(head.work);
+        in_flight_.pop_front();
+        work->complete(nullptr);
+        changed_.notify_all();
+        continue;
+      }
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      if (state != cudaErrorNotReady) {
+        abort_locked(ErrorCategory::cuda, std::string("CUDA error ") + cudaGetErrorName(state) + " while communicating");
+      } else if (async != ncclSuccess && async != ncclInProgress) {
+        abort_locked(ErrorCategory::nccl, std::string("NCCL reported ") + ncclGetErrorString(async) + " (" +
+                                              ncclGetLastError(comm_) + ")");
+      } else if (Clock::now() > head.deadline) {
+        abort_locked(ErrorCategory::timeout, detail::not_completed_within(options_.timeout));
+      } else {
+        lock.unlock();
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+        lock.lock();
+      }
+    }
+  }
+
+  // Aborts the NCCL communicator and fails every call in flight; later calls fail at once.
+  void abort_locked(ErrorCategory category, const std::string& reason) {
+    if (aborted_) return;
+    aborted_ = true;
+    abort_reason_ = reason;
+    ncclCommAbort(comm_);
+    for (InFlight& call : in_flight_) {
+      call.work->complete(std::make_exception_ptr(
+          Error(category, call.work->what + ": " + reason + "; the NCCL communicator is aborted")));
+      cudaEventDestroy(call.done);
+      // The aborted kernels may not have released the buffers yet: keep them until destruction.
+      for (Tensor& t : call.keep_alive) abandoned_.push_back(std::move(t));
+    }
+    in_flight_.clear();
+    changed_.notify_all();
+  }
+
+  ncclComm_t comm_;
+  Device device_;
+  CommOptions options_;
+  int rank_ = 0, size_ = 1;
+  cudaStream_t stream_ = nullptr;
+  cudaStream_t user_stream_ = nullptr;  // the legacy default stream unless set_stream says otherwise
+  Tensor barrier_scratch_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<InFlight> in_flight_;
+  std::vector<Tensor> abandoned_;
+  bool stopping_ = false, aborted_ = false;
+  std::string abort_reason_;
+  std::thread watcher_;
+};
+
+}  // namespace
+
+NcclId make_nccl_id() {
+  ncclUniqueId id;
+  check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  NcclId out;
+  std::memcpy(out.data(), &id, out.size());
+  return out;
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(const NcclId& id, int rank, int size, Device device,
+                                                     const CommOptions& options) {
+  require(device.is_cuda(), "NCCL communicator: device ", device, " is not a CUDA device");
+  require(size >= 1 && rank >= 0 && rank < size, "NCCL communicator: rank ", rank, " is outside a world of ", size);
+  require(options.timeout.count() > 0, "NCCL communicator: the timeout must be positive");
+  const loom::detail::CudaDeviceGuard guard(device);
+  ncclUniqueId unique;
+  std::memcpy(&unique, id.data(), id.size());
+  ncclConfig_t config = nonblocking_config();
+  ncclComm_t comm = nullptr;
+  const std::string what = loom::detail::concat("NCCL communicator init (rank ", rank, " of ", size, " on ", device, ")");
+  try {
+    settle(comm, ncclCommInitRankConfig(&comm, size, unique, rank, &config), what, Clock::now() + options.timeout);
+  } catch (const Error& e) {
+    if (comm != nullptr) ncclCommAbort(comm);
+    if (e.category() == ErrorCategory::timeout) {
+      fail(ErrorCategory::timeout, what, ": not all ", size, " ranks joined within ", options.timeout.count(), " ms");
+    }
+    throw;
+  }
+  std::unique_ptr<Communicator> out = std::make_unique<NcclCommunicator>(comm, device, options);
+  return options.check_collectives ? detail::with_collective_checks(std::move(out)) : std::move(out);
+}
+
+}  // namespace loom::comm

@@ -1,0 +1,349 @@
+#include "loom/comm/rendezvous.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <utility>
+
+#include "loom/core/error.hpp"
+
+namespace loom::comm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+constexpr std::uint32_t magic = 0x4C4F4F4D;  // "LOOM"
+constexpr std::uint32_t protocol_version = 1;
+
+// Four big-endian words: magic, protocol version, world size, then the blob length (from rank 0)
+// or the sender's rank (the answer of every other rank over TCP).
+constexpr std::size_t header_bytes = 16;
+using Header = std::array<unsigned char, header_bytes>;
+
+Header make_header(int size, std::size_t last) {
+  const std::uint32_t words[4] = {magic, protocol_version, static_cast<std::uint32_t>(size),
+                                  static_cast<std::uint32_t>(last)};
+  Header header{};
+  for (std::size_t i = 0; i < header_bytes; ++i)
+    header[i] = static_cast<unsigned char>(words[i / 4] >> (24 - 8 * (i % 4)));
+  return header;
+}
+
+std::uint32_t word(const unsigned char* header, std::size_t index) {
+  std::uint32_t value = 0;
+  for (std::size_t i = 0; i < 4; ++i) value = value << 8 | header[4 * index + i];
+  return value;
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) noexcept : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&& other) noexcept {
+    std::swap(fd_, other.fd_);
+    return *this;
+  }
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const noexcept { return fd_; }
+  int release() noexcept { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+// Names the rendezvous in every message and the rank in every error (ranks may be threads, so the
+// launcher's rank is not the right one).
+struct Context {
+  std::string where;  // "tcp rendezvous with host:port" or "file rendezvous at 'path'"
+  int rank;
+  int size;
+  std::chrono::milliseconds timeout;
+  // Capped so that milliseconds::max() ("wait for ever") does not overflow the clock.
+  Clock::time_point deadline = Clock::now() + std::min<std::chrono::milliseconds>(timeout, 24h * 365);
+
+  template <class... Parts>
+  [[noreturn]] void fail(ErrorCategory category, const Parts&... parts) const {
+    throw Error(category, loom::detail::concat(where, ": ", parts...), rank);
+  }
+  [[noreturn]] void fail_errno(const char* what, int error) const {
+    fail(ErrorCategory::io, what, ": ", std::strerror(error));
+  }
+  template <class... Parts>
+  [[noreturn]] void timed_out(const Parts&... parts) const {
+    fail(ErrorCategory::timeout, "gave up after ", timeout.count(), " ms: ", parts...);
+  }
+  void require(bool ok, const char* what) const {
+    if (!ok) fail(ErrorCategory::invalid_argument, what, " (rank ", rank, " of a world of ", size, ")");
+  }
+};
+
+// Checks the first three words of a header (`from` names its sender) and returns the fourth.
+std::uint32_t check_header(const Context& ctx, const unsigned char* header, const char* from) {
+  if (word(header, 0) != magic) ctx.fail(ErrorCategory::corrupt_data, from, " is not a loom rendezvous (wrong magic)");
+  if (word(header, 1) != protocol_version)
+    ctx.fail(ErrorCategory::corrupt_data, from, " speaks rendezvous protocol ", word(header, 1), ", this rank ",
+             protocol_version);
+  if (word(header, 2) != static_cast<std::uint32_t>(ctx.size))
+    ctx.fail(ErrorCategory::corrupt_data, "world size mismatch: ", from, " says ", word(header, 2), ", this rank says ",
+             ctx.size);
+  return word(header, 3);
+}
+
+int remaining_ms(Clock::time_point deadline) {
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<std::chrono::milliseconds::rep>(left, 0, INT_MAX));
+}
+
+// Waits until fd is ready for `events`; false once the deadline has passed.
+bool wait_ready(const Context& ctx, int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    pollfd entry{fd, events, 0};
+    const int ready = ::poll(&entry, 1, remaining_ms(deadline));
+    if (ready > 0) return true;
+    if (ready == 0) return false;
+    if (errno != EINTR) ctx.fail_errno("poll", errno);
+  }
+}
+
+// Sockets are non-blocking: every send and recv waits with poll, up to the deadline.
+void send_all(const Context& ctx, int fd, std::span<const unsigned char> bytes, const char* what) {
+  while (!bytes.empty()) {
+    const ssize_t sent = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (sent >= 0) {
+      bytes = bytes.subspan(static_cast<std::size_t>(sent));
+    } else if (errno != EINTR) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK) ctx.fail_errno(what, errno);
+      if (!wait_ready(ctx, fd, POLLOUT, ctx.deadline)) ctx.timed_out(what, " did not complete");
+    }
+  }
+}
+
+void recv_all(const Context& ctx, int fd, std::span<unsigned char> bytes, const char* what) {
+  while (!bytes.empty()) {
+    const ssize_t got = ::recv(fd, bytes.data(), bytes.size(), 0);
+    if (got > 0) {
+      bytes = bytes.subspan(static_cast<std::size_t>(got));
+    } else if (got == 0) {
+      ctx.fail(ErrorCategory::io, what, ": connection closed with ", bytes.size(), " bytes missing");
+    } else if (errno != EINTR) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK) ctx.fail_errno(what, errno);
+      if (!wait_ready(ctx, fd, POLLIN, ctx.deadline)) ctx.timed_out(what, " did not complete");
+    }
+  }
+}
+
+// One attempt to connect to any address of host:port; an empty Fd and the reason when it fails.
+Fd try_connect(const Context& ctx, const std::string& host, int port, std::string& error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0) {
+    error = rc == EAI_SYSTEM ? std::strerror(errno) : ::gai_strerror(rc);
+    return Fd();
+  }
+  const std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addresses(found, &::freeaddrinfo);
+  for (const addrinfo* address = found; address != nullptr; address = address->ai_next) {
+    Fd fd(::socket(address->ai_family, address->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, address->ai_protocol));
+    if (fd.get() < 0 ||
+        (::connect(fd.get(), address->ai_addr, address->ai_addrlen) != 0 && errno != EINPROGRESS && errno != EINTR)) {
+      error = std::strerror(errno);
+      continue;
+    }
+    if (!wait_ready(ctx, fd.get(), POLLOUT, ctx.deadline)) {
+      error = "no answer";
+      return Fd();
+    }
+    int status = 0;
+    socklen_t length = sizeof status;
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &status, &length) != 0) status = errno;
+    // With nobody listening, a local port may connect to itself (TCP simultaneous open).
+    sockaddr_storage self{}, peer{};
+    socklen_t self_length = sizeof self, peer_length = sizeof peer;
+    if (status == 0 && ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&self), &self_length) == 0 &&
+        ::getpeername(fd.get(), reinterpret_cast<sockaddr*>(&peer), &peer_length) == 0 && self_length == peer_length &&
+        std::memcmp(&self, &peer, self_length) == 0) {
+      status = ECONNREFUSED;
+    }
+    if (status == 0) return fd;
+    error = std::strerror(status);
+  }
+  return Fd();
+}
+
+Fd listen_on(const Context& ctx, int port) {
+  const auto port_bytes = htons(static_cast<std::uint16_t>(port));
+  sockaddr_in6 any6{};
+  any6.sin6_family = AF_INET6;
+  any6.sin6_port = port_bytes;
+  any6.sin6_addr = in6addr_any;
+  sockaddr_in any4{};
+  any4.sin_family = AF_INET;
+  any4.sin_port = port_bytes;
+  any4.sin_addr.s_addr = htonl(INADDR_ANY);
+  // Dual-stack IPv6 first (it takes IPv4 clients too), IPv4 alone where the host has no IPv6.
+  const std::pair<const sockaddr*, socklen_t> addresses[] = {{reinterpret_cast<const sockaddr*>(&any6), sizeof any6},
+                                                             {reinterpret_cast<const sockaddr*>(&any4), sizeof any4}};
+  int error = 0;
+  for (const auto& [address, length] : addresses) {
+    Fd fd(::socket(address->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    const int on = 1, off = 0;
+    if (fd.get() >= 0 && ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) == 0 &&
+        (address->sa_family != AF_INET6 || ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off) == 0) &&
+        ::bind(fd.get(), address, length) == 0 && ::listen(fd.get(), SOMAXCONN) == 0) {
+      return fd;
+    }
+    error = errno;
+  }
+  ctx.fail_errno("cannot listen on the port", error);
+}
+
+std::vector<unsigned char> serve(const Context& ctx, int port, std::span<const unsigned char> blob) {
+  const Fd listener = listen_on(ctx, port);
+  const Header header = make_header(ctx.size, blob.size());
+  std::vector<bool> seen(static_cast<std::size_t>(ctx.size), false);
+  for (int connected = 1; connected < ctx.size;) {
+    if (!wait_ready(ctx, listener.get(), POLLIN, ctx.deadline))
+      ctx.timed_out("only ", connected - 1, " of the ", ctx.size - 1, " other ranks connected");
+    const Fd peer(::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (peer.get() < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED) continue;
+      ctx.fail_errno("accept", errno);
+    }
+    send_all(ctx, peer.get(), header, "sending the header");
+    send_all(ctx, peer.get(), blob, "sending the blob");
+    Header answer{};
+    recv_all(ctx, peer.get(), answer, "receiving a rank's answer");
+    const std::uint32_t peer_rank = check_header(ctx, answer.data(), "a connecting rank");
+    if (peer_rank == 0 || peer_rank >= seen.size() || seen[peer_rank])
+      ctx.fail(
+          ErrorCategory::corrupt_data, "a connecting rank claims rank ", peer_rank,
+          peer_rank == 0 || peer_rank >= seen.size() ? ", which is not a peer of rank 0" : ", which already connected");
+    seen[peer_rank] = true;
+    ++connected;
+  }
+  return {blob.begin(), blob.end()};
+}
+
+std::vector<unsigned char> fetch(const Context& ctx, const std::string& host, int port) {
+  std::string error;
+  Fd fd;
+  while ((fd = try_connect(ctx, host, port, error)).get() < 0) {
+    if (Clock::now() >= ctx.deadline) ctx.timed_out("no connection to rank 0 (last error: ", error, ")");
+    std::this_thread::sleep_until(std::min(ctx.deadline, Clock::now() + 50ms));
+  }
+  send_all(ctx, fd.get(), make_header(ctx.size, static_cast<std::size_t>(ctx.rank)), "sending this rank's answer");
+  Header header{};
+  recv_all(ctx, fd.get(), header, "receiving the header from rank 0");
+  const std::uint32_t length = check_header(ctx, header.data(), "rank 0");
+  if (length == 0 || length > max_rendezvous_blob_bytes)
+    ctx.fail(ErrorCategory::corrupt_data, "rank 0 announces a blob of ", length, " bytes");
+  std::vector<unsigned char> blob(length);
+  recv_all(ctx, fd.get(), blob, "receiving the blob from rank 0");
+  return blob;
+}
+
+void write_all(const Context& ctx, int fd, std::span<const unsigned char> bytes, const char* what) {
+  while (!bytes.empty()) {
+    const ssize_t written = ::write(fd, bytes.data(), bytes.size());
+    if (written >= 0) {
+      bytes = bytes.subspan(static_cast<std::size_t>(written));
+    } else if (errno != EINTR) {
+      ctx.fail_errno(what, errno);
+    }
+  }
+}
+
+void publish(const Context& ctx, const std::string& path, std::span<const unsigned char> blob) {
+  const Header header = make_header(ctx.size, blob.size());
+  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  Fd fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) ctx.fail_errno(("cannot create '" + temporary + "'").c_str(), errno);
+  try {
+    write_all(ctx, fd.get(), header, "cannot write the temporary file");
+    write_all(ctx, fd.get(), blob, "cannot write the temporary file");
+    if (::close(fd.release()) != 0) ctx.fail_errno("cannot write the temporary file", errno);  // NFS reports here
+    if (::rename(temporary.c_str(), path.c_str()) != 0) ctx.fail_errno("cannot rename the temporary file", errno);
+  } catch (...) {
+    ::unlink(temporary.c_str());
+    throw;
+  }
+}
+
+std::vector<unsigned char> read_published(const Context& ctx, const std::string& path) {
+  Fd fd;
+  while ((fd = Fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC))).get() < 0) {
+    if (errno != ENOENT && errno != EINTR) ctx.fail_errno("cannot open the file", errno);
+    if (Clock::now() >= ctx.deadline) ctx.timed_out("rank 0 did not write the file");
+    std::this_thread::sleep_until(std::min(ctx.deadline, Clock::now() + 10ms));
+  }
+  std::vector<unsigned char> bytes(header_bytes + max_rendezvous_blob_bytes + 1);
+  std::size_t total = 0;
+  for (ssize_t got = 1; got != 0 && total < bytes.size();) {
+    got = ::read(fd.get(), bytes.data() + total, bytes.size() - total);
+    if (got > 0) {
+      total += static_cast<std::size_t>(got);
+    } else if (got < 0 && errno != EINTR) {
+      ctx.fail_errno("cannot read the file", errno);
+    }
+  }
+  if (total < header_bytes)
+    ctx.fail(ErrorCategory::corrupt_data, "the file holds ", total, " bytes, less than a header");
+  const std::uint32_t length = check_header(ctx, bytes.data(), "the file");
+  if (length == 0 || length != total - header_bytes)
+    ctx.fail(ErrorCategory::corrupt_data, "the header announces a blob of ", length, " bytes but the file holds ",
+             total - header_bytes, " (truncated?)");
+  return {bytes.begin() + header_bytes, bytes.begin() + static_cast<std::ptrdiff_t>(total)};
+}
+
+// Checks what both transports share; true when there is a peer to talk to.
+bool check_common(const Context& ctx, std::span<const unsigned char> blob) {
+  ctx.require(ctx.size >= 1, "the world size must be at least 1");
+  ctx.require(ctx.rank >= 0 && ctx.rank < ctx.size, "the rank is outside [0, world size)");
+  ctx.require(ctx.rank != 0 || !blob.empty(), "rank 0 has an empty blob to share");
+  ctx.require(blob.size() <= max_rendezvous_blob_bytes, "the blob is larger than max_rendezvous_blob_bytes");
+  ctx.require(ctx.timeout.count() >= 0, "the timeout is negative");
+  return ctx.size > 1;
+}
+
+}  // namespace
+
+std::vector<unsigned char> tcp_share_blob(const std::string& host, int port, int rank, int size,
+                                          std::span<const unsigned char> blob, std::chrono::milliseconds timeout) {
+  const bool ipv6 = host.find(':') != std::string::npos;
+  const Context ctx{loom::detail::concat("tcp rendezvous with ", ipv6 ? "[" : "", host, ipv6 ? "]:" : ":", port), rank,
+                    size, timeout};
+  if (!check_common(ctx, blob)) return {blob.begin(), blob.end()};
+  ctx.require(!host.empty(), "the host is empty");
+  ctx.require(port >= 1 && port <= 65535, "the port is outside 1..65535");
+  return rank == 0 ? serve(ctx, port, blob) : fetch(ctx, host, port);
+}
+
+std::vector<unsigned char> file_share_blob(const std::string& path, int rank, int size,
+                                           std::span<const unsigned char> blob, std::chrono::milliseconds timeout) {
+  const Context ctx{"file rendezvous at '" + path + "'", rank, size, timeout};
+  if (!check_common(ctx, blob)) return {blob.begin(), blob.end()};
+  ctx.require(!path.empty(), "the path is empty");
+  if (rank != 0) return read_published(ctx, path);
+  publish(ctx, path, blob);
+  return {blob.begin(), blob.end()};
+}
+
+}  // namespace loom::comm

@@ -1,0 +1,167 @@
+#include "loom/comm/world.hpp"
+
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+#include "loom/comm/in_process.hpp"
+#include "loom/comm/mpi.hpp"
+#include "loom/comm/nccl.hpp"
+#include "loom/comm/rendezvous.hpp"
+#include "loom/core/error.hpp"
+#include "loom/core/gpu_info.hpp"
+
+namespace loom {
+
+namespace {
+
+int parse_count(std::string_view flag, std::string_view text) {
+  int value = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  require(ec == std::errc() && end == text.data() + text.size() && value >= 0, "init: ", flag,
+          " needs a non-negative integer, got '", text, "'");
+  return value;
+}
+
+bool launched_by_mpi(const comm::LaunchInfo& launch) {
+  return launch.launcher == "Open MPI" || launch.launcher == "PMI" || launch.launcher == "SLURM";
+}
+
+// Rank 0's NCCL id on every rank: through MPI when it is running, else TCP next to torchrun's
+// MASTER_ADDR:MASTER_PORT (the port after it: torchrun's own store holds MASTER_PORT), else the
+// file LOOM_RENDEZVOUS_FILE.
+comm::NcclId share_nccl_id(const comm::LaunchInfo& launch, bool mpi_running, std::chrono::milliseconds timeout) {
+  comm::NcclId id{};
+  if (launch.rank == 0) id = comm::make_nccl_id();
+  if (launch.size == 1) return id;
+  std::vector<unsigned char> shared;
+  const std::span<const unsigned char> mine = launch.rank == 0 ? std::span<const unsigned char>(id) : std::span<const unsigned char>();
+  if (mpi_running) {
+    comm::mpi_broadcast_bytes(id, 0);
+    return id;
+  }
+  if (const char* path = std::getenv("LOOM_RENDEZVOUS_FILE"); path != nullptr && *path != '\0') {
+    shared = comm::file_share_blob(path, launch.rank, launch.size, mine, timeout);
+  } else if (!launch.master_addr.empty()) {
+    int port = launch.master_port + 1;
+    if (const char* text = std::getenv("LOOM_RENDEZVOUS_PORT"); text != nullptr) port = parse_count("LOOM_RENDEZVOUS_PORT", text);
+    shared = comm::tcp_share_blob(launch.master_addr, port, launch.rank, launch.size, mine, timeout);
+  } else {
+    fail(ErrorCategory::invalid_argument, "init: ", launch.size, " GPU processes (", launch.launcher,
+         ") need a way to share the NCCL id: launch with mpirun (loom built with MPI), with torchrun "
+         "(MASTER_ADDR/MASTER_PORT), or set LOOM_RENDEZVOUS_FILE to a fresh path on a file system all ranks share");
+  }
+  require(shared.size() == id.size(), "init: the rendezvous delivered ", shared.size(), " bytes, not an NCCL id");
+  std::memcpy(id.data(), shared.data(), id.size());
+  return id;
+}
+
+std::unique_ptr<comm::Communicator> world_communicator(const std::string& backend, const comm::LaunchInfo& launch,
+                                                       Device device, bool mpi_running, const comm::CommOptions& options) {
+  if (backend == "in-process") return std::move(comm::make_in_process_communicators(1, options).front());
+  if (backend == "mpi") return comm::make_mpi_world_communicator(options);
+  return comm::make_nccl_communicator(share_nccl_id(launch, mpi_running, options.timeout), launch.rank, launch.size,
+                                      device, options);
+}
+
+}  // namespace
+
+World::World(comm::LaunchInfo launch, Device device, std::unique_ptr<comm::Communicator> comm, bool owns_mpi)
+    : launch_(std::move(launch)), device_(device), comm_(std::move(comm)), owns_mpi_(owns_mpi) {}
+
+World::~World() {
+  comm_.reset();
+  if (!owns_mpi_) return;
+  if (comm::mpi_calls_were_abandoned()) {
+    std::fprintf(stderr, "loom: not finalizing MPI: a timed-out call is still inside MPI\n");
+    return;
+  }
+  try {
+    comm::finalize_mpi();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom: %s\n", e.what());
+  }
+}
+
+InitOptions parse_init_flags(int& argc, char** argv, InitOptions options) {
+  int kept = argc > 0 ? 1 : 0;
+  for (int i = kept; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (!arg.starts_with("--loom-")) {
+      argv[kept++] = argv[i];
+      continue;
+    }
+    const std::size_t equals = arg.find('=');
+    const std::string_view flag = arg.substr(0, equals);
+    if (flag == "--loom-allow-gpu-sharing") {
+      require(equals == std::string_view::npos, "init: ", flag, " takes no value");
+      options.allow_gpu_sharing = true;
+      continue;
+    }
+    std::string_view value;
+    if (equals != std::string_view::npos) {
+      value = arg.substr(equals + 1);
+    } else {
+      require(i + 1 < argc, "init: ", flag, " needs a value");
+      value = argv[++i];
+    }
+    if (flag == "--loom-rank") options.overrides.rank = parse_count(flag, value);
+    else if (flag == "--loom-world-size") options.overrides.size = parse_count(flag, value);
+    else if (flag == "--loom-local-rank") options.overrides.local_rank = parse_count(flag, value);
+    else if (flag == "--loom-timeout-ms") options.comm.timeout = std::chrono::milliseconds(parse_count(flag, value));
+    else if (flag == "--loom-backend") options.backend = std::string(value);
+    else if (flag == "--loom-device") {
+      require(value == "cpu" || value == "cuda", "init: --loom-device must be cpu or cuda, got '", value, "'");
+      options.device_type = value == "cpu" ? DeviceType::cpu : DeviceType::cuda;
+    } else {
+      fail(ErrorCategory::invalid_argument, "init: unknown flag ", flag,
+           " (loom's flags: --loom-rank, --loom-world-size, --loom-local-rank, --loom-device, --loom-backend, "
+           "--loom-allow-gpu-sharing, --loom-timeout-ms)");
+    }
+  }
+  argc = kept;
+  if (argv != nullptr) argv[argc] = nullptr;
+  return options;
+}
+
+std::unique_ptr<World> init(int& argc, char**& argv, const InitOptions& base) {
+  const InitOptions options = parse_init_flags(argc, argv, base);
+  const comm::LaunchInfo launch = comm::detect_launch(options.overrides);
+  const CudaRuntimeStatus cuda = cuda_runtime_status();
+  const DeviceType type = options.device_type.value_or(cuda.available() ? DeviceType::cuda : DeviceType::cpu);
+  require(type == DeviceType::cpu || cuda.available(), "init: a CUDA device was asked for, but there is none (",
+          cuda.reason, ")");
+  const Device device = type == DeviceType::cpu ? Device::cpu()
+                                                : comm::device_for(launch, cuda.device_count, options.allow_gpu_sharing);
+
+  std::string backend = options.backend;
+  if (backend == "auto") backend = device.is_cuda() ? "nccl" : launch.size == 1 ? "in-process" : "mpi";
+  require(backend == "nccl" || backend == "mpi" || backend == "in-process", "init: unknown backend '", backend,
+          "' (auto, nccl, mpi or in-process)");
+  require(backend != "nccl" || device.is_cuda(), "init: the nccl backend needs a GPU, and this process uses the cpu");
+  require(backend == "nccl" || device.is_cpu(), "init: the ", backend, " backend moves CPU tensors; on ", device,
+          " use nccl (or --loom-device cpu)");
+  require(backend != "in-process" || launch.size == 1, "init: the in-process backend serves one process, but ",
+          launch.launcher, " started ", launch.size, "; use mpi (mpirun) for CPU processes");
+
+  const bool use_mpi = backend == "mpi" || (backend == "nccl" && launch.size > 1 && launched_by_mpi(launch) &&
+                                            comm::mpi_built());
+  const bool owns_mpi = use_mpi && comm::initialize_mpi();
+  try {
+    if (use_mpi) {
+      const auto [mpi_rank, mpi_size] = comm::mpi_world();
+      require(mpi_rank == launch.rank && mpi_size == launch.size, "init: ", launch.launcher, " says rank ", launch.rank,
+              " of ", launch.size, " but MPI says rank ", mpi_rank, " of ", mpi_size,
+              " (was the program started by a different MPI's launcher, or with conflicting --loom-* overrides?)");
+    }
+    std::unique_ptr<comm::Communicator> comm = world_communicator(backend, launch, device, use_mpi, options.comm);
+    return std::make_unique<World>(launch, device, std::move(comm), owns_mpi);
+  } catch (...) {
+    if (owns_mpi) comm::finalize_mpi();
+    throw;
+  }
+}
+
+}  // namespace loom

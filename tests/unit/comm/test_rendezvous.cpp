@@ -1,0 +1,273 @@
+// The rendezvous that shares an ncclUniqueId without MPI: 1, 2 and 4 ranks as threads over TCP on
+// 127.0.0.1 and through a file, with rank 0 starting late; timeouts when a peer never comes;
+// world size mismatches, foreign peers and truncated files as corrupt data; bad arguments.
+// Catch2's assertions are not thread-safe, so rank threads only record outcomes and the test
+// thread asserts on them.
+#include <catch2/catch.hpp>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "loom/comm/rendezvous.hpp"
+#include "support/tensor_checks.hpp"
+
+using loom::ErrorCategory;
+using loom::comm::file_share_blob;
+using loom::comm::tcp_share_blob;
+using loom::test::IsError;
+using namespace std::chrono_literals;
+using Blob = std::vector<unsigned char>;
+
+namespace {
+
+const Blob unique_id = [] {  // as large as an ncclUniqueId, no byte zero
+  Blob blob(128);
+  for (std::size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<unsigned char>(1 + (i * 37) % 255);
+  return blob;
+}();
+
+// A port that was free a moment ago: bound to port 0, read back, released.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+  if (fd >= 0) ::close(fd);
+  REQUIRE(ok);
+  return ntohs(address.sin_port);
+}
+
+class TemporaryDirectory {
+ public:
+  TemporaryDirectory() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "loom-rendezvous-XXXXXX").string();
+    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    path_ = pattern;
+  }
+  ~TemporaryDirectory() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+struct Outcome {
+  Blob blob;
+  std::exception_ptr error;
+  std::chrono::steady_clock::duration took{};
+};
+
+std::string describe(const std::exception_ptr& error) {
+  if (!error) return "no error";
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+// Runs share(rank) for every rank on its own thread; rank 0 starts root_delay after the others.
+std::vector<Outcome> run_ranks(int size, const std::function<Blob(int rank)>& share,
+                               std::chrono::milliseconds root_delay = 0ms) {
+  std::vector<Outcome> outcomes(static_cast<std::size_t>(size));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      if (rank == 0) std::this_thread::sleep_for(root_delay);
+      Outcome& outcome = outcomes[static_cast<std::size_t>(rank)];
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        outcome.blob = share(rank);
+      } catch (...) {
+        outcome.error = std::current_exception();
+      }
+      outcome.took = std::chrono::steady_clock::now() - start;
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return outcomes;
+}
+
+void require_all_got_unique_id(const std::vector<Outcome>& outcomes) {
+  for (std::size_t rank = 0; rank < outcomes.size(); ++rank) {
+    INFO("rank " << rank << ": " << describe(outcomes[rank].error));
+    REQUIRE(!outcomes[rank].error);
+    REQUIRE(outcomes[rank].blob == unique_id);
+  }
+}
+
+bool has_ipv6_loopback() {
+  const int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
+  sockaddr_in6 address{};
+  address.sin6_family = AF_INET6;
+  address.sin6_addr = in6addr_loopback;
+  const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+  if (fd >= 0) ::close(fd);
+  return ok;
+}
+
+std::span<const unsigned char> blob_of(int rank) {
+  return rank == 0 ? std::span(unique_id) : std::span<const unsigned char>();
+}
+
+}  // namespace
+
+TEST_CASE("rendezvous: every rank gets rank 0's blob over TCP", "[comm][rendezvous]") {
+  for (const int size : {1, 2, 4}) {
+    for (const auto root_delay : {0ms, 200ms}) {
+      INFO(size << " ranks, rank 0 " << root_delay.count() << " ms late");
+      const int port = free_port();
+      const auto share = [&](int rank) { return tcp_share_blob("127.0.0.1", port, rank, size, blob_of(rank), 10s); };
+      require_all_got_unique_id(run_ranks(size, share, root_delay));
+    }
+  }
+}
+
+TEST_CASE("rendezvous: rank 0 is found by name and over IPv6", "[comm][rendezvous]") {
+  std::vector<std::string> hosts = {"localhost"};
+  if (has_ipv6_loopback()) {
+    hosts.push_back("::1");
+  } else {
+    WARN("no IPv6 loopback on this machine: ::1 not tried");
+  }
+  for (const std::string& host : hosts) {
+    INFO("host " << host);
+    const int port = free_port();
+    require_all_got_unique_id(
+        run_ranks(3, [&](int rank) { return tcp_share_blob(host, port, rank, 3, blob_of(rank), 10s); }));
+  }
+}
+
+TEST_CASE("rendezvous: every rank gets rank 0's blob through a file", "[comm][rendezvous]") {
+  const TemporaryDirectory directory;
+  for (const int size : {1, 2, 4}) {
+    for (const auto root_delay : {0ms, 200ms}) {
+      INFO(size << " ranks, rank 0 " << root_delay.count() << " ms late");
+      const std::string path = directory.file("id-" + std::to_string(size) + "-" + std::to_string(root_delay.count()));
+      const auto share = [&](int rank) { return file_share_blob(path, rank, size, blob_of(rank), 10s); };
+      require_all_got_unique_id(run_ranks(size, share, root_delay));
+      REQUIRE((size == 1) == !std::filesystem::exists(path));  // one rank needs no file
+    }
+  }
+}
+
+TEST_CASE("rendezvous: a peer that never comes is a timeout, not a hang", "[comm][rendezvous]") {
+  const int port = free_port(), unused_port = free_port();
+  const TemporaryDirectory directory;
+  const std::string path = directory.file("never-written");
+  const std::vector<Outcome> outcomes = run_ranks(4, [&](int rank) -> Blob {
+    switch (rank) {
+      case 0: return tcp_share_blob("127.0.0.1", port, 0, 2, unique_id, 300ms);  // rank 1 never connects
+      case 1: return tcp_share_blob("127.0.0.1", unused_port, 1, 2, {}, 300ms);  // nobody listens
+      case 2: return file_share_blob(path, 1, 2, {}, 300ms);                     // nobody writes
+      default: return file_share_blob(path, 2, 3, {}, 0ms);                      // one look, then give up
+    }
+  });
+  const std::string where[] = {"127.0.0.1:" + std::to_string(port), "127.0.0.1:" + std::to_string(unused_port), path,
+                               path};
+  const std::string what[] = {"only 0 of the 1 other ranks connected", "no connection to rank 0 (last error: ",
+                              "rank 0 did not write the file", "rank 0 did not write the file"};
+  const std::string ranks[] = {"[rank 0]", "[rank 1]", "[rank 1]", "[rank 2]"};
+  for (std::size_t i = 0; i < outcomes.size(); ++i) {
+    INFO("case " << i << ": " << describe(outcomes[i].error));
+    REQUIRE(outcomes[i].error);
+    const std::string after = i == 3 ? "gave up after 0 ms" : "gave up after 300 ms";
+    REQUIRE_THROWS_MATCHES(std::rethrow_exception(outcomes[i].error), loom::Error,
+                           IsError(ErrorCategory::timeout, {where[i], what[i], ranks[i], after}));
+    REQUIRE(outcomes[i].took < 3s);
+    if (i != 3) REQUIRE(outcomes[i].took >= 250ms);
+  }
+}
+
+TEST_CASE("rendezvous: a world size mismatch is corrupt data naming both sizes", "[comm][rendezvous]") {
+  SECTION("file") {
+    const TemporaryDirectory directory;
+    const std::string path = directory.file("id");
+    REQUIRE(file_share_blob(path, 0, 2, unique_id, 1s) == unique_id);
+    REQUIRE_THROWS_MATCHES(
+        file_share_blob(path, 1, 3, {}, 1s), loom::Error,
+        IsError(ErrorCategory::corrupt_data, {path, "[rank 1]", "world size mismatch", "says 2", "says 3"}));
+  }
+  SECTION("TCP: both sides notice") {
+    const int port = free_port();
+    const std::vector<Outcome> outcomes = run_ranks(2, [&](int rank) {
+      return tcp_share_blob("127.0.0.1", port, rank, rank == 0 ? 2 : 3, blob_of(rank), 10s);
+    });
+    for (const Outcome& outcome : outcomes) {
+      INFO(describe(outcome.error));
+      REQUIRE(outcome.error);
+      REQUIRE_THROWS_MATCHES(std::rethrow_exception(outcome.error), loom::Error,
+                             IsError(ErrorCategory::corrupt_data, {"world size mismatch", "says 2", "says 3"}));
+    }
+  }
+}
+
+TEST_CASE("rendezvous: foreign peers and truncated files are corrupt data", "[comm][rendezvous]") {
+  const TemporaryDirectory directory;
+  const std::string path = directory.file("id");
+  SECTION("a file that is not a rendezvous file") {
+    std::ofstream(path, std::ios::binary) << "{\"not\": \"a loom rendezvous file\"}";
+    REQUIRE_THROWS_MATCHES(file_share_blob(path, 1, 2, {}, 1s), loom::Error,
+                           IsError(ErrorCategory::corrupt_data, {path, "wrong magic"}));
+  }
+  SECTION("a truncated file") {
+    REQUIRE(file_share_blob(path, 0, 2, unique_id, 1s) == unique_id);
+    std::filesystem::resize_file(path, 16 + 100);
+    REQUIRE_THROWS_MATCHES(file_share_blob(path, 1, 2, {}, 1s), loom::Error,
+                           IsError(ErrorCategory::corrupt_data, {path, "128 bytes", "holds 100", "truncated"}));
+    std::filesystem::resize_file(path, 10);
+    REQUIRE_THROWS_MATCHES(file_share_blob(path, 1, 2, {}, 1s), loom::Error,
+                           IsError(ErrorCategory::corrupt_data, {path, "holds 10 bytes"}));
+  }
+  SECTION("two ranks claiming the same rank") {
+    const int port = free_port();
+    const std::vector<Outcome> outcomes = run_ranks(3, [&](int rank) {
+      return tcp_share_blob("127.0.0.1", port, rank == 0 ? 0 : 1, 3, blob_of(rank), 2s);
+    });
+    INFO(describe(outcomes[0].error));
+    REQUIRE(outcomes[0].error);
+    REQUIRE_THROWS_MATCHES(std::rethrow_exception(outcomes[0].error), loom::Error,
+                           IsError(ErrorCategory::corrupt_data, {"[rank 0]", "claims rank 1", "already connected"}));
+  }
+}
+
+TEST_CASE("rendezvous: bad arguments", "[comm][rendezvous]") {
+  const auto tcp = [](const std::string& host, int port, int rank, int size, const Blob& blob) {
+    return tcp_share_blob(host, port, rank, size, blob, 100ms);
+  };
+  const auto invalid = [](std::initializer_list<std::string> fragments) {
+    return IsError(ErrorCategory::invalid_argument, fragments);
+  };
+  REQUIRE_THROWS_MATCHES(tcp("node7", 29500, 4, 4, {}), loom::Error, invalid({"node7:29500", "rank 4", "outside"}));
+  REQUIRE_THROWS_MATCHES(tcp("node7", 29500, -1, 4, {}), loom::Error, invalid({"rank -1", "outside"}));
+  REQUIRE_THROWS_MATCHES(tcp("node7", 29500, 0, 0, unique_id), loom::Error, invalid({"world size must be at least 1"}));
+  REQUIRE_THROWS_MATCHES(tcp("node7", 0, 1, 2, {}), loom::Error, invalid({"node7:0", "port is outside 1..65535"}));
+  REQUIRE_THROWS_MATCHES(tcp("node7", 65536, 1, 2, {}), loom::Error, invalid({"port is outside 1..65535"}));
+  REQUIRE_THROWS_MATCHES(tcp("", 29500, 1, 2, {}), loom::Error, invalid({"host is empty", "rank 1"}));
+  REQUIRE_THROWS_MATCHES(tcp("::1", 29500, 0, 2, {}), loom::Error, invalid({"[::1]:29500", "rank 0", "empty blob"}));
+  REQUIRE_THROWS_MATCHES(tcp_share_blob("node7", 29500, 1, 2, {}, -1ms), loom::Error, invalid({"timeout is negative"}));
+  REQUIRE_THROWS_MATCHES(file_share_blob("", 1, 2, {}, 100ms), loom::Error, invalid({"path is empty"}));
+  REQUIRE_THROWS_MATCHES(file_share_blob("/tmp/x", 0, 2, {}, 100ms), loom::Error, invalid({"/tmp/x", "empty blob"}));
+  const Blob huge(loom::comm::max_rendezvous_blob_bytes + 1, 1);
+  REQUIRE_THROWS_MATCHES(file_share_blob("/tmp/x", 0, 2, huge, 100ms), loom::Error, invalid({"larger than"}));
+  // One rank needs no rendezvous, so it has no host, port or path to check.
+  REQUIRE(tcp("", 0, 0, 1, unique_id) == unique_id);
+  REQUIRE(file_share_blob("", 0, 1, unique_id, 0ms) == unique_id);
+}
