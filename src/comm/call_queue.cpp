@@ -1,5 +1,6 @@
 #include "src/comm/call_queue.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -26,7 +27,8 @@ struct CallQueue::State {
   std::string name;
   std::chrono::milliseconds timeout;
   std::mutex mutex;
-  std::condition_variable changed;
+  std::condition_variable changed;        // the queue, the running call, the worker's exit
+  std::condition_variable watch_changed;  // stopping, for the watchdog
   std::deque<Call> queue;
   std::atomic<int> queued{0};  // queue.size(), for the worker's brief spin
   std::shared_ptr<WorkState> current;
@@ -55,6 +57,7 @@ struct CallQueue::State {
         if (queue.empty()) {
           worker_exited = true;
           changed.notify_all();
+          watch_changed.notify_all();
           return;
         }
         call = std::move(queue.front());
@@ -63,7 +66,6 @@ struct CallQueue::State {
         current = call.work;
         started = std::chrono::steady_clock::now();
       }
-      changed.notify_all();  // the watchdog starts timing this call
       std::exception_ptr failure;
       try {
         call.body();
@@ -80,21 +82,20 @@ struct CallQueue::State {
     }
   }
 
+  // Checks the running call every tick instead of being woken by each call, so that the hot path
+  // (enqueue, start, complete) never wakes this thread. A call is failed between `timeout` and
+  // `timeout + tick` after it started.
   void watch_loop() {
+    const auto tick = std::clamp<std::chrono::milliseconds>(timeout / 8, std::chrono::milliseconds(1),
+                                                            std::chrono::milliseconds(250));
     std::unique_lock lock(mutex);
     for (;;) {
       if (worker_exited || (stopping && aborted)) return;
-      if (!current || aborted) {
-        changed.wait(lock);
-        continue;
-      }
-      const std::shared_ptr<WorkState> watched = current;
-      const auto deadline = started + timeout;
-      changed.wait_until(lock, deadline, [&] { return current != watched || worker_exited; });
-      if (current != watched || std::chrono::steady_clock::now() < deadline) continue;
+      watch_changed.wait_for(lock, tick);
+      if (!current || aborted || std::chrono::steady_clock::now() - started < timeout) continue;
       aborted = true;
-      abort_reason = concat_reason(watched->what);
-      watched->complete(std::make_exception_ptr(Error(ErrorCategory::timeout, abort_reason)));
+      abort_reason = concat_reason(current->what);
+      current->complete(std::make_exception_ptr(Error(ErrorCategory::timeout, abort_reason)));
       fail_queued_locked(std::string("not run: the ") + name + " was aborted by an earlier timeout (" +
                          abort_reason + ")");
       changed.notify_all();
@@ -121,6 +122,7 @@ CallQueue::~CallQueue() {
   std::unique_lock lock(state_->mutex);
   state_->stopping = true;
   state_->changed.notify_all();
+  state_->watch_changed.notify_all();
   // Queued calls still run (their peers may be about to join); a stuck one ends by timing out,
   // and is then given one more timeout period to return before its thread is abandoned.
   state_->changed.wait(lock, [&] { return state_->worker_exited || (state_->aborted && state_->current); });

@@ -17,7 +17,8 @@ struct Source {
   const char* local_rank;
 };
 
-// Open MPI, MPICH/Hydra PMI, SLURM, torchrun: the order in which they are trusted.
+// Open MPI, MPICH/Hydra PMI, SLURM, torchrun: the order in which they are trusted (SLURM's
+// variables are skipped in torchrun's workers, which inherit them).
 constexpr Source sources[] = {
     {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
     {"PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
@@ -45,7 +46,11 @@ Environment process_environment() {
 
 LaunchInfo detect_launch(const LaunchOverrides& overrides, const Environment& env) {
   LaunchInfo info;
+  // torchrun's workers inherit the SLURM_* variables of the allocation (srun torchrun, sbatch +
+  // torchrun) but describe the job themselves: TORCHELASTIC_RUN_ID marks them.
+  const bool under_torchrun = env("TORCHELASTIC_RUN_ID") != nullptr && env("RANK") != nullptr;
   for (const Source& source : sources) {
+    if (under_torchrun && std::strcmp(source.launcher, "SLURM") == 0) continue;
     const std::optional<int> rank = read_int(env, source.rank);
     if (!rank) continue;
     const std::optional<int> size = read_int(env, source.size);

@@ -47,8 +47,8 @@ bool overlaps(const Tensor& a, const Tensor& b) {
   return a.nbytes() > 0 && b.nbytes() > 0 && pa < pb + b.nbytes() && pb < pa + a.nbytes();
 }
 
-int mpi_count(const std::string& what, std::int64_t count) {
-  require(count <= INT_MAX, what, ": ", count, " elements exceed MPI's int count; split the tensor");
+int mpi_count(const std::string& what, std::int64_t count, const char* unit = "elements") {
+  require(count <= INT_MAX, what, ": ", count, " ", unit, " exceed MPI's int count (", INT_MAX, "); split the tensor");
   return static_cast<int>(count);
 }
 
@@ -74,11 +74,11 @@ class MpiCommunicator : public Communicator {
   }
 
   ~MpiCommunicator() override {
-    const bool aborted = calls_->aborted();
     calls_.reset();  // runs what is queued (or abandons a stuck call)
     int finalized = 1;
     MPI_Finalized(&finalized);
-    if (!aborted && !finalized) MPI_Comm_free(&comm_);  // an aborted call may still be inside MPI with it
+    // After a timeout, an abandoned call may still be inside MPI with comm_: leave it allocated.
+    if (!finalized && !detail::calls_were_abandoned()) MPI_Comm_free(&comm_);
   }
 
   int rank() const override { return rank_; }
@@ -155,7 +155,7 @@ class MpiCommunicator : public Communicator {
     const std::string what = describe("broadcast");
     require_root(what, root);
     detail::require_cpu_contiguous(what, "tensor", tensor);
-    const int bytes = mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()));
+    const int bytes = mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()), "bytes");
     return calls_->enqueue(what, [=, this] {
       check_mpi(MPI_Bcast(tensor.raw_data(), bytes, MPI_BYTE, root, comm_), what);
     });
@@ -164,8 +164,8 @@ class MpiCommunicator : public Communicator {
   Work all_gather(const Tensor& input, const Tensor& output) override {
     const std::string what = describe("all_gather");
     detail::require_gatherable(what, input, output, size_);
-    const int bytes = mpi_count(what, static_cast<std::int64_t>(input.nbytes()));
-    mpi_count(what, static_cast<std::int64_t>(output.nbytes()));
+    const int bytes = mpi_count(what, static_cast<std::int64_t>(input.nbytes()), "bytes");
+    mpi_count(what, static_cast<std::int64_t>(output.nbytes()), "bytes");
     return calls_->enqueue(what, [=, this] {
       auto* out = static_cast<unsigned char*>(output.raw_data());
       const bool in_place = input.raw_data() == out + static_cast<std::size_t>(rank_) * input.nbytes();
@@ -185,7 +185,7 @@ class MpiCommunicator : public Communicator {
   Work send(const Tensor& tensor, int peer) override {
     const std::string what = describe("send", peer);
     detail::require_peer(what, tensor, peer, rank_, size_);
-    const int bytes = mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()));
+    const int bytes = mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()), "bytes");
     return calls_->enqueue(what, [=, this] {
       check_mpi(MPI_Send(tensor.raw_data(), bytes, MPI_BYTE, peer, point_to_point_tag, comm_), what);
     });
@@ -194,7 +194,7 @@ class MpiCommunicator : public Communicator {
   Work recv(const Tensor& tensor, int peer) override {
     const std::string what = describe("recv", peer);
     detail::require_peer(what, tensor, peer, rank_, size_);
-    const int bytes = mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()));
+    const int bytes = mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()), "bytes");
     return calls_->enqueue(what, [=, this] {
       MPI_Status status;
       check_mpi(MPI_Probe(peer, point_to_point_tag, comm_, &status), what);
@@ -219,12 +219,13 @@ class MpiCommunicator : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override {
     const std::string what = describe("split");
     require(color >= 0 || color == no_color, what, ": color must be >= 0 or no_color, got ", color);
-    MPI_Comm child = MPI_COMM_NULL;
-    calls_->run(what, [&] {
-      check_mpi(MPI_Comm_split(comm_, color == no_color ? MPI_UNDEFINED : color, key, &child), what);
+    // Owned by the call, not this frame: a call abandoned by the watchdog may still write it later.
+    auto child = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
+    calls_->run(what, [=, this] {
+      check_mpi(MPI_Comm_split(comm_, color == no_color ? MPI_UNDEFINED : color, key, child.get()), what);
     });
-    if (child == MPI_COMM_NULL) return nullptr;
-    return std::make_unique<MpiCommunicator>(child, options_);
+    if (*child == MPI_COMM_NULL) return nullptr;
+    return std::make_unique<MpiCommunicator>(*child, options_);
   }
 
  private:
@@ -265,9 +266,8 @@ bool initialize_mpi() {
   if (initialized) return false;
   int provided = MPI_THREAD_SINGLE;
   check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  check_thread_level();
-  return true;
+  check_mpi(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  return true;  // the MPI backend checks the thread level it got (the NCCL id broadcast needs none)
 }
 
 void finalize_mpi() { check_mpi(MPI_Finalize(), "MPI_Finalize"); }

@@ -9,6 +9,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "loom/core/cuda_check.hpp"
@@ -68,8 +69,9 @@ ncclConfig_t nonblocking_config() {
 
 struct InFlight {
   std::shared_ptr<detail::WorkState> work;
+  cudaEvent_t started = nullptr;  // passed once the call's turn on the communication stream has come
   cudaEvent_t done = nullptr;
-  Clock::time_point deadline;
+  std::optional<Clock::time_point> deadline;  // the timeout runs from the start, not from the submit
   std::vector<Tensor> keep_alive;  // the call's buffers stay allocated until the GPU is done with them
 };
 
@@ -95,9 +97,17 @@ class NcclCommunicator : public Communicator {
     try {
       const loom::detail::CudaDeviceGuard guard(device_);
       if (!aborted_) {
-        settle(comm_, ncclCommFinalize(comm_), "ncclCommFinalize", Clock::now() + options_.timeout);
-        check(ncclCommDestroy(comm_), "ncclCommDestroy");
+        try {
+          settle(comm_, ncclCommFinalize(comm_), "ncclCommFinalize", Clock::now() + options_.timeout);
+          check(ncclCommDestroy(comm_), "ncclCommDestroy");
+        } catch (const Error&) {
+          ncclCommAbort(comm_);
+          throw;
+        }
       }
+      // Aborted kernels have ended once the stream drains; only then may their buffers be reused.
+      check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+      abandoned_.clear();
       check(cudaStreamDestroy(stream_), "cudaStreamDestroy");
     } catch (const std::exception& e) {
       std::fprintf(stderr, "loom: closing the NCCL communicator failed: %s\n", e.what());
@@ -119,6 +129,7 @@ class NcclCommunicator : public Communicator {
   Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op) override {
     const std::string what = describe("all_reduce");
     require_reduction(what, input, output, op, 1);
+    require_nccl_layout(what, input, output, input, output);
     return submit(what, {input, output}, [&](cudaStream_t s) {
       return ncclAllReduce(input.raw_data(), output.raw_data(), count(input), nccl_type(what, input.dtype()),
                            nccl_op(op), comm_, s);
@@ -139,6 +150,7 @@ class NcclCommunicator : public Communicator {
   Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
     const std::string what = describe("reduce_scatter");
     require_reduction(what, input, output, op, size_);
+    require_nccl_layout(what, input, output, input, output);
     return submit(what, {input, output}, [&](cudaStream_t s) {
       return ncclReduceScatter(input.raw_data(), output.raw_data(), count(output), nccl_type(what, input.dtype()),
                                nccl_op(op), comm_, s);
@@ -161,6 +173,7 @@ class NcclCommunicator : public Communicator {
     detail::require_same_dtype(what, input, output);
     require(output.numel() == input.numel() * size_, what, ": output must be ", size_, " x the input's ", input.numel(),
             " ", input.dtype(), " elements, got ", output);
+    require_nccl_layout(what, input, output, output, input);
     return submit(what, {input, output}, [&](cudaStream_t s) {
       return ncclAllGather(input.raw_data(), output.raw_data(), input.nbytes(), ncclUint8, comm_, s);
     });
@@ -194,7 +207,7 @@ class NcclCommunicator : public Communicator {
     require(color >= 0 || color == no_color, what, ": color must be >= 0 or no_color, got ", color);
     std::unique_lock lock(mutex_);
     changed_.wait(lock, [&] { return in_flight_.empty() || aborted_; });  // after the earlier calls
-    if (aborted_) fail(ErrorCategory::timeout, what, ": the NCCL communicator was aborted (", abort_reason_, ")");
+    if (aborted_) fail(abort_category_, what, ": the NCCL communicator was aborted (", abort_reason_, ")");
     const loom::detail::CudaDeviceGuard guard(device_);
     ncclConfig_t config = nonblocking_config();
     ncclComm_t child = nullptr;
@@ -204,6 +217,7 @@ class NcclCommunicator : public Communicator {
              deadline);
       if (child != nullptr) settle(child, ncclInProgress, what, deadline);
     } catch (const Error& e) {
+      if (child != nullptr) ncclCommAbort(child);
       abort_locked(e.category(), e.detail());
       throw;
     }
@@ -233,6 +247,23 @@ class NcclCommunicator : public Communicator {
     require(peer >= 0 && peer < size_ && peer != rank_, what, ": peer ", peer, " must be another rank of a world of ",
             size_);
   }
+  // NCCL computes in place only in its own layouts (output == input for all_reduce; the rank's
+  // block for reduce_scatter and all_gather); any other overlap would silently corrupt data.
+  void require_nccl_layout(const std::string& what, const Tensor& input, const Tensor& output, const Tensor& whole,
+                           const Tensor& part) const {
+    const auto* in = static_cast<const unsigned char*>(input.raw_data());
+    const auto* out = static_cast<const unsigned char*>(output.raw_data());
+    if (input.nbytes() == 0 || output.nbytes() == 0 || in >= out + output.nbytes() || out >= in + input.nbytes()) return;
+    const auto* start = static_cast<const unsigned char*>(whole.raw_data());
+    const bool in_place = input.nbytes() == output.nbytes()
+                              ? in == out
+                              : static_cast<const unsigned char*>(part.raw_data()) ==
+                                    start + static_cast<std::size_t>(rank_) * part.nbytes();
+    require(in_place, what, ": input ", input, " and output ", output,
+            " overlap, but NCCL computes in place only on the same buffer, or with the smaller one being this "
+            "rank's block of the larger");
+  }
+
   void require_reduction(const std::string& what, const Tensor& input, const Tensor& output, ReduceOp op,
                          std::int64_t blocks) const {
     require_on_device(what, "input", input);
@@ -253,7 +284,7 @@ class NcclCommunicator : public Communicator {
     const std::lock_guard lock(mutex_);
     if (aborted_) {
       work->complete(std::make_exception_ptr(
-          Error(ErrorCategory::timeout, what + ": the NCCL communicator was aborted (" + abort_reason_ + ")")));
+          Error(abort_category_, what + ": the NCCL communicator was aborted (" + abort_reason_ + ")")));
       return Work(work);
     }
     const loom::detail::CudaDeviceGuard guard(device_);
@@ -262,15 +293,19 @@ class NcclCommunicator : public Communicator {
     check(cudaEventRecord(ready, user_stream_), "cudaEventRecord");
     check(cudaStreamWaitEvent(stream_, ready, 0), "cudaStreamWaitEvent");
     check(cudaEventDestroy(ready), "cudaEventDestroy");
+    cudaEvent_t started = nullptr;
+    check(cudaEventCreateWithFlags(&started, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    check(cudaEventRecord(started, stream_), "cudaEventRecord");
     try {
       settle(comm_, call(stream_), what, Clock::now() + options_.timeout);
     } catch (const Error& e) {
+      cudaEventDestroy(started);
       abort_locked(e.category(), e.detail());
       throw;
     }
     check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     check(cudaEventRecord(done, stream_), "cudaEventRecord");
-    in_flight_.push_back({work, done, Clock::now() + options_.timeout, std::move(tensors)});
+    in_flight_.push_back({work, started, done, std::nullopt, std::move(tensors)});
     changed_.notify_all();
     return Work(work);
   }
@@ -280,12 +315,16 @@ class NcclCommunicator : public Communicator {
   void watch() {
     if (cudaSetDevice(device_.index()) != cudaSuccess) std::fprintf(stderr, "loom: NCCL watcher: cudaSetDevice failed\n");
     std::unique_lock lock(mutex_);
+    auto pause = std::chrono::microseconds(10);  // grows while nothing completes, up to 500 us
     for (;;) {
       changed_.wait(lock, [&] { return stopping_ || !in_flight_.empty(); });
       if (in_flight_.empty()) return;
       InFlight& head = in_flight_.front();
+      if (!head.deadline && cudaEventQuery(head.started) == cudaSuccess) head.deadline = Clock::now() + options_.timeout;
       const cudaError_t state = cudaEventQuery(head.done);
       if (state == cudaSuccess) {
+        pause = std::chrono::microseconds(10);
+        cudaEventDestroy(head.started);
         cudaEventDestroy(head.done);
         std::shared_ptr<detail::WorkState> work = std::move(head.work);
         in_flight_.pop_front();
@@ -300,11 +339,12 @@ class NcclCommunicator : public Communicator {
       } else if (async != ncclSuccess && async != ncclInProgress) {
         abort_locked(ErrorCategory::nccl, std::string("NCCL reported ") + ncclGetErrorString(async) + " (" +
                                               ncclGetLastError(comm_) + ")");
-      } else if (Clock::now() > head.deadline) {
+      } else if (head.deadline && Clock::now() > *head.deadline) {
         abort_locked(ErrorCategory::timeout, detail::not_completed_within(options_.timeout));
       } else {
         lock.unlock();
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::microseconds(500));
         lock.lock();
       }
     }
@@ -314,11 +354,13 @@ class NcclCommunicator : public Communicator {
   void abort_locked(ErrorCategory category, const std::string& reason) {
     if (aborted_) return;
     aborted_ = true;
+    abort_category_ = category;
     abort_reason_ = reason;
     ncclCommAbort(comm_);
     for (InFlight& call : in_flight_) {
       call.work->complete(std::make_exception_ptr(
           Error(category, call.work->what + ": " + reason + "; the NCCL communicator is aborted")));
+      cudaEventDestroy(call.started);
       cudaEventDestroy(call.done);
       // The aborted kernels may not have released the buffers yet: keep them until destruction.
       for (Tensor& t : call.keep_alive) abandoned_.push_back(std::move(t));
@@ -339,6 +381,7 @@ class NcclCommunicator : public Communicator {
   std::deque<InFlight> in_flight_;
   std::vector<Tensor> abandoned_;
   bool stopping_ = false, aborted_ = false;
+  ErrorCategory abort_category_ = ErrorCategory::timeout;
   std::string abort_reason_;
   std::thread watcher_;
 };
@@ -365,7 +408,8 @@ std::unique_ptr<Communicator> make_nccl_communicator(const NcclId& id, int rank,
   ncclComm_t comm = nullptr;
   const std::string what = loom::detail::concat("NCCL communicator init (rank ", rank, " of ", size, " on ", device, ")");
   try {
-    settle(comm, ncclCommInitRankConfig(&comm, size, unique, rank, &config), what, Clock::now() + options.timeout);
+    const ncclResult_t started = ncclCommInitRankConfig(&comm, size, unique, rank, &config);  // sets comm first
+    settle(comm, started, what, Clock::now() + options.timeout);
   } catch (const Error& e) {
     if (comm != nullptr) ncclCommAbort(comm);
     if (e.category() == ErrorCategory::timeout) {

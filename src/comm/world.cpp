@@ -143,25 +143,25 @@ std::unique_ptr<World> init(int& argc, char**& argv, const InitOptions& base) {
   require(backend != "nccl" || device.is_cuda(), "init: the nccl backend needs a GPU, and this process uses the cpu");
   require(backend == "nccl" || device.is_cpu(), "init: the ", backend, " backend moves CPU tensors; on ", device,
           " use nccl (or --loom-device cpu)");
+  require(backend != "nccl" || !options.allow_gpu_sharing || launch.size <= cuda.device_count,
+          "init: NCCL needs one GPU per rank, but ", launch.size, " ranks share ", cuda.device_count,
+          " GPU(s) (--loom-allow-gpu-sharing); use --loom-device cpu or fewer ranks");
   require(backend != "in-process" || launch.size == 1, "init: the in-process backend serves one process, but ",
           launch.launcher, " started ", launch.size, "; use mpi (mpirun) for CPU processes");
 
   const bool use_mpi = backend == "mpi" || (backend == "nccl" && launch.size > 1 && launched_by_mpi(launch) &&
                                             comm::mpi_built());
+  // On an error below MPI stays initialized: finalizing would wait for peers that may be blocked
+  // in the bootstrap; the process exits with the error instead and the launcher ends the job.
   const bool owns_mpi = use_mpi && comm::initialize_mpi();
-  try {
-    if (use_mpi) {
-      const auto [mpi_rank, mpi_size] = comm::mpi_world();
-      require(mpi_rank == launch.rank && mpi_size == launch.size, "init: ", launch.launcher, " says rank ", launch.rank,
-              " of ", launch.size, " but MPI says rank ", mpi_rank, " of ", mpi_size,
-              " (was the program started by a different MPI's launcher, or with conflicting --loom-* overrides?)");
-    }
-    std::unique_ptr<comm::Communicator> comm = world_communicator(backend, launch, device, use_mpi, options.comm);
-    return std::make_unique<World>(launch, device, std::move(comm), owns_mpi);
-  } catch (...) {
-    if (owns_mpi) comm::finalize_mpi();
-    throw;
+  if (use_mpi) {
+    const auto [mpi_rank, mpi_size] = comm::mpi_world();
+    require(mpi_rank == launch.rank && mpi_size == launch.size, "init: ", launch.launcher, " says rank ", launch.rank,
+            " of ", launch.size, " but MPI says rank ", mpi_rank, " of ", mpi_size,
+            " (was the program started by a different MPI's launcher, or with conflicting --loom-* overrides?)");
   }
+  std::unique_ptr<comm::Communicator> comm = world_communicator(backend, launch, device, use_mpi, options.comm);
+  return std::make_unique<World>(launch, device, std::move(comm), owns_mpi);
 }
 
 }  // namespace loom

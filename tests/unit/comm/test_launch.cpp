@@ -80,3 +80,14 @@ TEST_CASE("launch: the device follows the local rank", "[comm][launch]") {
                          IsError(ErrorCategory::invalid_argument, {"local rank 3", "2 GPUs", "allow GPU sharing"}));
   REQUIRE(loom::comm::device_for(info, 2, true) == loom::Device::cuda(1));
 }
+
+TEST_CASE("launch: torchrun's workers inside a SLURM allocation follow torchrun, not SLURM", "[comm][launch]") {
+  // srun torchrun: every worker inherits its srun task's SLURM_* variables.
+  const LaunchInfo info = detect_launch(
+      {}, environment({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"},
+                       {"TORCHELASTIC_RUN_ID", "job7"}, {"RANK", "13"}, {"WORLD_SIZE", "16"}, {"LOCAL_RANK", "5"},
+                       {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"}}));
+  REQUIRE(info.launcher == "torchrun");
+  REQUIRE((info.rank == 13 && info.size == 16 && info.local_rank == 5));
+  REQUIRE(info.master_addr == "node0");
+}

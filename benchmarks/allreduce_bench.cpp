@@ -1,0 +1,270 @@
+// allreduce_bench: loom's collectives with the flags and columns of nccl-tests, and the backend's
+// raw call on the same buffers in the same run, so that loom's overhead is a printed ratio.
+//   mpirun -np 2 build/benchmarks/allreduce_bench -b 8 -e 64M -f 4     (CPU: MPI backend)
+//   build/benchmarks/allreduce_bench -b 1K -e 1G -f 2                 (one GPU: NCCL backend)
+// time is the per-call time (median over rounds of the mean over -n calls; the slowest rank),
+// algbw = size / time, busbw = algbw x 2(n-1)/n for all_reduce and x (n-1)/n for reduce_scatter
+// and all_gather; size is the full buffer (all ranks' blocks for reduce_scatter/all_gather).
+// #wrong counts elements that differ from the exact result of crafted inputs (-c 1).
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bench_report.hpp"
+#include "loom/loom.hpp"
+#include "raw_collective.hpp"
+
+namespace {
+
+using loom::DType;
+using loom::Tensor;
+using loom::comm::Communicator;
+using loom::comm::ReduceOp;
+
+std::int64_t parse_bytes(const std::string& text) {
+  std::size_t end = 0;
+  const double value = std::stod(text, &end);
+  const std::string unit = text.substr(end);
+  double scale = 1;
+  if (unit == "K" || unit == "k") scale = 1024;
+  else if (unit == "M" || unit == "m") scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "g") scale = 1024.0 * 1024 * 1024;
+  else loom::require(unit.empty(), "allreduce_bench: bad size '", text, "' (a number with K, M or G)");
+  return static_cast<std::int64_t>(value * scale);
+}
+
+DType parse_dtype(const std::string& name) {
+  static const std::map<std::string, DType> names = {
+      {"float", DType::f32}, {"f32", DType::f32},   {"half", DType::f16},    {"f16", DType::f16},
+      {"bfloat16", DType::bf16}, {"bf16", DType::bf16}, {"int32", DType::i32}, {"int", DType::i32},
+      {"int64", DType::i64}};
+  const auto it = names.find(name);
+  loom::require(it != names.end(), "allreduce_bench: unknown type '", name, "' (float, half, bfloat16, int32, int64)");
+  return it->second;
+}
+
+ReduceOp parse_op(const std::string& name) {
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min}) {
+    if (loom::comm::to_string(op) == name) return op;
+  }
+  loom::fail(loom::ErrorCategory::invalid_argument, "allreduce_bench: unknown op '", name, "' (sum, avg, max, min)");
+}
+
+// The buffers of one collective: out of place, and in place (the layout NCCL requires).
+struct Buffers {
+  Tensor input, output, in_place_input, in_place_output;
+};
+
+Buffers make_buffers(const std::string& collective, std::int64_t count, int rank, int size, DType dtype,
+                     loom::Device device) {
+  const std::int64_t block = count / size;
+  Buffers b;
+  if (collective == "all_reduce") {
+    b.input = Tensor::zeros({count}, dtype, device);
+    b.output = Tensor::zeros({count}, dtype, device);
+    b.in_place_input = b.in_place_output = Tensor::zeros({count}, dtype, device);
+  } else if (collective == "reduce_scatter") {
+    b.input = Tensor::zeros({count}, dtype, device);
+    b.output = Tensor::zeros({block}, dtype, device);
+    b.in_place_input = Tensor::zeros({count}, dtype, device);
+    b.in_place_output = b.in_place_input.slice(rank * block, (rank + 1) * block);
+  } else {
+    b.input = Tensor::zeros({block}, dtype, device);
+    b.output = Tensor::zeros({count}, dtype, device);
+    b.in_place_output = Tensor::zeros({count}, dtype, device);
+    b.in_place_input = b.in_place_output.slice(rank * block, (rank + 1) * block);
+  }
+  return b;
+}
+
+loom::comm::Work call(Communicator& comm, const std::string& collective, const Tensor& in, const Tensor& out,
+                      ReduceOp op) {
+  if (collective == "all_reduce") return comm.all_reduce(in, out, op);
+  if (collective == "reduce_scatter") return comm.reduce_scatter(in, out, op);
+  return comm.all_gather(in, out);
+}
+
+// Rank r's element i, and the exact result at element i of the collective's output.
+double value(int rank, std::int64_t i) { return (rank + 1) * static_cast<double>(i % 5 + 1); }
+double expected(const std::string& collective, ReduceOp op, int rank, int size, std::int64_t block, std::int64_t i) {
+  if (collective == "all_gather") return value(static_cast<int>(i / block), i % block);
+  const std::int64_t at = collective == "reduce_scatter" ? rank * block + i : i;
+  const double base = static_cast<double>(at % 5 + 1);
+  switch (op) {
+    case ReduceOp::sum: return base * size * (size + 1) / 2;
+    case ReduceOp::avg: return base * (size + 1) / 2.0;
+    case ReduceOp::max: return base * size;
+    case ReduceOp::min: return base;
+  }
+  return 0;
+}
+
+void set(const Tensor& host, std::int64_t i, double v) {
+  switch (host.dtype()) {
+    case DType::f32: host.data<float>()[i] = static_cast<float>(v); break;
+    case DType::f16: host.data<loom::half>()[i] = loom::to_half(static_cast<float>(v)); break;
+    case DType::bf16: host.data<loom::bfloat16>()[i] = loom::to_bfloat16(static_cast<float>(v)); break;
+    case DType::i32: host.data<std::int32_t>()[i] = static_cast<std::int32_t>(v); break;
+    default: host.data<std::int64_t>()[i] = static_cast<std::int64_t>(v); break;
+  }
+}
+
+double get(const Tensor& host, std::int64_t i) {
+  switch (host.dtype()) {
+    case DType::f32: return host.data<float>()[i];
+    case DType::f16: return loom::to_float(host.data<loom::half>()[i]);
+    case DType::bf16: return loom::to_float(host.data<loom::bfloat16>()[i]);
+    case DType::i32: return host.data<std::int32_t>()[i];
+    default: return static_cast<double>(host.data<std::int64_t>()[i]);
+  }
+}
+
+// Elements of out that differ from the exact result after one call on crafted inputs, summed over ranks.
+std::int64_t count_wrong(Communicator& comm, const std::string& collective, const Tensor& in, const Tensor& out,
+                         ReduceOp op, std::int64_t block) {
+  const Tensor crafted = Tensor::empty({in.numel()}, in.dtype());
+  for (std::int64_t i = 0; i < in.numel(); ++i) set(crafted, i, value(comm.rank(), i));
+  loom::copy(in, crafted.to(in.device()));
+  call(comm, collective, in, out, op).wait();
+  const Tensor got = out.to(loom::Device::cpu());
+  std::int64_t wrong = 0;
+  for (std::int64_t i = 0; i < got.numel(); ++i) {
+    if (get(got, i) != expected(collective, op, comm.rank(), comm.size(), block, i)) ++wrong;
+  }
+  const Tensor total = Tensor::full({1}, DType::i64, static_cast<double>(wrong), comm.device());
+  comm.all_reduce(total, total, ReduceOp::sum).wait();
+  return total.item<std::int64_t>();
+}
+
+// Per-call seconds of `calls` back-to-back calls, on the slowest rank.
+double slowest_per_call(Communicator& comm, const std::function<void()>& sync, const std::function<void()>& one,
+                        int calls) {
+  sync();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) one();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
+  const Tensor slowest = Tensor::full({1}, DType::f32, seconds, comm.device());
+  comm.all_reduce(slowest, slowest, ReduceOp::max).wait();
+  return slowest.item<float>();
+}
+
+struct Settings {
+  std::string collective = "all_reduce", type = "float", op = "sum", min_bytes = "8", max_bytes = "64M", json;
+  double factor = 2;
+  int iterations = 20, warmup = 5, check = 1, rounds = 5;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    std::unique_ptr<loom::World> world = loom::init(argc, argv);
+    Communicator& comm = world->comm();
+    CLI::App app("allreduce_bench: loom collectives in nccl-tests' format, against the backend's raw call");
+    Settings s;
+    app.add_option("--collective", s.collective, "all_reduce, reduce_scatter or all_gather")
+        ->check(CLI::IsMember({"all_reduce", "reduce_scatter", "all_gather"}));
+    app.add_option("-b,--minbytes", s.min_bytes, "smallest size (bytes, K, M, G)");
+    app.add_option("-e,--maxbytes", s.max_bytes, "largest size");
+    app.add_option("-f,--stepfactor", s.factor, "size multiplier between rows")->check(CLI::Range(1.01, 1e6));
+    app.add_option("-n,--iters", s.iterations, "timed calls per round")->check(CLI::PositiveNumber);
+    app.add_option("-w,--warmup_iters", s.warmup, "untimed calls before timing")->check(CLI::NonNegativeNumber);
+    app.add_option("-c,--check", s.check, "count wrong elements on crafted inputs (0 or 1)");
+    app.add_option("-d,--datatype", s.type, "float, half, bfloat16, int32, int64");
+    app.add_option("-o,--op", s.op, "sum, avg, max, min");
+    app.add_option("--rounds", s.rounds, "rounds (loom and raw alternate); the median is reported")
+        ->check(CLI::PositiveNumber);
+    app.add_option("--json", s.json, "write the JSON record here (rank 0)");
+    CLI11_PARSE(app, argc, argv);
+
+    const DType dtype = parse_dtype(s.type);
+    const ReduceOp op = s.collective == "all_gather" ? ReduceOp::sum : parse_op(s.op);
+    const int n = comm.size(), rank = comm.rank();
+    std::unique_ptr<loom::bench::RawCollective> raw = loom::bench::make_raw_collective(*world);
+    const double bus_factor = s.collective == "all_reduce" ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
+    const auto element = static_cast<std::int64_t>(loom::dtype_size(dtype));
+    const bool lead = rank == 0;
+    if (lead) {
+      std::printf("# loom allreduce_bench: %s, %d rank(s), backend %s on %s, raw baseline %s\n", s.collective.c_str(), n,
+                  std::string(comm.backend()).c_str(), world->device().to_string().c_str(),
+                  raw ? raw->name().c_str() : "none");
+      std::printf("#%51s%34s%34s%22s\n", "", "out-of-place", "in-place", "raw backend");
+      std::printf("#%11s %12s %8s %6s %9s %8s %8s %7s %9s %8s %8s %7s %9s %10s\n", "size", "count", "type", "redop",
+                  "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "time", "loom/raw");
+      std::printf("#%11s %12s %8s %6s %9s %8s %8s %7s %9s %8s %8s %7s %9s %10s\n", "(B)", "(elements)", "", "", "(us)",
+                  "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "");
+    }
+    nlohmann::json rows = nlohmann::json::array();
+    const std::int64_t smallest = parse_bytes(s.min_bytes), largest = parse_bytes(s.max_bytes);
+    for (double bytes_wanted = static_cast<double>(smallest); bytes_wanted <= static_cast<double>(largest) * 1.0000001;
+         bytes_wanted *= s.factor) {
+      // Whole elements, and a whole number of them per rank.
+      const std::int64_t block = std::max<std::int64_t>(1, static_cast<std::int64_t>(bytes_wanted) / element / n);
+      const std::int64_t count = block * n, bytes = count * element;
+      const Buffers b = make_buffers(s.collective, count, rank, n, dtype, world->device());
+      auto loom_call = [&](const Tensor& in, const Tensor& out) { call(comm, s.collective, in, out, op).wait(); };
+      const auto sync = [&] { comm.barrier().wait(); };
+      const bool has_raw = raw && raw->run(s.collective, b.input, b.output, op);
+      for (int i = 0; i < s.warmup; ++i) loom_call(b.input, b.output);
+      std::vector<double> outside, inside, direct;
+      for (int round = 0; round < s.rounds; ++round) {
+        outside.push_back(slowest_per_call(comm, sync, [&] { loom_call(b.input, b.output); }, s.iterations));
+        if (has_raw) {
+          direct.push_back(slowest_per_call(
+              comm, [&] { raw->barrier(); }, [&] { raw->run(s.collective, b.input, b.output, op); }, s.iterations));
+        }
+        inside.push_back(
+            slowest_per_call(comm, sync, [&] { loom_call(b.in_place_input, b.in_place_output); }, s.iterations));
+      }
+      const double t_out = loom::bench::median(outside), t_in = loom::bench::median(inside);
+      const double t_raw = has_raw ? loom::bench::median(direct) : 0;
+      const std::int64_t wrong_out = s.check ? count_wrong(comm, s.collective, b.input, b.output, op, block) : -1;
+      const std::int64_t wrong_in =
+          s.check ? count_wrong(comm, s.collective, b.in_place_input, b.in_place_output, op, block) : -1;
+      const auto gbps = [&](double t) { return static_cast<double>(bytes) / t / 1e9; };
+      if (lead) {
+        std::printf(" %11lld %12lld %8s %6s %9.2f %8.3f %8.3f %7lld %9.2f %8.3f %8.3f %7lld", static_cast<long long>(bytes),
+                    static_cast<long long>(count), s.type.c_str(), std::string(loom::comm::to_string(op)).c_str(),
+                    t_out * 1e6, gbps(t_out), gbps(t_out) * bus_factor, static_cast<long long>(wrong_out), t_in * 1e6,
+                    gbps(t_in), gbps(t_in) * bus_factor, static_cast<long long>(wrong_in));
+        if (has_raw) std::printf(" %9.2f %10.3f\n", t_raw * 1e6, t_out / t_raw);
+        else std::printf(" %9s %10s\n", "-", "-");
+      }
+      nlohmann::json row = {{"size_bytes", bytes},
+                            {"count", count},
+                            {"type", s.type},
+                            {"redop", loom::comm::to_string(op)},
+                            {"out_of_place", {{"time_us", t_out * 1e6}, {"algbw_gbps", gbps(t_out)},
+                                              {"busbw_gbps", gbps(t_out) * bus_factor}, {"wrong", wrong_out}}},
+                            {"in_place", {{"time_us", t_in * 1e6}, {"algbw_gbps", gbps(t_in)},
+                                          {"busbw_gbps", gbps(t_in) * bus_factor}, {"wrong", wrong_in}}}};
+      if (has_raw) row["raw"] = {{"time_us", t_raw * 1e6}, {"loom_over_raw", t_out / t_raw},
+                                 {"added_us", (t_out - t_raw) * 1e6}};
+      rows.push_back(row);
+    }
+    if (lead && !s.json.empty()) {
+      nlohmann::json record = loom::bench::make_record(
+          "allreduce_bench", {{"collective", s.collective}, {"ranks", n}, {"backend", comm.backend()},
+                              {"device", world->device().to_string()}, {"raw", raw ? raw->name() : "none"},
+                              {"iterations", s.iterations}, {"warmup", s.warmup}, {"rounds", s.rounds},
+                              {"launcher", world->launch().launcher}});
+      record["rows"] = rows;
+      loom::bench::write_json(s.json, record);
+      std::printf("# wrote %s\n", s.json.c_str());
+    }
+    std::int64_t total_wrong = 0;
+    for (const auto& row : rows) {
+      total_wrong += std::max<std::int64_t>(0, row["out_of_place"]["wrong"].get<std::int64_t>()) +
+                     std::max<std::int64_t>(0, row["in_place"]["wrong"].get<std::int64_t>());
+    }
+    if (lead) std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong), total_wrong ? "FAILED" : "OK");
+    return total_wrong == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "allreduce_bench: %s\n", e.what());
+    return 1;
+  }
+}
