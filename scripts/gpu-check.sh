@@ -50,11 +50,13 @@ bench alloc_bench --device cuda:0
 # GPT-2 124M shape in bf16: tokens/s and MFU against the same-run GEMM peak.
 bench train_bench --device cuda:0 --precision bf16 --layers 12 --heads 12 --channels 768 --context 1024 \
   --vocab 50257 --batch 8 --steps 10 --warmup 2 --peak-shape 4096
+# One-GPU NCCL through loom::init, against ncclAllReduce on the same buffers.
+bench allreduce_bench -b 1K -e 1G -f 4 -n 20 --rounds 5
 echo "== train_gpt (addition, bf16, cuda:0)" >> "$summary"
 "$build/examples/train_gpt/train_gpt" --device cuda:0 --precision bf16 --steps 600 --log-every 100 \
   >> "$summary" 2>&1 || status=1
 
 grep "check-sass" "$summary"
 echo "== cuda tests"; grep -E "tests passed|tests failed|\*\*\*Failed|Skipped" "$out/cuda-tests.log" | tail -15
-sed -n '/== gemm_bench/,$p' "$summary" | grep -E "^==|^[0-9]|^copy|^[a-z_]+ |^MFU|^eval" | head -100
+sed -n '/== gemm_bench/,$p' "$summary" | grep -E "^==|^ *[0-9]|^copy|^[a-z_]+ |^MFU|^eval" | head -120
 exit $status
