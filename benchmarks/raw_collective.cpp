@@ -20,6 +20,7 @@ namespace loom::bench {
 
 namespace {
 
+#if LOOM_WITH_NCCL
 bool mpi_running() {
 #if LOOM_WITH_MPI
   int initialized = 0, finalized = 0;
@@ -30,6 +31,7 @@ bool mpi_running() {
   return false;
 #endif
 }
+#endif
 
 #if LOOM_WITH_MPI
 class RawMpi final : public RawCollective {
