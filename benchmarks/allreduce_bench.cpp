@@ -10,7 +10,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -35,16 +34,6 @@ std::int64_t parse_bytes(const std::string& text) {
   else if (unit == "G" || unit == "g") scale = 1024.0 * 1024 * 1024;
   else loom::require(unit.empty(), "allreduce_bench: bad size '", text, "' (a number with K, M or G)");
   return static_cast<std::int64_t>(value * scale);
-}
-
-DType parse_dtype(const std::string& name) {
-  static const std::map<std::string, DType> names = {
-      {"float", DType::f32}, {"f32", DType::f32},   {"half", DType::f16},    {"f16", DType::f16},
-      {"bfloat16", DType::bf16}, {"bf16", DType::bf16}, {"int32", DType::i32}, {"int", DType::i32},
-      {"int64", DType::i64}};
-  const auto it = names.find(name);
-  loom::require(it != names.end(), "allreduce_bench: unknown type '", name, "' (float, half, bfloat16, int32, int64)");
-  return it->second;
 }
 
 ReduceOp parse_op(const std::string& name) {
@@ -103,37 +92,17 @@ double expected(const std::string& collective, ReduceOp op, int rank, int size, 
   return 0;
 }
 
-void set(const Tensor& host, std::int64_t i, double v) {
-  switch (host.dtype()) {
-    case DType::f32: host.data<float>()[i] = static_cast<float>(v); break;
-    case DType::f16: host.data<loom::half>()[i] = loom::to_half(static_cast<float>(v)); break;
-    case DType::bf16: host.data<loom::bfloat16>()[i] = loom::to_bfloat16(static_cast<float>(v)); break;
-    case DType::i32: host.data<std::int32_t>()[i] = static_cast<std::int32_t>(v); break;
-    default: host.data<std::int64_t>()[i] = static_cast<std::int64_t>(v); break;
-  }
-}
-
-double get(const Tensor& host, std::int64_t i) {
-  switch (host.dtype()) {
-    case DType::f32: return host.data<float>()[i];
-    case DType::f16: return loom::to_float(host.data<loom::half>()[i]);
-    case DType::bf16: return loom::to_float(host.data<loom::bfloat16>()[i]);
-    case DType::i32: return host.data<std::int32_t>()[i];
-    default: return static_cast<double>(host.data<std::int64_t>()[i]);
-  }
-}
-
 // Elements of out that differ from the exact result after one call on crafted inputs, summed over ranks.
 std::int64_t count_wrong(Communicator& comm, const std::string& collective, const Tensor& in, const Tensor& out,
                          ReduceOp op, std::int64_t block) {
-  const Tensor crafted = Tensor::empty({in.numel()}, in.dtype());
-  for (std::int64_t i = 0; i < in.numel(); ++i) set(crafted, i, value(comm.rank(), i));
-  loom::copy(in, crafted.to(in.device()));
+  std::vector<double> crafted(static_cast<std::size_t>(in.numel()));
+  for (std::int64_t i = 0; i < in.numel(); ++i) crafted[static_cast<std::size_t>(i)] = value(comm.rank(), i);
+  loom::copy(in, loom::from_doubles(crafted, in.dtype(), in.device()));
   call(comm, collective, in, out, op).wait();
-  const Tensor got = out.to(loom::Device::cpu());
+  const std::vector<double> got = loom::to_doubles(out);
   std::int64_t wrong = 0;
-  for (std::int64_t i = 0; i < got.numel(); ++i) {
-    if (get(got, i) != expected(collective, op, comm.rank(), comm.size(), block, i)) ++wrong;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != expected(collective, op, comm.rank(), comm.size(), block, static_cast<std::int64_t>(i))) ++wrong;
   }
   const Tensor total = Tensor::full({1}, DType::i64, static_cast<double>(wrong), comm.device());
   comm.all_reduce(total, total, ReduceOp::sum).wait();
@@ -181,7 +150,7 @@ int main(int argc, char** argv) {
     app.add_option("--json", s.json, "write the JSON record here (rank 0)");
     CLI11_PARSE(app, argc, argv);
 
-    const DType dtype = parse_dtype(s.type);
+    const DType dtype = loom::parse_dtype(s.type);  // nccl-tests' names (float, half, bfloat16, ...) are aliases
     const ReduceOp op = s.collective == "all_gather" ? ReduceOp::sum : parse_op(s.op);
     const int n = comm.size(), rank = comm.rank();
     std::unique_ptr<loom::bench::RawCollective> raw = loom::bench::make_raw_collective(*world);

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "loom/core/error.hpp"
-#include "src/comm/reduce.hpp"
+#include "src/comm/call_checks.hpp"
 
 namespace loom::comm::detail {
 

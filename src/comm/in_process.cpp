@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "loom/core/error.hpp"
+#include "src/comm/call_checks.hpp"
 #include "src/comm/call_queue.hpp"
 #include "src/comm/checked.hpp"
 #include "src/comm/reduce.hpp"
@@ -138,14 +139,14 @@ class InProcessCommunicator : public Communicator {
 
   Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op) override {
     const std::string what = describe("all_reduce");
-    detail::require_reducible(what, input, output, op, 1);
+    detail::require_reducible(what, input, output, op, 1, Device::cpu());
     return calls_.enqueue(what, [=, this] { reduce_to(input, output, op, 0, input.numel(), what); });
   }
 
   Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root) override {
     const std::string what = describe("reduce");
-    require_root(what, root);
-    detail::require_reducible(what, input, rank_ == root ? output : input, op, 1);
+    detail::require_root(what, root, size());
+    detail::require_reducible(what, input, rank_ == root ? output : input, op, 1, Device::cpu());
     return calls_.enqueue(what, [=, this] {
       reduce_to(input, rank_ == root ? output : Tensor(), op, 0, input.numel(), what);
     });
@@ -153,14 +154,14 @@ class InProcessCommunicator : public Communicator {
 
   Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
     const std::string what = describe("reduce_scatter");
-    detail::require_reducible(what, input, output, op, size());
+    detail::require_reducible(what, input, output, op, size(), Device::cpu());
     return calls_.enqueue(what, [=, this] { reduce_to(input, output, op, rank_ * output.numel(), output.numel(), what); });
   }
 
   Work broadcast(const Tensor& tensor, int root) override {
     const std::string what = describe("broadcast");
-    require_root(what, root);
-    detail::require_cpu_contiguous(what, "tensor", tensor);
+    detail::require_root(what, root, size());
+    detail::require_on_device(what, "tensor", tensor, Device::cpu());
     return calls_.enqueue(what, [=, this] {
       const std::vector<Post> posts = group_->arrive(rank_, {tensor.raw_data()}, what);
       if (rank_ != root && tensor.nbytes() > 0) {
@@ -172,7 +173,7 @@ class InProcessCommunicator : public Communicator {
 
   Work all_gather(const Tensor& input, const Tensor& output) override {
     const std::string what = describe("all_gather");
-    detail::require_gatherable(what, input, output, size());
+    detail::require_gatherable(what, input, output, size(), Device::cpu());
     return calls_.enqueue(what, [=, this] {
       const std::vector<Post> posts = group_->arrive(rank_, {input.raw_data()}, what);
       auto* out = static_cast<unsigned char*>(output.raw_data());
@@ -187,13 +188,13 @@ class InProcessCommunicator : public Communicator {
 
   Work send(const Tensor& tensor, int peer) override {
     const std::string what = describe("send", peer);
-    detail::require_peer(what, tensor, peer, rank_, size());
+    detail::require_peer(what, tensor, peer, rank_, size(), Device::cpu());
     return calls_.enqueue(what, [=, this] { group_->send(rank_, peer, tensor, what); });
   }
 
   Work recv(const Tensor& tensor, int peer) override {
     const std::string what = describe("recv", peer);
-    detail::require_peer(what, tensor, peer, rank_, size());
+    detail::require_peer(what, tensor, peer, rank_, size(), Device::cpu());
     return calls_.enqueue(what, [=, this] { group_->recv(peer, rank_, tensor, what); });
   }
 
@@ -204,7 +205,7 @@ class InProcessCommunicator : public Communicator {
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     const std::string what = describe("split");
-    require(color >= 0 || color == no_color, what, ": color must be >= 0 or no_color, got ", color);
+    detail::require_color(what, color);
     std::unique_ptr<Communicator> child;
     calls_.run(what, [&] {
       std::vector<Post> posts = group_->arrive(rank_, {nullptr, color, key, nullptr}, what);
@@ -231,14 +232,7 @@ class InProcessCommunicator : public Communicator {
 
  private:
   std::string describe(const char* op, int peer = -1) const {
-    std::string text = std::string("in-process ") + op + " (rank " + std::to_string(rank_) + " of " +
-                       std::to_string(size());
-    if (peer >= 0) text += ", peer " + std::to_string(peer);
-    return text + ")";
-  }
-
-  void require_root(const std::string& what, int root) const {
-    require(root >= 0 && root < size(), what, ": root ", root, " is outside a world of ", size());
+    return detail::describe_call("in-process", op, rank_, size(), Device::cpu(), peer);
   }
 
   // output (when defined) = elements [offset, offset + count) of op over the ranks' inputs.

@@ -9,6 +9,7 @@
 
 #include "loom/core/error.hpp"
 #include "loom/core/mpi_check.hpp"
+#include "src/comm/call_checks.hpp"
 #include "src/comm/call_queue.hpp"
 #include "src/comm/checked.hpp"
 #include "src/comm/reduce.hpp"
@@ -88,7 +89,7 @@ class MpiCommunicator : public Communicator {
 
   Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op) override {
     const std::string what = describe("all_reduce");
-    detail::require_reducible(what, input, output, op, 1);
+    detail::require_reducible(what, input, output, op, 1, Device::cpu());
     const int n = mpi_count(what, input.numel());
     return calls_->enqueue(what, [=, this] {
       if (is_16bit(input.dtype())) {
@@ -106,9 +107,9 @@ class MpiCommunicator : public Communicator {
 
   Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root) override {
     const std::string what = describe("reduce");
-    require_root(what, root);
+    detail::require_root(what, root, size_);
     const bool is_root = rank_ == root;
-    detail::require_reducible(what, input, is_root ? output : input, op, 1);
+    detail::require_reducible(what, input, is_root ? output : input, op, 1, Device::cpu());
     const int n = mpi_count(what, input.numel());
     return calls_->enqueue(what, [=, this] {
       if (is_16bit(input.dtype())) {
@@ -131,7 +132,7 @@ class MpiCommunicator : public Communicator {
 
   Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
     const std::string what = describe("reduce_scatter");
-    detail::require_reducible(what, input, output, op, size_);
+    detail::require_reducible(what, input, output, op, size_, Device::cpu());
     const int n = mpi_count(what, output.numel());
     mpi_count(what, input.numel());
     return calls_->enqueue(what, [=, this] {
@@ -153,8 +154,8 @@ class MpiCommunicator : public Communicator {
 
   Work broadcast(const Tensor& tensor, int root) override {
     const std::string what = describe("broadcast");
-    require_root(what, root);
-    detail::require_cpu_contiguous(what, "tensor", tensor);
+    detail::require_root(what, root, size_);
+    detail::require_on_device(what, "tensor", tensor, Device::cpu());
     const int bytes = mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()), "bytes");
     return calls_->enqueue(what, [=, this] {
       check_mpi(MPI_Bcast(tensor.raw_data(), bytes, MPI_BYTE, root, comm_), what);
@@ -163,7 +164,7 @@ class MpiCommunicator : public Communicator {
 
   Work all_gather(const Tensor& input, const Tensor& output) override {
     const std::string what = describe("all_gather");
-    detail::require_gatherable(what, input, output, size_);
+    detail::require_gatherable(what, input, output, size_, Device::cpu());
     const int bytes = mpi_count(what, static_cast<std::int64_t>(input.nbytes()), "bytes");
     mpi_count(what, static_cast<std::int64_t>(output.nbytes()), "bytes");
     return calls_->enqueue(what, [=, this] {
@@ -184,7 +185,7 @@ class MpiCommunicator : public Communicator {
 
   Work send(const Tensor& tensor, int peer) override {
     const std::string what = describe("send", peer);
-    detail::require_peer(what, tensor, peer, rank_, size_);
+    detail::require_peer(what, tensor, peer, rank_, size_, Device::cpu());
     const int bytes = mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()), "bytes");
     return calls_->enqueue(what, [=, this] {
       check_mpi(MPI_Send(tensor.raw_data(), bytes, MPI_BYTE, peer, point_to_point_tag, comm_), what);
@@ -193,7 +194,7 @@ class MpiCommunicator : public Communicator {
 
   Work recv(const Tensor& tensor, int peer) override {
     const std::string what = describe("recv", peer);
-    detail::require_peer(what, tensor, peer, rank_, size_);
+    detail::require_peer(what, tensor, peer, rank_, size_, Device::cpu());
     const int bytes = mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()), "bytes");
     return calls_->enqueue(what, [=, this] {
       MPI_Status status;
@@ -218,7 +219,7 @@ class MpiCommunicator : public Communicator {
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     const std::string what = describe("split");
-    require(color >= 0 || color == no_color, what, ": color must be >= 0 or no_color, got ", color);
+    detail::require_color(what, color);
     // Owned by the call, not this frame: a call abandoned by the watchdog may still write it later.
     auto child = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
     calls_->run(what, [=, this] {
@@ -232,13 +233,7 @@ class MpiCommunicator : public Communicator {
   static constexpr int point_to_point_tag = 7;
 
   std::string describe(const char* op, int peer = -1) const {
-    std::string text = std::string("MPI ") + op + " (rank " + std::to_string(rank_) + " of " + std::to_string(size_);
-    if (peer >= 0) text += ", peer " + std::to_string(peer);
-    return text + ")";
-  }
-
-  void require_root(const std::string& what, int root) const {
-    require(root >= 0 && root < size_, what, ": root ", root, " is outside a world of ", size_);
+    return detail::describe_call("MPI", op, rank_, size_, Device::cpu(), peer);
   }
 
   MPI_Comm comm_;

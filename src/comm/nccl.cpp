@@ -15,8 +15,8 @@
 #include "loom/core/cuda_check.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/nccl_check.hpp"
+#include "src/comm/call_checks.hpp"
 #include "src/comm/checked.hpp"
-#include "src/comm/reduce.hpp"
 #include "src/core/cuda/device_guard.hpp"
 
 namespace loom::comm {
@@ -83,6 +83,7 @@ class NcclCommunicator : public Communicator {
     check(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
     check(ncclCommCount(comm_, &size_), "ncclCommCount");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     barrier_scratch_ = Tensor::zeros({1}, DType::f32, device_);
     watcher_ = std::thread([this] { watch(); });
   }
@@ -108,6 +109,8 @@ class NcclCommunicator : public Communicator {
       // Aborted kernels have ended once the stream drains; only then may their buffers be reused.
       check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
       abandoned_.clear();
+      for (cudaEvent_t event : spare_events_) cudaEventDestroy(event);
+      cudaEventDestroy(ready_);
       check(cudaStreamDestroy(stream_), "cudaStreamDestroy");
     } catch (const std::exception& e) {
       std::fprintf(stderr, "loom: closing the NCCL communicator failed: %s\n", e.what());
@@ -128,7 +131,7 @@ class NcclCommunicator : public Communicator {
 
   Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op) override {
     const std::string what = describe("all_reduce");
-    require_reduction(what, input, output, op, 1);
+    detail::require_reducible(what, input, output, op, 1, device_);
     require_nccl_layout(what, input, output, input, output);
     return submit(what, {input, output}, [&](cudaStream_t s) {
       return ncclAllReduce(input.raw_data(), output.raw_data(), count(input), nccl_type(what, input.dtype()),
@@ -138,9 +141,9 @@ class NcclCommunicator : public Communicator {
 
   Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root) override {
     const std::string what = describe("reduce");
-    require_root(what, root);
+    detail::require_root(what, root, size_);
     const bool is_root = rank_ == root;
-    require_reduction(what, input, is_root ? output : input, op, 1);
+    detail::require_reducible(what, input, is_root ? output : input, op, 1, device_);
     return submit(what, {input, output}, [&](cudaStream_t s) {
       return ncclReduce(input.raw_data(), is_root ? output.raw_data() : nullptr, count(input),
                         nccl_type(what, input.dtype()), nccl_op(op), root, comm_, s);
@@ -149,7 +152,7 @@ class NcclCommunicator : public Communicator {
 
   Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
     const std::string what = describe("reduce_scatter");
-    require_reduction(what, input, output, op, size_);
+    detail::require_reducible(what, input, output, op, size_, device_);
     require_nccl_layout(what, input, output, input, output);
     return submit(what, {input, output}, [&](cudaStream_t s) {
       return ncclReduceScatter(input.raw_data(), output.raw_data(), count(output), nccl_type(what, input.dtype()),
@@ -159,8 +162,8 @@ class NcclCommunicator : public Communicator {
 
   Work broadcast(const Tensor& tensor, int root) override {
     const std::string what = describe("broadcast");
-    require_root(what, root);
-    require_on_device(what, "tensor", tensor);
+    detail::require_root(what, root, size_);
+    detail::require_on_device(what, "tensor", tensor, device_);
     return submit(what, {tensor}, [&](cudaStream_t s) {
       return ncclBroadcast(tensor.raw_data(), tensor.raw_data(), tensor.nbytes(), ncclUint8, root, comm_, s);
     });
@@ -168,11 +171,7 @@ class NcclCommunicator : public Communicator {
 
   Work all_gather(const Tensor& input, const Tensor& output) override {
     const std::string what = describe("all_gather");
-    require_on_device(what, "input", input);
-    require_on_device(what, "output", output);
-    detail::require_same_dtype(what, input, output);
-    require(output.numel() == input.numel() * size_, what, ": output must be ", size_, " x the input's ", input.numel(),
-            " ", input.dtype(), " elements, got ", output);
+    detail::require_gatherable(what, input, output, size_, device_);
     require_nccl_layout(what, input, output, output, input);
     return submit(what, {input, output}, [&](cudaStream_t s) {
       return ncclAllGather(input.raw_data(), output.raw_data(), input.nbytes(), ncclUint8, comm_, s);
@@ -181,7 +180,7 @@ class NcclCommunicator : public Communicator {
 
   Work send(const Tensor& tensor, int peer) override {
     const std::string what = describe("send", peer);
-    require_peer(what, tensor, peer);
+    detail::require_peer(what, tensor, peer, rank_, size_, device_);
     return submit(what, {tensor}, [&](cudaStream_t s) {
       return ncclSend(tensor.raw_data(), tensor.nbytes(), ncclUint8, peer, comm_, s);
     });
@@ -189,7 +188,7 @@ class NcclCommunicator : public Communicator {
 
   Work recv(const Tensor& tensor, int peer) override {
     const std::string what = describe("recv", peer);
-    require_peer(what, tensor, peer);
+    detail::require_peer(what, tensor, peer, rank_, size_, device_);
     return submit(what, {tensor}, [&](cudaStream_t s) {
       return ncclRecv(tensor.raw_data(), tensor.nbytes(), ncclUint8, peer, comm_, s);
     });
@@ -204,7 +203,7 @@ class NcclCommunicator : public Communicator {
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     const std::string what = describe("split");
-    require(color >= 0 || color == no_color, what, ": color must be >= 0 or no_color, got ", color);
+    detail::require_color(what, color);
     std::unique_lock lock(mutex_);
     changed_.wait(lock, [&] { return in_flight_.empty() || aborted_; });  // after the earlier calls
     if (aborted_) fail(abort_category_, what, ": the NCCL communicator was aborted (", abort_reason_, ")");
@@ -229,24 +228,9 @@ class NcclCommunicator : public Communicator {
   static std::size_t count(const Tensor& t) { return static_cast<std::size_t>(t.numel()); }
 
   std::string describe(const char* op, int peer = -1) const {
-    std::string text = std::string("NCCL ") + op + " (rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
-                       " on " + device_.to_string();
-    if (peer >= 0) text += ", peer " + std::to_string(peer);
-    return text + ")";
+    return detail::describe_call("NCCL", op, rank_, size_, device_, peer);
   }
 
-  void require_on_device(const std::string& what, const char* name, const Tensor& t) const {
-    require(t.defined(), what, ": ", name, " is undefined");
-    require(t.device() == device_, what, ": ", name, " ", t, " is not on this communicator's device ", device_);
-  }
-  void require_root(const std::string& what, int root) const {
-    require(root >= 0 && root < size_, what, ": root ", root, " is outside a world of ", size_);
-  }
-  void require_peer(const std::string& what, const Tensor& t, int peer) const {
-    require_on_device(what, "tensor", t);
-    require(peer >= 0 && peer < size_ && peer != rank_, what, ": peer ", peer, " must be another rank of a world of ",
-            size_);
-  }
   // NCCL computes in place only in its own layouts (output == input for all_reduce; the rank's
   // block for reduce_scatter and all_gather); any other overlap would silently corrupt data.
   void require_nccl_layout(const std::string& what, const Tensor& input, const Tensor& output, const Tensor& whole,
@@ -264,18 +248,6 @@ class NcclCommunicator : public Communicator {
             "rank's block of the larger");
   }
 
-  void require_reduction(const std::string& what, const Tensor& input, const Tensor& output, ReduceOp op,
-                         std::int64_t blocks) const {
-    require_on_device(what, "input", input);
-    require_on_device(what, "output", output);
-    detail::require_same_dtype(what, input, output);
-    nccl_type(what, input.dtype());
-    require(input.numel() == blocks * output.numel(), what, ": input has ", input.numel(), " elements, expected ",
-            blocks, " x the output's ", output.numel());
-    require(op != ReduceOp::avg || is_floating_point(input.dtype()), what, ": avg needs a floating dtype, got ",
-            input.dtype());
-  }
-
   // Orders the call after the caller's stream, enqueues it on the communication stream, and hands
   // its end event to the watcher.
   Work submit(const std::string& what, std::vector<Tensor> tensors, const std::function<ncclResult_t(cudaStream_t)>& call) {
@@ -288,26 +260,35 @@ class NcclCommunicator : public Communicator {
       return Work(work);
     }
     const loom::detail::CudaDeviceGuard guard(device_);
-    cudaEvent_t ready = nullptr, done = nullptr;
-    check(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-    check(cudaEventRecord(ready, user_stream_), "cudaEventRecord");
-    check(cudaStreamWaitEvent(stream_, ready, 0), "cudaStreamWaitEvent");
-    check(cudaEventDestroy(ready), "cudaEventDestroy");
-    cudaEvent_t started = nullptr;
-    check(cudaEventCreateWithFlags(&started, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    // The wait captures the event's state when it is enqueued, so one event serves every call.
+    check(cudaEventRecord(ready_, user_stream_), "cudaEventRecord");
+    check(cudaStreamWaitEvent(stream_, ready_, 0), "cudaStreamWaitEvent");
+    const cudaEvent_t started = take_event();
     check(cudaEventRecord(started, stream_), "cudaEventRecord");
     try {
       settle(comm_, call(stream_), what, Clock::now() + options_.timeout);
     } catch (const Error& e) {
-      cudaEventDestroy(started);
+      spare_events_.push_back(started);
       abort_locked(e.category(), e.detail());
       throw;
     }
-    check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    const cudaEvent_t done = take_event();
     check(cudaEventRecord(done, stream_), "cudaEventRecord");
     in_flight_.push_back({work, started, done, std::nullopt, std::move(tensors)});
     changed_.notify_all();
     return Work(work);
+  }
+
+  // An event from the spares (events of completed calls are reused: no create/destroy per call).
+  cudaEvent_t take_event() {
+    if (!spare_events_.empty()) {
+      const cudaEvent_t event = spare_events_.back();
+      spare_events_.pop_back();
+      return event;
+    }
+    cudaEvent_t event = nullptr;
+    check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    return event;
   }
 
   // Completes calls in order as their end events pass; aborts on an asynchronous NCCL error or a
@@ -324,8 +305,8 @@ class NcclCommunicator : public Communicator {
       const cudaError_t state = cudaEventQuery(head.done);
       if (state == cudaSuccess) {
         pause = std::chrono::microseconds(10);
-        cudaEventDestroy(head.started);
-        cudaEventDestroy(head.done);
+        spare_events_.push_back(head.started);
+        spare_events_.push_back(head.done);
         std::shared_ptr<detail::WorkState> work = std::move(head.work);
         in_flight_.pop_front();
         work->complete(nullptr);
@@ -360,8 +341,8 @@ class NcclCommunicator : public Communicator {
     for (InFlight& call : in_flight_) {
       call.work->complete(std::make_exception_ptr(
           Error(category, call.work->what + ": " + reason + "; the NCCL communicator is aborted")));
-      cudaEventDestroy(call.started);
-      cudaEventDestroy(call.done);
+      spare_events_.push_back(call.started);
+      spare_events_.push_back(call.done);
       // The aborted kernels may not have released the buffers yet: keep them until destruction.
       for (Tensor& t : call.keep_alive) abandoned_.push_back(std::move(t));
     }
@@ -375,6 +356,8 @@ class NcclCommunicator : public Communicator {
   int rank_ = 0, size_ = 1;
   cudaStream_t stream_ = nullptr;
   cudaStream_t user_stream_ = nullptr;  // the legacy default stream unless set_stream says otherwise
+  cudaEvent_t ready_ = nullptr;         // recorded on user_stream_ before each call
+  std::vector<cudaEvent_t> spare_events_;
   Tensor barrier_scratch_;
   std::mutex mutex_;
   std::condition_variable changed_;

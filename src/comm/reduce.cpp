@@ -52,45 +52,7 @@ void reduce_typed(T* out, const std::vector<const void*>& inputs, std::int64_t o
   }
 }
 
-bool reducible_dtype(DType d) {
-  return d == DType::f32 || d == DType::f16 || d == DType::bf16 || d == DType::i32 || d == DType::i64;
-}
-
 }  // namespace
-
-void require_cpu_contiguous(const std::string& what, const char* name, const Tensor& tensor) {
-  require(tensor.defined(), what, ": ", name, " is undefined");
-  require(tensor.device().is_cpu(), what, ": ", name, " ", tensor, " is not a CPU tensor (this backend moves host memory)");
-}
-
-void require_same_dtype(const std::string& what, const Tensor& input, const Tensor& output) {
-  require(input.dtype() == output.dtype(), what, ": input ", input, " and output ", output, " differ in dtype");
-}
-
-void require_gatherable(const std::string& what, const Tensor& input, const Tensor& output, int ranks) {
-  require_cpu_contiguous(what, "input", input);
-  require_cpu_contiguous(what, "output", output);
-  require_same_dtype(what, input, output);
-  require(output.numel() == input.numel() * ranks, what, ": output must be ", ranks, " x the input's ", input.numel(),
-          " ", input.dtype(), " elements, got ", output);
-}
-
-void require_peer(const std::string& what, const Tensor& tensor, int peer, int rank, int size) {
-  require_cpu_contiguous(what, "tensor", tensor);
-  require(peer >= 0 && peer < size && peer != rank, what, ": peer ", peer, " must be another rank of a world of ", size);
-}
-
-void require_reducible(const std::string& what, const Tensor& input, const Tensor& output, ReduceOp op,
-                       std::int64_t blocks) {
-  require_cpu_contiguous(what, "input", input);
-  require_cpu_contiguous(what, "output", output);
-  require_same_dtype(what, input, output);
-  require(reducible_dtype(input.dtype()), what, ": dtype ", input.dtype(), " cannot be reduced (f32, f16, bf16, i32, i64)");
-  require(input.numel() == blocks * output.numel(), what, ": input has ", input.numel(), " elements, expected ",
-          blocks, " x the output's ", output.numel());
-  require(op != ReduceOp::avg || is_floating_point(input.dtype()), what, ": avg needs a floating dtype, got ",
-          input.dtype());
-}
 
 std::vector<float> widen_to_f32(const Tensor& tensor) {
   std::vector<float> out(static_cast<std::size_t>(tensor.numel()));
@@ -115,10 +77,6 @@ void narrow_from_f32(const float* values, const Tensor& tensor) {
     bfloat16* out = tensor.data<bfloat16>();
     for (std::size_t i = 0; i < n; ++i) out[i] = to_bfloat16(values[i]);
   }
-}
-
-std::string not_completed_within(std::chrono::milliseconds timeout) {
-  return loom::detail::concat("not completed within ", timeout.count(), " ms (a peer did not join, or is stuck)");
 }
 
 void reduce_into(void* out, const std::vector<const void*>& inputs, std::int64_t offset, std::int64_t count,

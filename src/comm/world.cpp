@@ -36,12 +36,12 @@ comm::NcclId share_nccl_id(const comm::LaunchInfo& launch, bool mpi_running, std
   comm::NcclId id{};
   if (launch.rank == 0) id = comm::make_nccl_id();
   if (launch.size == 1) return id;
-  std::vector<unsigned char> shared;
-  const std::span<const unsigned char> mine = launch.rank == 0 ? std::span<const unsigned char>(id) : std::span<const unsigned char>();
   if (mpi_running) {
     comm::mpi_broadcast_bytes(id, 0);
     return id;
   }
+  const std::span<const unsigned char> mine(id.data(), launch.rank == 0 ? id.size() : 0);
+  std::vector<unsigned char> shared;
   if (const char* path = std::getenv("LOOM_RENDEZVOUS_FILE"); path != nullptr && *path != '\0') {
     shared = comm::file_share_blob(path, launch.rank, launch.size, mine, timeout);
   } else if (!launch.master_addr.empty()) {

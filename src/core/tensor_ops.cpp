@@ -7,6 +7,7 @@
 
 #include "cuda_runtime.hpp"
 #include "loom/core/error.hpp"
+#include "loom/core/numeric.hpp"
 
 namespace loom {
 
@@ -51,6 +52,16 @@ void fill_words(void* dst, std::int64_t count, std::uint64_t pattern) {
   std::fill_n(static_cast<Word*>(dst), count, static_cast<Word>(pattern));
 }
 
+// count elements of element_size bytes at dst <- the low bytes of pattern.
+void fill_pattern(void* dst, std::int64_t count, std::size_t element_size, std::uint64_t pattern) {
+  switch (element_size) {
+    case 1: fill_words<std::uint8_t>(dst, count, pattern); break;
+    case 2: fill_words<std::uint16_t>(dst, count, pattern); break;
+    case 4: fill_words<std::uint32_t>(dst, count, pattern); break;
+    default: fill_words<std::uint64_t>(dst, count, pattern); break;
+  }
+}
+
 }  // namespace
 
 void copy(const Tensor& dst, const Tensor& src, StreamRef stream) {
@@ -83,12 +94,33 @@ void fill(const Tensor& dst, double value, StreamRef stream) {
   }
   require(stream.device().is_cpu(), "fill of ", dst.description(), " was given a stream on ",
           stream.device());
-  switch (dst.element_size()) {
-    case 1: fill_words<std::uint8_t>(dst.raw_data(), dst.numel(), pattern); break;
-    case 2: fill_words<std::uint16_t>(dst.raw_data(), dst.numel(), pattern); break;
-    case 4: fill_words<std::uint32_t>(dst.raw_data(), dst.numel(), pattern); break;
-    case 8: fill_words<std::uint64_t>(dst.raw_data(), dst.numel(), pattern); break;
+  fill_pattern(dst.raw_data(), dst.numel(), dst.element_size(), pattern);
+}
+
+Tensor from_doubles(std::span<const double> values, DType dtype, Device device) {
+  const Tensor host = Tensor::empty({static_cast<std::int64_t>(values.size())}, dtype);
+  auto* bytes = static_cast<unsigned char*>(host.raw_data());
+  const std::size_t size = dtype_size(dtype);
+  for (std::size_t i = 0; i < values.size(); ++i) fill_pattern(bytes + i * size, 1, size, element_pattern(values[i], dtype));
+  return host.to(device);
+}
+
+std::vector<double> to_doubles(const Tensor& tensor) {
+  require(tensor.defined(), "to_doubles on an undefined tensor");
+  const Tensor host = tensor.to(Device::cpu());
+  std::vector<double> out(static_cast<std::size_t>(host.numel()));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    switch (host.dtype()) {
+      case DType::f32: out[i] = host.data<float>()[i]; break;
+      case DType::f16: out[i] = to_float(host.data<half>()[i]); break;
+      case DType::bf16: out[i] = to_float(host.data<bfloat16>()[i]); break;
+      case DType::i32: out[i] = host.data<std::int32_t>()[i]; break;
+      case DType::i64: out[i] = static_cast<double>(host.data<std::int64_t>()[i]); break;
+      case DType::u8: out[i] = host.data<std::uint8_t>()[i]; break;
+      case DType::u16: out[i] = host.data<std::uint16_t>()[i]; break;
+    }
   }
+  return out;
 }
 
 }  // namespace loom

@@ -4,7 +4,6 @@
 #include <sstream>
 
 #include "loom/core/error.hpp"
-#include "loom/core/numeric.hpp"
 #include "loom/core/tensor_ops.hpp"
 
 namespace loom::test {
@@ -15,28 +14,9 @@ using comm::ReduceOp;
 double contribution(int rank, std::int64_t i) { return (rank + 1) * static_cast<double>(i % 5 + 1); }
 
 Tensor exact_values(DType dtype, std::int64_t n, int rank, Device device) {
-  Tensor t = Tensor::empty({n}, dtype);
-  for (std::int64_t i = 0; i < n; ++i) {
-    const double v = contribution(rank, i);
-    switch (dtype) {
-      case DType::f32: t.data<float>()[i] = static_cast<float>(v); break;
-      case DType::f16: t.data<half>()[i] = to_half(static_cast<float>(v)); break;
-      case DType::bf16: t.data<bfloat16>()[i] = to_bfloat16(static_cast<float>(v)); break;
-      case DType::i32: t.data<std::int32_t>()[i] = static_cast<std::int32_t>(v); break;
-      default: t.data<std::int64_t>()[i] = static_cast<std::int64_t>(v); break;
-    }
-  }
-  return t.to(device);
-}
-
-double element(const Tensor& host, std::int64_t i) {
-  switch (host.dtype()) {
-    case DType::f32: return host.data<float>()[i];
-    case DType::f16: return to_float(host.data<half>()[i]);
-    case DType::bf16: return to_float(host.data<bfloat16>()[i]);
-    case DType::i32: return host.data<std::int32_t>()[i];
-    default: return static_cast<double>(host.data<std::int64_t>()[i]);
-  }
+  std::vector<double> values(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) values[static_cast<std::size_t>(i)] = contribution(rank, i);
+  return from_doubles(values, dtype, device);
 }
 
 namespace {
@@ -65,13 +45,13 @@ class Suite {
 
   std::string failure() const { return failure_; }
 
-  // Compares host elements [0, n) of got with want(i); records the first difference.
+  // Compares elements [offset, offset + n) of got (on any device) with want(i); records the first difference.
   template <class Want>
   void expect(const Tensor& got, std::int64_t offset, std::int64_t n, Want want, const std::string& what) {
     if (!failure_.empty()) return;
-    const Tensor host = got.to(Device::cpu());
+    const std::vector<double> values = to_doubles(got);
     for (std::int64_t i = 0; i < n; ++i) {
-      const double value = element(host, offset + i), expected = want(i);
+      const double value = values[static_cast<std::size_t>(offset + i)], expected = want(i);
       if (value != expected) {
         failure_ = detail::concat("rank ", rank_, " of ", size_, " (", comm_.backend(), "): ", what, ": element ", i,
                                   " is ", value, ", expected ", expected);

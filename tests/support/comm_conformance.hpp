@@ -20,10 +20,9 @@ struct ConformanceSizes {
 
 std::string run_comm_conformance(comm::Communicator& comm, const ConformanceSizes& sizes = {});
 
-// Small integers (exact in every dtype) as `dtype` on `device`, and one element back as double.
-Tensor exact_values(DType dtype, std::int64_t n, int rank, Device device = Device::cpu());
-double element(const Tensor& host, std::int64_t i);
-// Rank r's element i: (r + 1) * (i % 5 + 1).
+// Rank r's element i: (r + 1) * (i % 5 + 1), a small integer exact in every dtype; n of them as
+// `dtype` on `device`.
 double contribution(int rank, std::int64_t i);
+Tensor exact_values(DType dtype, std::int64_t n, int rank, Device device = Device::cpu());
 
 }  // namespace loom::test

@@ -11,6 +11,7 @@
 
 #include "loom/core/numeric.hpp"
 #include "loom/core/tensor.hpp"
+#include "loom/core/tensor_ops.hpp"
 
 namespace loom::test {
 
@@ -61,18 +62,10 @@ inline RandomTensor random_tensor(const Shape& shape, DType dtype, std::mt19937&
   return from_doubles(values, shape, dtype);
 }
 
-// The elements of a CPU floating tensor as double.
+// The elements of a floating tensor as double.
 inline std::vector<double> as_doubles(const Tensor& t) {
-  std::vector<double> out(static_cast<std::size_t>(t.numel()));
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    switch (t.dtype()) {
-      case DType::f32: out[i] = t.data<float>()[i]; break;
-      case DType::f16: out[i] = to_float(t.data<half>()[i]); break;
-      case DType::bf16: out[i] = to_float(t.data<bfloat16>()[i]); break;
-      default: FAIL("as_doubles supports f32, f16 and bf16");
-    }
-  }
-  return out;
+  if (!is_floating_point(t.dtype())) FAIL("as_doubles supports f32, f16 and bf16");
+  return loom::to_doubles(t);
 }
 
 // Every element of got within abs_tol + rel_tol * |expected| of expected.
