@@ -47,10 +47,10 @@ __global__ void residual_add_kernel(const T* a, const T* b, T* out, std::int64_t
 }
 
 template <class In, class Out>
-__global__ void cast_kernel(const In* src, Out* dst, std::int64_t n) {
+__global__ void cast_kernel(const In* src, Out* dst, std::int64_t n, float scale) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    dst[i] = from_f32<Out>(to_f32(src[i]));
+    dst[i] = from_f32<Out>(to_f32(src[i]) * scale);
   }
 }
 
@@ -64,12 +64,13 @@ __device__ __forceinline__ std::uint32_t rounding_bits(std::uint64_t seed, std::
 }
 
 __global__ void stochastic_bf16_kernel(const float* src, std::uint16_t* dst, std::int64_t n, std::uint64_t seed,
-                                       std::uint64_t offset) {
+                                       std::uint64_t offset, float scale) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::uint32_t bits = __float_as_uint(src[i]);
+    const float value = src[i] * scale;
+    const std::uint32_t bits = __float_as_uint(value);
     if ((bits & 0x7f800000u) == 0x7f800000u) {
-      dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(src[i]));
+      dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(value));
     } else {
       dst[i] = static_cast<std::uint16_t>((bits + rounding_bits(seed, offset + static_cast<std::uint64_t>(i))) >> 16);
     }
@@ -111,12 +112,13 @@ void cast(const Tensor& src, const Tensor& dst, const CastOptions& options, void
   if (n == 0) return;
   if (options.rounding == Rounding::stochastic) {
     stochastic_bf16_kernel<<<grid_for(n, threads), threads, 0, as_stream(stream)>>>(
-        device_data<float>(src), device_data<std::uint16_t>(dst), n, options.seed, options.offset);
+        device_data<float>(src), device_data<std::uint16_t>(dst), n, options.seed, options.offset, options.scale);
   } else {
     visit_float_dtype(src.dtype(), [&]<class In>() {
       visit_float_dtype(dst.dtype(), [&]<class Out>() {
         cast_kernel<In, Out><<<grid_for(n, threads), threads, 0, as_stream(stream)>>>(device_data<In>(src),
-                                                                                     device_data<Out>(dst), n);
+                                                                                     device_data<Out>(dst), n,
+                                                                                     options.scale);
       });
     });
   }

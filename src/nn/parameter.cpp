@@ -24,13 +24,18 @@ void Parameter::set_grad(Tensor grad) {
 
 void Parameter::zero_grad() { fill(grad_, 0.0); }
 
-void Parameter::add_grad_ready_hook(GradReadyHook hook) {
+Parameter::HookId Parameter::add_grad_ready_hook(GradReadyHook hook) {
   require(static_cast<bool>(hook), "parameter '", name_, "': empty gradient-ready hook");
-  hooks_.push_back(std::move(hook));
+  hooks_.emplace_back(next_hook_id_, std::move(hook));
+  return next_hook_id_++;
+}
+
+void Parameter::remove_grad_ready_hook(HookId id) noexcept {
+  std::erase_if(hooks_, [id](const auto& entry) { return entry.first == id; });
 }
 
 void Parameter::mark_grad_ready() {
-  for (const GradReadyHook& hook : hooks_) hook(*this);
+  for (const auto& [id, hook] : hooks_) hook(*this);
 }
 
 }  // namespace loom::nn

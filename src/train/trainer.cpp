@@ -2,8 +2,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "loom/core/error.hpp"
+#include "loom/ddp/replicas.hpp"
 #include "loom/optim/clip.hpp"
 
 namespace loom::train {
@@ -23,10 +25,12 @@ optim::LossScalerOptions scaler_options(const nn::Precision& precision) {
 }
 }  // namespace
 
-Trainer::Trainer(nn::GPT& model, data::BatchSource& data, const TrainerOptions& options)
+Trainer::Trainer(nn::GPT& model, data::BatchSource& data, const TrainerOptions& options,
+                 ddp::GradientReducer* reducer)
     : model_(model),
       data_(data),
       options_(options),
+      reducer_(reducer),
       optimizer_(make_optimizer(model, options)),
       scaler_(scaler_options(model.precision())) {
   require(options.grad_accumulation >= 1, "trainer: grad_accumulation must be >= 1, got ", options.grad_accumulation);
@@ -44,11 +48,19 @@ StepResult Trainer::step(StreamRef stream) {
   double loss_sum = 0;
   for (std::int64_t i = 0; i < options_.grad_accumulation; ++i) {
     const data::Batch batch = data_.next();
+    std::optional<ddp::GradientReducer::NoSync> accumulate_only;
+    if (reducer_ != nullptr && i + 1 < options_.grad_accumulation) accumulate_only.emplace(reducer_->no_sync());
     loss_sum += model_.forward(batch.tokens, batch.targets, stream);
     model_.backward(scaler_.scale() / micro, stream);
     result.tokens += batch.tokens.numel();
   }
-  result.loss = static_cast<float>(loss_sum / static_cast<double>(options_.grad_accumulation));
+  double loss = loss_sum / static_cast<double>(options_.grad_accumulation);
+  if (reducer_ != nullptr) {
+    reducer_->synchronize();
+    loss = ddp::mean_across_ranks(reducer_->communicator(), loss);
+    result.tokens *= reducer_->communicator().size();  // every rank's micro-batches have the same shape
+  }
+  result.loss = static_cast<float>(loss);
   result.lr = options_.schedule.at(steps_done_);
   const bool finite = scaler_.unscale_and_update(model_.parameters(), stream);
   result.grad_norm = optim::global_grad_norm(model_.parameters(), 1.0f, stream);

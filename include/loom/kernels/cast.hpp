@@ -17,9 +17,12 @@ struct CastOptions {
   // results are reproducible and identical on every device.
   std::uint64_t seed = 0;
   std::uint64_t offset = 0;
+  // dst = src x scale, multiplied in fp32 before the one rounding (gradient compression divides by
+  // the number of ranks on the way to 16 bits, so their sum cannot overflow).
+  float scale = 1.0f;
 };
 
-// dst = src converted to dst's dtype. Same numel; f32, f16 or bf16 each side.
+// dst = src x options.scale converted to dst's dtype. Same numel; f32, f16 or bf16 each side.
 void cast(const Tensor& src, const Tensor& dst, const CastOptions& options = {}, StreamRef stream = {});
 
 // The 16 random bits stochastic rounding adds below the bf16 mantissa for element `index`.

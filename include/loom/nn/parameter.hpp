@@ -5,8 +5,10 @@
 // communicating while the rest of backward still runs.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/core/tensor.hpp"
@@ -16,6 +18,7 @@ namespace loom::nn {
 class Parameter {
  public:
   using GradReadyHook = std::function<void(Parameter&)>;
+  using HookId = std::uint64_t;
 
   // value: the parameter as the model stores it; the gradient is allocated zeroed, in grad_dtype,
   // on the value's device.
@@ -33,7 +36,9 @@ class Parameter {
   void set_grad(Tensor grad);
   void zero_grad();
 
-  void add_grad_ready_hook(GradReadyHook hook);
+  // Returns an id for remove_grad_ready_hook (a reducer detaches itself when destroyed).
+  HookId add_grad_ready_hook(GradReadyHook hook);
+  void remove_grad_ready_hook(HookId id) noexcept;
   // Runs the hooks, in the order they were added. Called by layers during backward.
   void mark_grad_ready();
 
@@ -42,7 +47,8 @@ class Parameter {
   Tensor value_;
   Tensor grad_;
   bool weight_decay_;
-  std::vector<GradReadyHook> hooks_;
+  std::vector<std::pair<HookId, GradReadyHook>> hooks_;
+  HookId next_hook_id_ = 1;
 };
 
 }  // namespace loom::nn

@@ -3,12 +3,17 @@
 // scaling for fp16 (unscale + inf/NaN check in one pass; a bad step is skipped and counted),
 // clipping by global norm (folded into the optimizer's gradient scale), the learning rate from a
 // cosine schedule, and AdamW or SGD with momentum. Everything a checkpoint needs is in progress()/restore().
+// With a GradientReducer it trains data-parallel: every micro-batch but the last runs inside
+// no_sync(), the reducer averages the gradients over the ranks before the loss scaler, clipping
+// and the optimizer see them (so every rank takes the same decisions), and the step's loss and
+// token count are the job's.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 
 #include "loom/data/batch_source.hpp"
+#include "loom/ddp/gradient_reducer.hpp"
 #include "loom/io/checkpoint.hpp"
 #include "loom/nn/gpt.hpp"
 #include "loom/optim/adamw.hpp"
@@ -30,17 +35,20 @@ struct TrainerOptions {
 
 struct StepResult {
   std::int64_t step = 0;   // 1-based number of this step
-  float loss = 0;          // mean over the micro-batches
+  float loss = 0;          // mean over the micro-batches (and the ranks, data-parallel)
   float grad_norm = 0;     // before clipping (NaN/inf on a skipped step)
   float lr = 0;
   bool skipped = false;    // a non-finite gradient (fp16 overflow, or inf/NaN anywhere): no update
-  std::int64_t tokens = 0; // tokens processed (inputs of every micro-batch)
+  std::int64_t tokens = 0; // tokens processed (inputs of every micro-batch, on every rank)
   double seconds = 0;      // wall time of the step, synchronized
 };
 
 class Trainer {
  public:
-  Trainer(nn::GPT& model, data::BatchSource& data, const TrainerOptions& options);
+  // reducer: nullptr for one process; otherwise built over model.parameters() before this trainer
+  // (its construction gives every rank rank 0's weights, which the optimizer then copies).
+  Trainer(nn::GPT& model, data::BatchSource& data, const TrainerOptions& options,
+          ddp::GradientReducer* reducer = nullptr);
 
   StepResult step(StreamRef stream = {});
 
@@ -59,6 +67,7 @@ class Trainer {
   nn::GPT& model_;
   data::BatchSource& data_;
   TrainerOptions options_;
+  ddp::GradientReducer* reducer_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::DynamicLossScaler scaler_;
   std::int64_t steps_done_ = 0, skipped_steps_ = 0;

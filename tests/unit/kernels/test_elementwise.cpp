@@ -90,6 +90,30 @@ TEST_CASE("casts round to nearest even between every pair of floating dtypes", "
   }
 }
 
+TEST_CASE("a scaled cast multiplies in fp32 before its one rounding", "[kernels][cast]") {
+  std::mt19937 rng(17);
+  for (DType to : floating) {
+    INFO("f32 -> " << loom::dtype_name(to));
+    auto src = loom::test::random_tensor({333}, DType::f32, rng, 100.0);
+    const Tensor dst = Tensor::empty({333}, to);
+    loom::test::poison(dst);
+    loom::kernels::CastOptions options;
+    options.scale = 0.25f;  // a power of two: the product is exact in fp32 and double alike
+    loom::kernels::cast(src.tensor, dst, options);
+    std::vector<double> scaled(src.values);
+    for (double& v : scaled) v *= 0.25;
+    loom::test::require_close(dst, loom::test::from_doubles(scaled, {333}, to).values, 0, 0);
+  }
+  // 1/3 is not a power of two: the reference is the fp32 product, rounded once to f16.
+  const Tensor src = Tensor::from_vector(std::vector<float>{3.0f, 1000.0f, -7.0f}, {3});
+  const Tensor dst = Tensor::empty({3}, DType::f16);
+  loom::kernels::CastOptions third;
+  third.scale = 1.0f / 3.0f;
+  loom::kernels::cast(src, dst, third);
+  const std::vector<double> products{3.0f * third.scale, 1000.0f * third.scale, -7.0f * third.scale};
+  loom::test::require_close(dst, loom::test::from_doubles(products, {3}, DType::f16).values, 0, 0);
+}
+
 TEST_CASE("stochastic rounding to bf16 is unbiased, reproducible and lands on a neighbour", "[kernels][cast]") {
   // 1 + 2^-9 lies a quarter of the way from bf16 1.0 to the next bf16 value, 1 + 2^-7.
   const float value = 1.0f + std::ldexp(1.0f, -9);

@@ -1,0 +1,124 @@
+// Data-parallel gradient reduction, overlapped with backward. The reducer moves every parameter's
+// gradient into flat communication buckets (the gradients become views into them: no copy at
+// reduction time) and subscribes to the parameters' gradient-ready hooks. When the last gradient
+// of a bucket is ready, and every earlier bucket has started, it starts that bucket's reduction
+// asynchronously (through the communication hook), so communication runs while the rest of
+// backward computes. synchronize() waits for what is left and leaves the average over the ranks in
+// every gradient.
+//
+//   loom::ddp::GradientReducer ddp(world.comm(), model.parameters());  // before the optimizer
+//   for (...) {
+//     model.zero_grad();
+//     { auto skip = ddp.no_sync(); model.forward(a); model.backward(); }  // accumulate only
+//     model.forward(b); model.backward();                                 // reduces as it goes
+//     ddp.synchronize();
+//     optimizer.step(...);
+//   }
+//
+// Buckets start in reverse registration order (the usual backward order; the first one small so
+// communication starts early) and are rebuilt once, from the order rank 0 observed in the first
+// synchronized backward, identically on every rank. Construction verifies that every rank has the
+// same parameters (names, shapes, dtypes) and copies rank 0's values to the others.
+//
+// A parameter that received no gradient since the last synchronize() is an error on every rank,
+// naming it (after the reductions finished, so no rank hangs), unless unused_parameters is
+// reduce_zero: then its gradient is zeroed and reduced with the rest (models whose graph varies).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/comm/communicator.hpp"
+#include "loom/ddp/comm_hook.hpp"
+#include "loom/nn/parameter.hpp"
+
+namespace loom::ddp {
+
+enum class UnusedParameters { error, reduce_zero };
+
+struct ReducerOptions {
+  std::int64_t bucket_bytes = std::int64_t{25} << 20;
+  std::int64_t first_bucket_bytes = std::int64_t{1} << 20;  // small, so communication starts early
+  bool rebuild_buckets = true;  // re-plan once from the order observed in the first backward
+  UnusedParameters unused_parameters = UnusedParameters::error;
+  CommHook hook{};              // empty: average_hook(); see comm_hook.hpp for the others
+  StreamRef stream{};           // the stream backward runs on (CUDA): communication waits for it
+  bool broadcast_parameters = true;  // rank 0's values to every rank at construction
+};
+
+// What the last synchronize() saw.
+struct ReducerStats {
+  std::int64_t iteration = 0;         // synchronize() calls so far
+  int buckets = 0;
+  int started_during_backward = 0;    // buckets whose reduction started before synchronize()
+  double synchronize_seconds = 0;     // time blocked in synchronize(): the communication not hidden
+};
+
+struct BucketLayout {
+  std::int64_t elements = 0;                  // f32 elements, alignment padding included
+  std::vector<std::string> parameter_names;  // in bucket order
+};
+
+class GradientReducer {
+ public:
+  // parameters: the model's, in registration order; their gradients must be f32 on comm's device.
+  GradientReducer(comm::Communicator& comm, std::vector<nn::Parameter*> parameters, ReducerOptions options = {});
+  // Waits for reductions still in flight (their errors are dropped) and detaches from the hooks.
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  // Starts every reduction not started yet, waits for all, and leaves the rank average of the
+  // gradients accumulated since the last synchronize() in every parameter's gradient. Throws the
+  // first communication error, or the unused-parameter error; either way the reducer is ready for
+  // the next iteration.
+  void synchronize();
+
+  // While a NoSync is alive, backward only accumulates gradients (gradient accumulation: wrap every
+  // micro-batch but the last). Scopes nest.
+  class NoSync {
+   public:
+    explicit NoSync(GradientReducer& reducer) : reducer_(&reducer) { ++reducer_->no_sync_depth_; }
+    ~NoSync() { if (reducer_ != nullptr) --reducer_->no_sync_depth_; }
+    NoSync(NoSync&& other) noexcept : reducer_(other.reducer_) { other.reducer_ = nullptr; }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+    NoSync& operator=(NoSync&&) = delete;
+
+   private:
+    GradientReducer* reducer_;
+  };
+  [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
+
+  comm::Communicator& communicator() const noexcept { return comm_; }
+  std::vector<BucketLayout> bucket_layout() const;
+  const ReducerStats& stats() const noexcept { return stats_; }
+
+ private:
+  struct Bucket;
+  void on_grad_ready(std::size_t index);
+  void mark_ready(std::size_t index);
+  void start_ready_buckets();
+  void install_buckets(const std::vector<std::size_t>& order);
+  void settle_unready(std::vector<std::size_t>& never_used);
+  void learn_order();
+  void reset_iteration();
+
+  comm::Communicator& comm_;
+  std::vector<nn::Parameter*> parameters_;
+  ReducerOptions options_;
+  std::vector<nn::Parameter::HookId> hook_ids_;
+  std::vector<std::unique_ptr<Bucket>> buckets_;
+  std::vector<std::size_t> bucket_of_;  // per parameter
+  // This iteration: gradient final (outside no_sync), gradient touched at all, observed order.
+  std::vector<bool> ready_, used_;
+  std::vector<std::size_t> observed_;
+  std::size_t next_to_start_ = 0;
+  int no_sync_depth_ = 0;
+  bool order_learned_ = false;
+  ReducerStats stats_;
+};
+
+}  // namespace loom::ddp

@@ -1,0 +1,22 @@
+// Keeping data-parallel replicas identical, and agreeing on host values across ranks. Each call is
+// a collective: every rank of the communicator makes it, in the same order.
+#pragma once
+
+#include <span>
+
+#include "loom/comm/communicator.hpp"
+#include "loom/nn/parameter.hpp"
+
+namespace loom::ddp {
+
+// Throws an invalid_argument Error on every rank unless every rank has the same parameters (count,
+// names, shapes, dtypes, in order); the message names the first difference and both ranks.
+void verify_same_parameters(comm::Communicator& comm, std::span<nn::Parameter* const> parameters);
+
+// Every rank's parameter values <- root's.
+void broadcast_parameters(comm::Communicator& comm, std::span<nn::Parameter* const> parameters, int root = 0);
+
+// The mean of one host value over the ranks (for example the loss, for a log line).
+double mean_across_ranks(comm::Communicator& comm, double value);
+
+}  // namespace loom::ddp

@@ -1,0 +1,123 @@
+#include "support/ddp_equivalence.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <random>
+#include <vector>
+
+#include "loom/data/batch_source.hpp"
+#include "loom/ddp/gradient_reducer.hpp"
+#include "loom/nn/gpt.hpp"
+#include "loom/train/trainer.hpp"
+
+namespace loom::test {
+
+namespace {
+
+constexpr std::int64_t vocab = 32, steps_per_row = 8;
+
+// Rows [begin, begin + rows) of global batch p, which has `total` rows of random tokens drawn from
+// a generator seeded by p alone: every rank, and the reference, see the same global batches.
+class GlobalBatchSlice : public data::BatchSource {
+ public:
+  GlobalBatchSlice(std::int64_t total, std::int64_t begin, std::int64_t rows)
+      : total_(total), begin_(begin), rows_(rows) {}
+  data::Batch next() override {
+    std::mt19937 rng(static_cast<std::uint32_t>(1000 + position_++));
+    std::uniform_int_distribution<std::int32_t> token(0, static_cast<std::int32_t>(vocab - 1));
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(total_ * steps_per_row));
+    std::vector<std::int32_t> targets(tokens.size());
+    for (auto& t : tokens) t = token(rng);
+    for (auto& t : targets) t = token(rng);
+    const auto first = static_cast<std::ptrdiff_t>(begin_ * steps_per_row);
+    const auto last = static_cast<std::ptrdiff_t>((begin_ + rows_) * steps_per_row);
+    return {Tensor::from_vector(std::vector<std::int32_t>(tokens.begin() + first, tokens.begin() + last),
+                                {rows_, steps_per_row}),
+            Tensor::from_vector(std::vector<std::int32_t>(targets.begin() + first, targets.begin() + last),
+                                {rows_, steps_per_row})};
+  }
+  std::int64_t position() const override { return position_; }
+  void seek(std::int64_t position) override { position_ = position; }
+  std::int64_t vocab_size() const override { return vocab; }
+
+ private:
+  std::int64_t total_, begin_, rows_, position_ = 0;
+};
+
+nn::GPTConfig tiny_gpt() {
+  nn::GPTConfig config;
+  config.vocab_size = vocab;
+  config.context = steps_per_row;
+  config.layers = 2;
+  config.heads = 2;
+  config.channels = 16;
+  return config;
+}
+
+train::TrainerOptions trainer_options(const EquivalenceCase& c) {
+  train::TrainerOptions options;
+  options.grad_accumulation = c.accumulation;
+  options.max_grad_norm = 1.0f;  // clipping sees the averaged gradients: the same on every rank
+  // SGD with momentum: the weights are linear in the gradients, so the comparison measures the
+  // reduction itself. (AdamW divides by sqrt(v): a gradient that cancels to ~0 across the batch
+  // turns summation-order noise into a full +-lr step in either direction.)
+  options.optimizer = train::TrainerOptions::OptimizerKind::sgd;
+  options.schedule = {.max_lr = 0.5f, .min_lr = 0.05f, .warmup = 1, .total = c.steps};
+  return options;
+}
+
+std::vector<float> weights(const nn::GPT& model) {
+  std::vector<float> all;
+  for (const nn::Parameter* p : model.parameters()) {
+    const auto values = p->value().to(Device::cpu()).to_vector<float>();
+    all.insert(all.end(), values.begin(), values.end());
+  }
+  return all;
+}
+
+}  // namespace
+
+EquivalenceResult run_ddp_equivalence(comm::Communicator& comm, const EquivalenceCase& c) {
+  EquivalenceResult result;
+  try {
+    const std::int64_t world = comm.size(), b = c.batch_per_rank;
+    // The reference: one process, batch N x B, seed 7.
+    nn::GPT reference(tiny_gpt(), nn::Precision::fp32(), Device::cpu(), 7);
+    const std::vector<float> initial = weights(reference);
+    GlobalBatchSlice everything(world * b, 0, world * b);
+    train::Trainer single(reference, everything, trainer_options(c));
+    float reference_first_loss = 0;
+    for (int s = 0; s < c.steps; ++s) {
+      const float loss = single.step().loss;
+      if (s == 0) reference_first_loss = loss;
+    }
+    // Data-parallel: each rank initialises differently; the reducer gives every rank rank 0's weights.
+    nn::GPT model(tiny_gpt(), nn::Precision::fp32(), comm.device(), 7 + static_cast<std::uint64_t>(comm.rank()) * 100);
+    ddp::ReducerOptions options;
+    options.bucket_bytes = c.bucket_bytes;
+    options.first_bucket_bytes = c.first_bucket_bytes;
+    if (c.reduction != DType::f32) options.hook = ddp::compression_hook(c.reduction);
+    ddp::GradientReducer reducer(comm, model.parameters(), options);
+    GlobalBatchSlice mine(world * b, comm.rank() * b, b);
+    train::Trainer parallel(model, mine, trainer_options(c), &reducer);
+    for (int s = 0; s < c.steps; ++s) {
+      const train::StepResult step = parallel.step();
+      if (s == 0) {
+        result.first_loss_diff = std::fabs(static_cast<double>(step.loss) - reference_first_loss);
+        result.tokens_per_step = step.tokens;
+      }
+    }
+    result.buckets = reducer.stats().buckets;
+    const std::vector<float> got = weights(model), want = weights(reference);
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      result.max_weight_diff = std::max(result.max_weight_diff, std::fabs(static_cast<double>(got[i]) - want[i]));
+      result.max_update = std::max(result.max_update, std::fabs(static_cast<double>(want[i]) - initial[i]));
+    }
+  } catch (const std::exception& e) {
+    result.error = e.what();
+  }
+  return result;
+}
+
+}  // namespace loom::test

@@ -1,0 +1,35 @@
+// The data-parallel equivalence every communicator backend must pass: N ranks training a small GPT
+// with per-rank batch B (gradients averaged by a GradientReducer) reach the same weights as one
+// process training with batch N x B, after k optimizer steps. Each rank also trains that one-process
+// reference itself and compares. Rank threads must not use Catch2 assertions, hence a result.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "loom/comm/communicator.hpp"
+#include "loom/core/dtype.hpp"
+
+namespace loom::test {
+
+struct EquivalenceCase {
+  std::int64_t batch_per_rank = 2;
+  std::int64_t accumulation = 1;    // micro-batches per step (all but the last inside no_sync)
+  int steps = 3;
+  DType reduction = DType::f32;     // f32: average_hook; f16/bf16: compression_hook
+  std::int64_t bucket_bytes = 8192;  // small, so the tiny model spans several buckets
+  std::int64_t first_bucket_bytes = 2048;
+};
+
+struct EquivalenceResult {
+  std::string error;          // empty when the run completed
+  double max_weight_diff = 0;  // max |data-parallel - reference| over every weight
+  double max_update = 0;       // max |reference - initial|: the scale the difference compares with
+  double first_loss_diff = 0;  // |job loss of step 1 - reference loss of step 1|
+  std::int64_t tokens_per_step = 0;
+  int buckets = 0;
+};
+
+EquivalenceResult run_ddp_equivalence(comm::Communicator& comm, const EquivalenceCase& c);
+
+}  // namespace loom::test

@@ -1,0 +1,373 @@
+// GradientReducer on in-process communicators (ranks as threads): exact averages on crafted
+// gradients, buckets and their rebuild from the observed order, reductions started during
+// backward, accumulation with no_sync, unused parameters, replicas that differ, the compression
+// and user hooks. Rank threads only record what they saw; the test thread asserts (Catch2's
+// assertions are not thread-safe).
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cmath>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "loom/comm/in_process.hpp"
+#include "loom/core/tensor_ops.hpp"
+#include "loom/ddp/gradient_reducer.hpp"
+#include "support/tensor_checks.hpp"
+
+using loom::DType;
+using loom::ErrorCategory;
+using loom::Shape;
+using loom::Tensor;
+using loom::comm::Communicator;
+using loom::ddp::GradientReducer;
+using loom::ddp::ReducerOptions;
+using loom::nn::Parameter;
+using loom::test::IsError;
+
+namespace {
+
+const std::vector<Shape> shapes{{3}, {64}, {5, 7}, {100}, {1}, {40, 3}};
+
+// A model's worth of parameters for one rank; values differ by rank (the reducer broadcasts).
+struct Params {
+  std::vector<std::unique_ptr<Parameter>> owned;
+  std::vector<Parameter*> list;
+  Params(int rank, const std::vector<Shape>& layout = shapes) {
+    for (std::size_t j = 0; j < layout.size(); ++j) {
+      std::string name = "p";  // (not "p" + to_string: GCC 12 warns falsely about that, -Wrestrict)
+      name += std::to_string(j);
+      owned.push_back(std::make_unique<Parameter>(name,
+                                                  Tensor::full(layout[j], DType::f32, 10.0 * rank + static_cast<double>(j)),
+                                                  DType::f32, false));
+      list.push_back(owned.back().get());
+    }
+  }
+};
+
+// Rank r's gradient element i of parameter j: a small integer, exact in every dtype.
+double crafted(int rank, std::size_t j, std::int64_t i) {
+  return static_cast<double>((rank + 1) * static_cast<int>(j + 1) + static_cast<int>(i % 3));
+}
+
+// Adds rank r's crafted gradient of parameter j (as a layer's backward would) and marks it ready.
+void backward_one(Parameter& p, int rank, std::size_t j) {
+  std::vector<double> values(static_cast<std::size_t>(p.grad().numel()));
+  const auto current = loom::to_doubles(p.grad());
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = current[i] + crafted(rank, j, static_cast<std::int64_t>(i));
+  loom::copy(p.grad(), loom::from_doubles(values, DType::f32).view(p.grad().shape()));
+  p.mark_grad_ready();
+}
+
+// The largest |gradient - expected| over all parameters, where expected is `micro` crafted
+// contributions averaged over `size` ranks, with only `contributing` ranks counted for parameter skip.
+double max_error(const std::vector<Parameter*>& params, int size, int micro) {
+  double worst = 0;
+  for (std::size_t j = 0; j < params.size(); ++j) {
+    const auto got = loom::to_doubles(params[j]->grad());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      double sum = 0;
+      for (int r = 0; r < size; ++r) sum += micro * crafted(r, j, static_cast<std::int64_t>(i));
+      worst = std::max(worst, std::fabs(got[i] - sum / size));
+    }
+  }
+  return worst;
+}
+
+std::string error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("the reducer averages gradients exactly, bucket by bucket, starting during backward", "[ddp]") {
+  for (int size : {1, 2, 3}) {
+    INFO(size << " ranks");
+    std::vector<double> errors(static_cast<std::size_t>(size), -1);
+    std::vector<int> buckets(static_cast<std::size_t>(size)), started(static_cast<std::size_t>(size));
+    std::vector<int> shared_views(static_cast<std::size_t>(size));
+    loom::comm::run_in_process(size, [&](Communicator& comm) {
+      Params params(comm.rank());
+      ReducerOptions options;
+      options.first_bucket_bytes = 64;
+      options.bucket_bytes = 256;
+      GradientReducer reducer(comm, params.list, options);
+      for (int iteration = 0; iteration < 2; ++iteration) {
+        for (Parameter* p : params.list) p->zero_grad();
+        for (std::size_t j = shapes.size(); j-- > 0;) backward_one(*params.list[j], comm.rank(), j);
+        reducer.synchronize();
+      }
+      const auto r = static_cast<std::size_t>(comm.rank());
+      errors[r] = max_error(params.list, size, 1);
+      buckets[r] = reducer.stats().buckets;
+      started[r] = reducer.stats().started_during_backward;
+      // p4 [1] and p3 [100] are neighbours in backward order and share the 256-byte bucket.
+      shared_views[r] = params.list[4]->grad().shares_storage_with(params.list[3]->grad());
+    });
+    for (int r = 0; r < size; ++r) {
+      const auto i = static_cast<std::size_t>(r);
+      CHECK(errors[i] == 0);
+      CHECK(buckets[i] == 4);       // {p5}, {p4, p3}, {p2, p1}, {p0}: the caps close a bucket once reached
+      CHECK(started[i] == 4);       // every bucket started inside backward, none in synchronize()
+      CHECK(shared_views[i] == 1);  // gradients are views into the bucket buffers
+    }
+  }
+}
+
+TEST_CASE("the reducer gives every rank rank 0's parameter values", "[ddp]") {
+  std::vector<std::vector<double>> seen(3);
+  loom::comm::run_in_process(3, [&](Communicator& comm) {
+    Params params(comm.rank());
+    GradientReducer reducer(comm, params.list);
+    for (Parameter* p : params.list) seen[static_cast<std::size_t>(comm.rank())].push_back(loom::to_doubles(p->value())[0]);
+  });
+  for (const auto& values : seen) CHECK(values == std::vector<double>{0, 1, 2, 3, 4, 5});
+}
+
+TEST_CASE("buckets are rebuilt once, from the order rank 0 observed, identically everywhere", "[ddp]") {
+  std::vector<std::vector<loom::ddp::BucketLayout>> before(2), after(2);
+  std::vector<double> errors(2, -1);
+  loom::comm::run_in_process(2, [&](Communicator& comm) {
+    Params params(comm.rank());
+    ReducerOptions options;
+    options.first_bucket_bytes = 64;
+    options.bucket_bytes = 256;
+    GradientReducer reducer(comm, params.list, options);
+    const auto r = static_cast<std::size_t>(comm.rank());
+    before[r] = reducer.bucket_layout();
+    // Rank 0 produces gradients in registration order, rank 1 in reverse: rank 0's order wins.
+    for (std::size_t k = 0; k < shapes.size(); ++k) {
+      const std::size_t j = comm.rank() == 0 ? k : shapes.size() - 1 - k;
+      backward_one(*params.list[j], comm.rank(), j);
+    }
+    reducer.synchronize();
+    after[r] = reducer.bucket_layout();
+    const double first = max_error(params.list, 2, 1);  // the averages survive the move to new buckets
+    for (std::size_t j = 0; j < shapes.size(); ++j) backward_one(*params.list[j], comm.rank(), j);
+    reducer.synchronize();
+    errors[r] = std::max(first, max_error(params.list, 2, 2));  // average + average
+  });
+  // Initially reverse registration order; then registration order (rank 0's).
+  CHECK(before[0].front().parameter_names.front() == "p5");
+  CHECK(after[0].front().parameter_names == std::vector<std::string>{"p0", "p1"});
+  REQUIRE(after[0].size() == after[1].size());
+  for (std::size_t b = 0; b < after[0].size(); ++b) CHECK(after[0][b].parameter_names == after[1][b].parameter_names);
+  CHECK(errors[0] == 0);
+  CHECK(errors[1] == 0);
+}
+
+TEST_CASE("no_sync accumulates locally; the last micro-batch reduces the sum once", "[ddp]") {
+  std::vector<double> local_after_no_sync(3, -1), errors(3, -1);
+  std::vector<int> started_in_no_sync(3, -1);
+  loom::comm::run_in_process(3, [&](Communicator& comm) {
+    Params params(comm.rank());
+    GradientReducer reducer(comm, params.list);
+    const auto r = static_cast<std::size_t>(comm.rank());
+    {
+      auto skip = reducer.no_sync();
+      for (std::size_t j = shapes.size(); j-- > 0;) backward_one(*params.list[j], comm.rank(), j);
+      auto nested = reducer.no_sync();
+      for (std::size_t j = shapes.size(); j-- > 0;) backward_one(*params.list[j], comm.rank(), j);
+    }
+    // Still this rank's own sum of two micro-batches: nothing was communicated.
+    local_after_no_sync[r] = loom::to_doubles(params.list[2]->grad())[0];
+    started_in_no_sync[r] = reducer.stats().started_during_backward;
+    for (std::size_t j = shapes.size(); j-- > 0;) backward_one(*params.list[j], comm.rank(), j);
+    reducer.synchronize();
+    errors[r] = max_error(params.list, 3, 3);
+  });
+  for (int r = 0; r < 3; ++r) {
+    CHECK(local_after_no_sync[static_cast<std::size_t>(r)] == 2 * crafted(r, 2, 0));
+    CHECK(errors[static_cast<std::size_t>(r)] == 0);
+  }
+}
+
+TEST_CASE("a parameter without a gradient is an error on every rank, naming it, and never a hang", "[ddp]") {
+  std::vector<std::string> first(3), second(3);
+  loom::comm::run_in_process(3, [&](Communicator& comm) {
+    Params params(comm.rank());
+    GradientReducer reducer(comm, params.list);
+    for (std::size_t j = shapes.size(); j-- > 0;) {
+      if (!(comm.rank() == 1 && j == 2)) backward_one(*params.list[j], comm.rank(), j);
+    }
+    first[static_cast<std::size_t>(comm.rank())] = error_of([&] { reducer.synchronize(); });
+    // The reducer is ready for the next iteration.
+    for (std::size_t j = shapes.size(); j-- > 0;) backward_one(*params.list[j], comm.rank(), j);
+    second[static_cast<std::size_t>(comm.rank())] = error_of([&] { reducer.synchronize(); });
+  });
+  for (int r = 0; r < 3; ++r) {
+    const std::string& what = first[static_cast<std::size_t>(r)];
+    INFO(what);
+    CHECK(what.find("received no gradient") != std::string::npos);
+    CHECK(what.find("'p2'") != std::string::npos);
+    CHECK(what.find("unused_parameters = reduce_zero") != std::string::npos);
+    CHECK(what.find(r == 1 ? "on this rank: 'p2'" : "on this rank: none") != std::string::npos);
+    CHECK(second[static_cast<std::size_t>(r)] == "no error");
+  }
+}
+
+TEST_CASE("reduce_zero reduces unused parameters as zero gradients", "[ddp]") {
+  std::vector<std::vector<double>> p2(2), p5(2);
+  loom::comm::run_in_process(2, [&](Communicator& comm) {
+    Params params(comm.rank());
+    ReducerOptions options;
+    options.unused_parameters = loom::ddp::UnusedParameters::reduce_zero;
+    GradientReducer reducer(comm, params.list, options);
+    loom::fill(params.list[5]->grad(), 7.0);  // stale: an unused gradient is zeroed, not reduced as it was
+    for (std::size_t j = 0; j < 5; ++j) {
+      if (!(comm.rank() == 1 && j == 2)) backward_one(*params.list[j], comm.rank(), j);  // p2 unused on rank 1
+    }
+    reducer.synchronize();
+    p2[static_cast<std::size_t>(comm.rank())] = loom::to_doubles(params.list[2]->grad());
+    p5[static_cast<std::size_t>(comm.rank())] = loom::to_doubles(params.list[5]->grad());
+  });
+  for (int r = 0; r < 2; ++r) {
+    const auto& got = p2[static_cast<std::size_t>(r)];
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == crafted(0, 2, static_cast<std::int64_t>(i)) / 2);
+    for (double v : p5[static_cast<std::size_t>(r)]) CHECK(v == 0);
+  }
+}
+
+TEST_CASE("replicas that differ are refused on every rank, naming the first difference", "[ddp]") {
+  std::vector<std::string> shape_errors(3), count_errors(2);
+  loom::comm::run_in_process(3, [&](Communicator& comm) {
+    std::vector<Shape> layout = shapes;
+    if (comm.rank() == 2) layout[3] = Shape{101};
+    Params params(comm.rank(), layout);
+    shape_errors[static_cast<std::size_t>(comm.rank())] = error_of([&] { GradientReducer reducer(comm, params.list); });
+  });
+  for (const std::string& what : shape_errors) {
+    INFO(what);
+    CHECK(what.find("data-parallel replicas differ: parameter #3 is 'p3' (100) f32 on rank 0 but 'p3' (101) f32 on "
+                    "rank 2") != std::string::npos);
+  }
+  loom::comm::run_in_process(2, [&](Communicator& comm) {
+    std::vector<Shape> layout = shapes;
+    if (comm.rank() == 1) layout.pop_back();
+    Params params(comm.rank(), layout);
+    count_errors[static_cast<std::size_t>(comm.rank())] = error_of([&] { GradientReducer reducer(comm, params.list); });
+  });
+  for (const std::string& what : count_errors) {
+    INFO(what);
+    CHECK(what.find("parameter #5 is 'p5' (40, 3) f32 on rank 0 but nothing (it has 5 parameters) on rank 1") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("fp16 and bf16 compression average crafted gradients exactly and random ones within rounding", "[ddp]") {
+  for (DType wire : {DType::f16, DType::bf16}) {
+    INFO(loom::dtype_name(wire));
+    std::vector<double> exact_errors(4, -1), random_errors(4, -1), scales(4, 0);
+    loom::comm::run_in_process(4, [&](Communicator& comm) {
+      Params params(comm.rank());
+      ReducerOptions options;
+      options.hook = loom::ddp::compression_hook(wire);
+      options.bucket_bytes = 256;
+      GradientReducer reducer(comm, params.list, options);
+      for (std::size_t j = shapes.size(); j-- > 0;) backward_one(*params.list[j], comm.rank(), j);
+      reducer.synchronize();
+      const auto r = static_cast<std::size_t>(comm.rank());
+      exact_errors[r] = max_error(params.list, 4, 1);
+      // Random gradients against the fp64 mean: each summand is rounded once, the sum once more.
+      std::mt19937 rng(static_cast<std::uint32_t>(99));
+      std::normal_distribution<double> normal(0.0, 1.0);
+      std::vector<std::vector<double>> all(4);
+      for (Parameter* p : params.list) {
+        p->zero_grad();
+        for (auto& v : all) v.assign(static_cast<std::size_t>(p->grad().numel()), 0);
+        for (auto& v : all) for (double& x : v) x = normal(rng);  // every rank draws all ranks' values alike
+        loom::copy(p->grad(), loom::from_doubles(all[r], DType::f32).view(p->grad().shape()));
+        p->mark_grad_ready();
+      }
+      reducer.synchronize();
+      std::mt19937 again(static_cast<std::uint32_t>(99));
+      double worst = 0;
+      for (Parameter* p : params.list) {
+        for (auto& v : all) v.assign(static_cast<std::size_t>(p->grad().numel()), 0);
+        for (auto& v : all) for (double& x : v) x = normal(again);
+        const auto got = loom::to_doubles(p->grad());
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          const double mean = (all[0][i] + all[1][i] + all[2][i] + all[3][i]) / 4;
+          worst = std::max(worst, std::fabs(got[i] - mean));
+        }
+      }
+      random_errors[r] = worst;
+    });
+    // |x| < ~4.5: four roundings of x/4 and one of the sum, each at most 2^-p relative (p = 11 for
+    // f16, 8 for bf16), add up to at most (4.5 + 4.5) 2^-p.
+    const double ulp = wire == DType::f16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+    for (int r = 0; r < 4; ++r) {
+      CHECK(exact_errors[static_cast<std::size_t>(r)] == 0);
+      CHECK(random_errors[static_cast<std::size_t>(r)] > 0);  // it really went through 16 bits
+      CHECK(random_errors[static_cast<std::size_t>(r)] < 12 * ulp);
+    }
+  }
+}
+
+TEST_CASE("a user hook reduces each bucket once, in bucket order, and its finish step runs", "[ddp]") {
+  std::vector<std::vector<int>> calls(2);
+  std::vector<double> errors(2, -1);
+  loom::comm::run_in_process(2, [&](Communicator& comm) {
+    Params params(comm.rank());
+    const auto r = static_cast<std::size_t>(comm.rank());
+    ReducerOptions options;
+    options.bucket_bytes = 256;
+    options.first_bucket_bytes = 64;
+    // Sum, then halve on the host in finish (a CPU-only hook, for the test).
+    options.hook = [&calls, r](Communicator& c, const loom::ddp::GradBucket& bucket) {
+      calls[r].push_back(bucket.index);
+      loom::ddp::PendingReduction pending;
+      pending.work = c.all_reduce(bucket.gradients, bucket.gradients, loom::comm::ReduceOp::sum);
+      pending.finish = [gradients = bucket.gradients, size = c.size()] {
+        for (float& v : gradients.span<float>()) v /= static_cast<float>(size);
+      };
+      return pending;
+    };
+    GradientReducer reducer(comm, params.list, options);
+    for (std::size_t j = shapes.size(); j-- > 0;) backward_one(*params.list[j], comm.rank(), j);
+    reducer.synchronize();
+    errors[r] = max_error(params.list, 2, 1);
+  });
+  for (std::size_t r = 0; r < 2; ++r) {
+    CHECK(calls[r] == std::vector<int>{0, 1, 2, 3});
+    CHECK(errors[r] == 0);
+  }
+}
+
+TEST_CASE("the reducer refuses misuse with clear errors", "[ddp]") {
+  auto comms = loom::comm::make_in_process_communicators(1);
+  Communicator& comm = *comms[0];
+  Params params(0);
+  std::vector<Parameter*> twice{params.list[0], params.list[0]};
+  CHECK_THROWS_MATCHES(GradientReducer(comm, twice), loom::Error,
+                       IsError(ErrorCategory::invalid_argument, {"'p0' is listed twice"}));
+  CHECK_THROWS_MATCHES(GradientReducer(comm, {}), loom::Error, IsError(ErrorCategory::invalid_argument, {"no parameters"}));
+  ReducerOptions negative;
+  negative.bucket_bytes = -1;
+  CHECK_THROWS_MATCHES(GradientReducer(comm, params.list, negative), loom::Error,
+                       IsError(ErrorCategory::invalid_argument, {"bucket sizes must be >= 0"}));
+  {
+    GradientReducer reducer(comm, params.list);
+    params.list[0]->mark_grad_ready();
+    CHECK_THROWS_MATCHES(params.list[0]->mark_grad_ready(), loom::Error,
+                         IsError(ErrorCategory::invalid_argument, {"'p0' became ready twice", "no_sync()"}));
+    {
+      auto skip = reducer.no_sync();
+      CHECK_THROWS_MATCHES(reducer.synchronize(), loom::Error,
+                           IsError(ErrorCategory::invalid_argument, {"synchronize() inside a no_sync() scope"}));
+    }
+    for (std::size_t j = 1; j < shapes.size(); ++j) params.list[j]->mark_grad_ready();
+    reducer.synchronize();
+  }
+  // Once the reducer is gone its hooks are too: marking a gradient ready does nothing.
+  params.list[0]->mark_grad_ready();
+  params.list[0]->mark_grad_ready();
+}
