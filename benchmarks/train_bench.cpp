@@ -9,36 +9,10 @@
 #include <string>
 
 #include "bench_report.hpp"
+#include "repeat_batch.hpp"
 #include "loom/data/addition_task.hpp"
 #include "loom/kernels/gemm.hpp"
 #include "loom/loom.hpp"
-
-namespace {
-
-// Random-token batches: the step's cost does not depend on the data.
-loom::data::Batch random_batch(std::int64_t batch, std::int64_t steps, std::int64_t vocab, std::mt19937& rng) {
-  std::uniform_int_distribution<std::int32_t> dist(0, static_cast<std::int32_t>(vocab - 1));
-  loom::data::Batch b{loom::Tensor::empty({batch, steps}, loom::DType::i32),
-                      loom::Tensor::empty({batch, steps}, loom::DType::i32)};
-  for (std::int32_t& v : b.tokens.span<std::int32_t>()) v = dist(rng);
-  for (std::int32_t& v : b.targets.span<std::int32_t>()) v = dist(rng);
-  return b;
-}
-
-class RepeatBatch : public loom::data::BatchSource {
- public:
-  explicit RepeatBatch(loom::data::Batch batch, std::int64_t vocab) : batch_(std::move(batch)), vocab_(vocab) {}
-  loom::data::Batch next() override { ++position_; return batch_; }
-  std::int64_t position() const override { return position_; }
-  void seek(std::int64_t p) override { position_ = p; }
-  std::int64_t vocab_size() const override { return vocab_; }
-
- private:
-  loom::data::Batch batch_;
-  std::int64_t vocab_, position_ = 0;
-};
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app("train_bench: tokens/s and MFU of loom's GPT training step");
@@ -70,7 +44,7 @@ int main(int argc, char** argv) {
     const loom::nn::Precision precision = loom::nn::Precision::parse(precision_name);
     std::mt19937 rng(1);
     loom::nn::GPT model(config, precision, device);
-    RepeatBatch data(random_batch(batch, config.context, config.vocab_size, rng), config.vocab_size);
+    loom::bench::RepeatBatch data(loom::bench::random_batch(batch, config.context, config.vocab_size, rng), config.vocab_size);
     loom::train::TrainerOptions options;
     options.schedule = {.max_lr = 1e-4f, .min_lr = 1e-5f, .warmup = 0, .total = steps + warmup};
     loom::train::Trainer trainer(model, data, options);

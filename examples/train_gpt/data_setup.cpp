@@ -61,13 +61,13 @@ double addition_accuracy(loom::nn::GPT& model, const loom::data::AdditionTask& t
 
 }  // namespace
 
-RunData::RunData(const RunConfig& config) : config_(config) {
+RunData::RunData(const RunConfig& config, loom::data::Partition partition) : config_(config) {
   const std::int64_t steps = config.seq_len > 0 ? config.seq_len : config.model.context;
   steps_ = steps;
   std::unique_ptr<loom::data::BatchSource> train;
   if (config.data == "addition") {
     train = std::make_unique<loom::data::AdditionTask>(
-        loom::data::AdditionTaskOptions{.digits = config.digits, .seed = config.seed}, config.batch, steps);
+        loom::data::AdditionTaskOptions{.digits = config.digits, .seed = config.seed}, config.batch, steps, partition);
     held_out_ = std::make_unique<loom::data::AdditionTask>(
         loom::data::AdditionTaskOptions{.digits = config.digits, .seed = config.seed + held_out_seed_offset},
         config.batch, steps);
@@ -83,7 +83,7 @@ RunData::RunData(const RunConfig& config) : config_(config) {
     std::vector<std::int32_t> held(tokens.begin() + static_cast<std::ptrdiff_t>(cut), tokens.end());
     tokens.resize(cut);
     const std::int64_t vocab = text ? 256 : config.model.vocab_size;
-    train = std::make_unique<loom::data::TokenBatches>(std::move(tokens), vocab, config.batch, steps);
+    train = std::make_unique<loom::data::TokenBatches>(std::move(tokens), vocab, config.batch, steps, partition);
     held_out_ = std::make_unique<loom::data::TokenBatches>(std::move(held), vocab, config.batch, steps);
   }
   train_ = std::make_unique<loom::data::Prefetcher>(std::move(train));

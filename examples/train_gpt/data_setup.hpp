@@ -19,7 +19,8 @@ struct Evaluation {
 
 class RunData {
  public:
-  explicit RunData(const RunConfig& config);
+  // partition: this rank's share of the training data (every rank evaluates on the same held-out data).
+  RunData(const RunConfig& config, loom::data::Partition partition);
   loom::data::BatchSource& train() { return *train_; }
   // Held-out loss over config.eval_batches batches, the task metric and a sample.
   Evaluation evaluate(loom::nn::GPT& model, bool with_sample);

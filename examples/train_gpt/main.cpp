@@ -1,17 +1,23 @@
-// train_gpt: trains a GPT-2 style model with loom in one process, on the CPU or a GPU, in
-// fp32/tf32/fp16/bf16. By default it learns 2-digit addition (built in, nothing to download) and
-// reports exact-match accuracy; --data text:FILE trains on any text file, --data shards:... on
-// llm.c token shards. One log line per step; checkpoints with --checkpoint-dir, --resume.
+// train_gpt: trains a GPT-2 style model with loom, on the CPU or GPUs, in fp32/tf32/fp16/bf16, in
+// one process or data-parallel under a launcher (mpirun, srun, torchrun): each rank reads its own
+// part of the data and a GradientReducer averages the gradients while backward runs. By default it
+// learns 2-digit addition (built in, nothing to download) and reports exact-match accuracy;
+// --data text:FILE trains on any text file, --data shards:... on llm.c token shards. One log line
+// per step (rank 0; tokens/s of the whole job); checkpoints with --checkpoint-dir, --resume.
 //   build/examples/train_gpt/train_gpt --steps 400
+//   mpirun -np 2 build/examples/train_gpt/train_gpt --batch 4          (2 CPU processes)
+//   mpirun -np 8 build/examples/train_gpt/train_gpt --device cuda ...  (one GPU per rank)
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <string>
 
 #include "data_setup.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/gpu_info.hpp"
+#include "loom/ddp/gradient_reducer.hpp"
 #include "loom/io/checkpoint.hpp"
 #include "loom/loom.hpp"
 #include "run_config.hpp"
@@ -36,57 +42,95 @@ void print_evaluation(std::int64_t step, const train_gpt::Evaluation& e) {
   std::printf("\n");
 }
 
-int run(const train_gpt::RunConfig& config) {
-  const loom::Device device = loom::Device::parse(config.device);
+// Rank 0 speaks for the job.
+class Log {
+ public:
+  explicit Log(bool leader) : leader_(leader) {}
+  template <class... Args>
+  void line(const char* format, Args... args) const {
+    if (!leader_) return;
+    std::printf(format, args...);
+    std::fflush(stdout);
+  }
+  bool leader() const { return leader_; }
+
+ private:
+  bool leader_;
+};
+
+std::unique_ptr<loom::ddp::GradientReducer> make_reducer(const train_gpt::RunConfig& config, loom::World& world,
+                                                         loom::nn::GPT& model) {
+  if (world.size() == 1) return nullptr;
+  loom::ddp::ReducerOptions options;
+  options.bucket_bytes = static_cast<std::int64_t>(config.bucket_mb * (1 << 20));
+  if (config.grad_reduction != "fp32") {
+    options.hook = loom::ddp::compression_hook(config.grad_reduction == "bf16" ? loom::DType::bf16 : loom::DType::f16);
+  }
+  return std::make_unique<loom::ddp::GradientReducer>(world.comm(), model.parameters(), options);
+}
+
+int run(const train_gpt::RunConfig& config, loom::World& world) {
+  const Log log(world.rank() == 0);
+  // One process uses --device as given; ranks of a job use the device loom::init picked (cuda:<local rank>).
+  const loom::Device device = world.size() == 1 ? loom::Device::parse(config.device) : world.device();
   loom::nn::GPTConfig model_config = config.model;
   if (config.data == "addition" || config.data.starts_with("text:")) model_config.vocab_size = 256;
   loom::nn::GPT model(model_config, loom::nn::Precision::parse(config.precision), device, config.seed);
-  train_gpt::RunData data(config);
-  loom::train::Trainer trainer(model, data.train(), config.trainer_options());
-  std::printf("%s\n", loom::to_string(loom::build_info()).c_str());
-  std::printf("model: %lld layers, %lld heads, width %lld, context %lld, vocab %lld (%lld parameters), %s on %s\n",
-              static_cast<long long>(model_config.layers), static_cast<long long>(model_config.heads),
-              static_cast<long long>(model_config.channels), static_cast<long long>(model_config.context),
-              static_cast<long long>(model_config.vocab_size), static_cast<long long>(model_config.parameter_count()),
-              config.precision.c_str(), device.to_string().c_str());
+  const std::unique_ptr<loom::ddp::GradientReducer> reducer = make_reducer(config, world, model);
+  train_gpt::RunData data(config, {.rank = world.rank(), .world = world.size()});
+  loom::train::Trainer trainer(model, data.train(), config.trainer_options(), reducer.get());
+  log.line("%s\n", loom::to_string(loom::build_info()).c_str());
+  log.line("model: %lld layers, %lld heads, width %lld, context %lld, vocab %lld (%lld parameters), %s on %s\n",
+           static_cast<long long>(model_config.layers), static_cast<long long>(model_config.heads),
+           static_cast<long long>(model_config.channels), static_cast<long long>(model_config.context),
+           static_cast<long long>(model_config.vocab_size), static_cast<long long>(model_config.parameter_count()),
+           config.precision.c_str(), device.to_string().c_str());
+  if (reducer) {
+    log.line("data-parallel: %d ranks (%s), %lld sequences per step (%lld per rank x %lld micro-batches), %d gradient "
+             "buckets, %s reduction\n",
+             world.size(), std::string(world.comm().backend()).c_str(),
+             static_cast<long long>(config.batch * config.grad_accumulation * world.size()),
+             static_cast<long long>(config.batch), static_cast<long long>(config.grad_accumulation),
+             static_cast<int>(reducer->bucket_layout().size()), config.grad_reduction.c_str());
+  }
   if (config.resume) {
     loom::require(!config.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
     if (loom::io::latest_checkpoint(config.checkpoint_dir)) {
       const loom::io::TrainingProgress progress = loom::io::load_checkpoint(config.checkpoint_dir, model, trainer.optimizer());
       trainer.restore(progress);
-      std::printf("resumed from %s at step %lld\n", loom::io::latest_checkpoint(config.checkpoint_dir)->c_str(),
-                  static_cast<long long>(progress.step));
+      log.line("resumed from %s at step %lld\n", loom::io::latest_checkpoint(config.checkpoint_dir)->c_str(),
+               static_cast<long long>(progress.step));
     } else {
-      std::printf("no checkpoint in %s yet: starting from scratch\n", config.checkpoint_dir.c_str());
+      log.line("no checkpoint in %s yet: starting from scratch\n", config.checkpoint_dir.c_str());
     }
   }
   const std::int64_t steps_per_seq = config.seq_len > 0 ? config.seq_len : model_config.context;
-  const double peak = peak_tflops(device, config.precision);
+  const double peak = peak_tflops(device, config.precision) * world.size();
   const double flops_per_token = model_config.training_flops_per_token(steps_per_seq);
   std::int64_t saved_step = trainer.steps_done();  // nothing new to save before a step has run
-  auto save = [&] {
-    if (config.checkpoint_dir.empty() || trainer.steps_done() == saved_step) return;
+  auto save = [&] {  // the replicas are identical: rank 0 writes
+    if (!log.leader() || config.checkpoint_dir.empty() || trainer.steps_done() == saved_step) return;
     const std::string where = loom::io::save_checkpoint(config.checkpoint_dir, model, trainer.optimizer(), trainer.progress());
     saved_step = trainer.steps_done();
-    std::printf("saved checkpoint %s\n", where.c_str());
+    log.line("saved checkpoint %s\n", where.c_str());
   };
   while (trainer.steps_done() < config.steps) {
     const loom::train::StepResult r = trainer.step();
     if (r.step % config.log_every == 0 || r.step == config.steps) {
       const double tokens_per_second = static_cast<double>(r.tokens) / r.seconds;
-      std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s", static_cast<long long>(r.step),
-                  static_cast<long long>(config.steps), r.loss, r.lr, r.grad_norm, r.seconds * 1e3, tokens_per_second);
-      if (peak > 0) std::printf(" | MFU %.1f%%", 100.0 * tokens_per_second * flops_per_token / (peak * 1e12));
-      if (r.skipped) std::printf(" | skipped (non-finite gradient; loss scale %g)", trainer.loss_scaler().scale());
-      std::printf("\n");
-      std::fflush(stdout);
+      log.line("step %5lld/%lld | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s", static_cast<long long>(r.step),
+               static_cast<long long>(config.steps), r.loss, r.lr, r.grad_norm, r.seconds * 1e3, tokens_per_second);
+      if (peak > 0) log.line(" | MFU %.1f%%", 100.0 * tokens_per_second * flops_per_token / (peak * 1e12));
+      if (r.skipped) log.line(" | skipped (non-finite gradient; loss scale %g)", trainer.loss_scaler().scale());
+      log.line("\n");
     }
     if (config.checkpoint_every > 0 && r.step % config.checkpoint_every == 0 && r.step < config.steps) save();
-    if (config.eval_every > 0 && r.step % config.eval_every == 0 && r.step < config.steps) {
+    if (log.leader() && config.eval_every > 0 && r.step % config.eval_every == 0 && r.step < config.steps) {
       print_evaluation(r.step, data.evaluate(model, false));
     }
   }
   save();
+  if (!log.leader()) return 0;
   const train_gpt::Evaluation final_eval = data.evaluate(model, true);
   print_evaluation(trainer.steps_done(), final_eval);
   if (trainer.skipped_steps() > 0) {
@@ -102,9 +146,12 @@ int main(int argc, char** argv) {
   CLI::App app("train_gpt: train a GPT-2 style model with loom (default: the built-in addition task on the CPU)");
   train_gpt::RunConfig config;
   config.add_to(app);
-  CLI11_PARSE(app, argc, argv);
   try {
-    return run(config);
+    loom::InitOptions init = loom::parse_init_flags(argc, argv);  // --loom-* flags (see loom/comm/world.hpp)
+    CLI11_PARSE(app, argc, argv);
+    if (!init.device_type) init.device_type = loom::Device::parse(config.device).type();
+    const std::unique_ptr<loom::World> world = loom::init(argc, argv, init);
+    return run(config, *world);
   } catch (const std::exception& error) {  // loom::Error, and file-system or allocation failures
     std::fprintf(stderr, "train_gpt: %s\n", error.what());
     return 1;

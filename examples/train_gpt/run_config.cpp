@@ -18,7 +18,7 @@ void RunConfig::add_to(CLI::App& app) {
   app.add_option("--precision", precision, "fp32, tf32, fp16 or bf16")
       ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16"}));
   app.add_option("--device", device, "cpu or cuda:N");
-  app.add_option("--batch", batch, "sequences per micro-batch")->check(CLI::PositiveNumber);
+  app.add_option("--batch", batch, "sequences per micro-batch (per rank when data-parallel)")->check(CLI::PositiveNumber);
   app.add_option("--seq-len", seq_len, "tokens per sequence (default: the context)")->check(CLI::NonNegativeNumber);
   app.add_option("--grad-accum", grad_accumulation, "micro-batches per optimizer step")->check(CLI::PositiveNumber);
   app.add_option("--steps", steps, "optimizer steps (in total, also when resuming)")->check(CLI::PositiveNumber);
@@ -42,6 +42,9 @@ void RunConfig::add_to(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--resume", resume, "continue from the latest checkpoint in --checkpoint-dir");
   app.add_option("--log-every", log_every, "print a line every N steps")->check(CLI::PositiveNumber);
+  app.add_option("--grad-reduction", grad_reduction, "data-parallel gradient averaging: fp32, bf16 or fp16 (compressed)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--bucket-mb", bucket_mb, "data-parallel gradient bucket size in MiB")->check(CLI::NonNegativeNumber);
 }
 
 loom::train::TrainerOptions RunConfig::trainer_options() const {

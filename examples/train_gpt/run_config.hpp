@@ -35,6 +35,8 @@ struct RunConfig {
   std::int64_t checkpoint_every = 0;  // 0: only at the end (when a directory is given)
   bool resume = false;
   std::int64_t log_every = 1;
+  std::string grad_reduction = "fp32";  // data-parallel gradient averaging: fp32, or compressed to bf16/fp16
+  double bucket_mb = 25;                // gradient bucket size
 
   void add_to(CLI::App& app);
   loom::train::TrainerOptions trainer_options() const;

@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <exception>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -51,6 +53,17 @@ inline ErrorMatcher IsError(ErrorCategory category, std::initializer_list<std::s
 }
 inline ErrorMatcher IsError(ErrorCategory category, const std::vector<std::string>& fragments) {
   return ErrorMatcher(category, fragments);
+}
+
+// What call threw, as what() says it, or "no error": for rank threads, which must not use Catch2's
+// assertions, and for errors every rank of a job must report.
+inline std::string error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no error";
 }
 
 }  // namespace loom::test

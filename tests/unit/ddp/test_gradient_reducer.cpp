@@ -27,6 +27,7 @@ using loom::ddp::GradientReducer;
 using loom::ddp::ReducerOptions;
 using loom::nn::Parameter;
 using loom::test::IsError;
+using loom::test::error_of;
 
 namespace {
 
@@ -75,15 +76,6 @@ double max_error(const std::vector<Parameter*>& params, int size, int micro) {
     }
   }
   return worst;
-}
-
-std::string error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 }  // namespace

@@ -1,0 +1,178 @@
+// ddp_bench: data-parallel training throughput with loom's GradientReducer. For each rank count it
+// reports the step time split into computation (the same step without communication, measured in
+// the same job) and exposed communication (time blocked in synchronize()), the communication alone,
+// the fraction of it hidden behind backward, and the job's tokens/s against 1 rank on all cores,
+// and, on a model of 196 small parameters, bucketed against one all-reduce per parameter.
+//
+//   build/benchmarks/ddp_bench --json ddp.json          # launches mpirun -np 1..4 itself
+//   mpirun -np 8 build/benchmarks/ddp_bench --device cuda --json ddp.json   # one job, as launched
+//
+// Run without a launcher, it starts one `mpirun -np N` job per configuration (ranks x OpenMP
+// threads, threads = cores / ranks, at least 1; --bind-to none) of itself in worker mode and
+// collects their JSON. Run under a launcher, it measures that job only.
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_report.hpp"
+#include "ddp_worker.hpp"
+#include "loom/comm/launch.hpp"
+#include "loom/comm/mpi.hpp"
+#include "loom/core/build_info.hpp"
+#include "loom/core/error.hpp"
+
+namespace {
+
+struct Options {
+  std::vector<std::string> workloads{"default", "small-params"};
+  std::vector<int> ranks{1, 2, 3, 4};
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+  int steps = 20, warmup = 3;
+  double bucket_mb = 25;
+  std::string device = "cpu", precision = "fp32", json_path, worker_json;
+  bool worker = false;
+};
+
+std::string self_path() {
+  std::vector<char> buffer(4096);
+  const ssize_t n = readlink("/proc/self/exe", buffer.data(), buffer.size() - 1);
+  loom::require(n > 0, "ddp_bench: cannot read /proc/self/exe to relaunch itself");
+  return std::string(buffer.data(), static_cast<std::size_t>(n));
+}
+
+loom::bench::DdpWorkload workload_for(const Options& o, const std::string& name) {
+  loom::bench::DdpWorkload w = loom::bench::named_workload(name);
+  w.steps = o.steps;
+  w.warmup = o.warmup;
+  w.bucket_mb = o.bucket_mb;
+  w.precision = o.precision;
+  return w;
+}
+
+int run_worker(const Options& o, loom::InitOptions init, int argc, char** argv) {
+  if (!init.device_type) init.device_type = loom::Device::parse(o.device).type();
+  const std::unique_ptr<loom::World> world = loom::init(argc, argv, init);
+  nlohmann::json rows = nlohmann::json::array();
+  for (const std::string& name : o.workloads) {
+    nlohmann::json row = loom::bench::measure_ddp(workload_for(o, name), *world);
+    if (world->rank() == 0) {
+      row["workload"] = name;
+      rows.push_back(row);
+    }
+  }
+  if (world->rank() == 0 && !o.worker_json.empty()) loom::bench::write_json(o.worker_json, rows);
+  if (world->rank() == 0 && o.worker_json.empty()) std::printf("%s\n", rows.dump(2).c_str());
+  return 0;
+}
+
+// One job of `ranks` processes x `threads` OpenMP threads; returns its rows.
+nlohmann::json launch_job(const Options& o, const std::string& workload, int ranks, int threads) {
+  char scratch[] = "/tmp/ddp_bench_XXXXXX";
+  const int fd = mkstemp(scratch);
+  loom::require(fd >= 0, "ddp_bench: cannot create a scratch file in /tmp");
+  close(fd);
+  std::ostringstream command;
+  const bool mpi = loom::comm::mpi_built();
+  command << "env OMP_NUM_THREADS=" << threads << " ";
+  if (mpi) command << "mpirun -np " << ranks << " --oversubscribe --bind-to none -x OMP_NUM_THREADS ";
+  command << "'" << self_path() << "' --worker --worker-json " << scratch << " --workloads " << workload
+          << " --steps " << o.steps << " --warmup " << o.warmup << " --bucket-mb " << o.bucket_mb << " --device "
+          << o.device << " --precision " << o.precision;
+  std::fflush(stdout);
+  const int status = std::system(command.str().c_str());
+  std::ifstream in(scratch);
+  nlohmann::json rows;
+  if (status == 0 && in) rows = nlohmann::json::parse(in);
+  std::remove(scratch);
+  loom::require(status == 0 && rows.is_array(), "ddp_bench: the job `", command.str(), "` failed (status ", status, ")");
+  for (auto& row : rows) row["threads_per_rank"] = threads;
+  return rows;
+}
+
+void print_table(const nlohmann::json& rows, double baseline_tokens_per_s) {
+  std::printf("\n%-13s %5s %7s %9s %10s %10s %10s %7s %10s %8s\n", "workload", "ranks", "threads", "step ms",
+              "compute ms", "exposed ms", "comm ms", "hidden", "tok/s", "vs 1 rank");
+  for (const auto& r : rows) {
+    std::printf("%-13s %5d %7d %9.2f %10.2f %10.3f %10.3f %6.0f%% %10.0f %7.0f%%\n",
+                r["workload"].get<std::string>().c_str(), r["ranks"].get<int>(), r["threads_per_rank"].get<int>(),
+                r["step_ms"].get<double>(), r["compute_ms"].get<double>(), r["exposed_comm_ms"].get<double>(),
+                r["comm_only_ms"].get<double>(), 100 * r["hidden_fraction"].get<double>(),
+                r["tokens_per_s"].get<double>(),
+                r["workload"] == "default" && baseline_tokens_per_s > 0
+                    ? 100 * r["tokens_per_s"].get<double>() / baseline_tokens_per_s
+                    : 0.0);
+  }
+  std::printf("\n%-13s %5s %14s %14s %9s %14s %14s\n", "workload", "ranks", "bucketed comm", "per-tensor comm",
+              "speedup", "bucketed step", "per-tensor step");
+  for (const auto& r : rows) {
+    if (!r.contains("per_tensor_comm_only_ms")) continue;
+    std::printf("%-13s %5d %11.3f ms %11.3f ms %8.1fx %11.2f ms %12.2f ms\n", r["workload"].get<std::string>().c_str(),
+                r["ranks"].get<int>(), r["comm_only_ms"].get<double>(), r["per_tensor_comm_only_ms"].get<double>(),
+                r["per_tensor_comm_only_ms"].get<double>() / r["comm_only_ms"].get<double>(), r["step_ms"].get<double>(),
+                r["per_tensor_step_ms"].get<double>());
+  }
+}
+
+int run_orchestrator(const Options& o) {
+  std::printf("%s\n", loom::to_string(loom::build_info()).c_str());
+  std::printf("ddp_bench: %d cores; each configuration is one job (mpirun -np RANKS, OMP_NUM_THREADS = cores / ranks)\n",
+              o.cores);
+  nlohmann::json rows = nlohmann::json::array();
+  for (const std::string& workload : o.workloads) {
+    for (int ranks : o.ranks) {
+      if (!loom::comm::mpi_built() && ranks > 1) continue;  // without MPI: one process only
+      if (workload != "default" && ranks == 1) continue;   // nothing to compare per tensor at 1 rank
+      const int threads = std::max(1, o.cores / ranks);
+      std::printf("  %s: %d rank(s) x %d thread(s)...\n", workload.c_str(), ranks, threads);
+      for (auto& row : launch_job(o, workload, ranks, threads)) rows.push_back(row);
+    }
+  }
+  double baseline = 0;  // the default workload at 1 rank on every core
+  for (const auto& r : rows) {
+    if (r["workload"] == "default" && r["ranks"] == 1) baseline = r["tokens_per_s"].get<double>();
+  }
+  print_table(rows, baseline);
+  nlohmann::json record = loom::bench::make_record(
+      "ddp_bench", {{"cores", o.cores}, {"steps", o.steps}, {"warmup", o.warmup}, {"bucket_mb", o.bucket_mb},
+                    {"device", o.device}, {"precision", o.precision},
+                    {"baseline", "the default workload at 1 rank x all cores, tokens/s"}});
+  record["rows"] = rows;
+  if (!o.json_path.empty()) loom::bench::write_json(o.json_path, record);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("ddp_bench: data-parallel step time, hidden communication and scaling with loom's GradientReducer");
+  Options o;
+  app.add_option("--workloads", o.workloads, "default (train_bench's GPT) and/or small-params (196 tensors)")
+      ->delimiter(',');
+  app.add_option("--ranks", o.ranks, "rank counts to launch, e.g. 1,2,3,4")->delimiter(',');
+  app.add_option("--cores", o.cores, "cores to share among each job's ranks")->check(CLI::PositiveNumber);
+  app.add_option("--steps", o.steps, "timed steps (medians reported)")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", o.warmup)->check(CLI::NonNegativeNumber);
+  app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size")->check(CLI::PositiveNumber);
+  app.add_option("--device", o.device, "cpu or cuda");
+  app.add_option("--precision", o.precision)->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16"}));
+  app.add_option("--json", o.json_path, "write the JSON record here");
+  app.add_flag("--worker", o.worker, "measure this job only (what the launched jobs run)");
+  app.add_option("--worker-json", o.worker_json, "where a worker writes its rows");
+  try {
+    const loom::InitOptions init = loom::parse_init_flags(argc, argv);  // --loom-* flags
+    CLI11_PARSE(app, argc, argv);
+    const bool launched = loom::comm::detect_launch().launcher != "single process";
+    if (o.worker || launched) return run_worker(o, init, argc, argv);
+    return run_orchestrator(o);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "ddp_bench: %s\n", error.what());
+    return 1;
+  }
+}

@@ -1,0 +1,117 @@
+#include "ddp_worker.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "bench_report.hpp"
+#include "loom/core/error.hpp"
+#include "loom/ddp/gradient_reducer.hpp"
+#include "loom/train/trainer.hpp"
+#include "repeat_batch.hpp"
+
+namespace loom::bench {
+
+namespace {
+
+train::TrainerOptions step_options() {
+  train::TrainerOptions options;
+  options.schedule = {.max_lr = 1e-4f, .min_lr = 1e-5f, .warmup = 0, .total = 1000000};
+  return options;
+}
+
+struct StepTimes {
+  double step = 0, exposed = 0;
+};
+
+// Median step time (and time blocked in synchronize) of `steps` training steps after `warmup`.
+StepTimes time_steps(nn::GPT& model, data::BatchSource& data, const DdpWorkload& w, ddp::GradientReducer* reducer) {
+  train::Trainer trainer(model, data, step_options(), reducer);
+  for (int i = 0; i < w.warmup; ++i) trainer.step();
+  std::vector<double> step, exposed;
+  for (int i = 0; i < w.steps; ++i) {
+    step.push_back(trainer.step().seconds);
+    if (reducer != nullptr) exposed.push_back(reducer->stats().synchronize_seconds);
+  }
+  return {median(step), exposed.empty() ? 0.0 : median(exposed)};
+}
+
+// The reductions of one step with no computation to hide behind: every gradient marked ready in
+// backward order, then synchronize().
+double time_comm_only(nn::GPT& model, ddp::GradientReducer& reducer, const DdpWorkload& w) {
+  const auto& params = model.parameters();
+  auto once = [&] {
+    for (auto it = params.rbegin(); it != params.rend(); ++it) (*it)->mark_grad_ready();
+    reducer.synchronize();
+  };
+  for (int i = 0; i < w.warmup; ++i) once();
+  std::vector<double> seconds;
+  for (int i = 0; i < w.steps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    once();
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return median(seconds);
+}
+
+ddp::ReducerOptions reducer_options(double bucket_mb) {
+  ddp::ReducerOptions options;
+  options.bucket_bytes = static_cast<std::int64_t>(bucket_mb * (1 << 20));
+  if (bucket_mb == 0) options.first_bucket_bytes = 0;  // one bucket, and one all-reduce, per parameter
+  return options;
+}
+
+}  // namespace
+
+DdpWorkload named_workload(const std::string& name) {
+  DdpWorkload w;
+  w.name = name;
+  if (name == "default") {  // train_bench's default configuration
+    w.model = {.vocab_size = 256, .context = 128, .layers = 4, .heads = 4, .channels = 128};
+    w.batch = 8;
+  } else if (name == "small-params") {  // 2 + 12 x 16 + 2 = 196 parameter tensors
+    w.model = {.vocab_size = 64, .context = 16, .layers = 16, .heads = 2, .channels = 32};
+    w.batch = 2;
+    w.compare_per_tensor = true;
+  } else {
+    fail(ErrorCategory::invalid_argument, "ddp_bench: unknown workload '", name, "' (default or small-params)");
+  }
+  return w;
+}
+
+nlohmann::json measure_ddp(const DdpWorkload& w, World& world) {
+  const nn::Precision precision = nn::Precision::parse(w.precision);
+  nn::GPT model(w.model, precision, world.device());
+  std::mt19937 rng(static_cast<std::uint32_t>(1 + world.rank()));
+  RepeatBatch data(random_batch(w.batch, w.model.context, w.model.vocab_size, rng), w.model.vocab_size);
+  comm::Communicator& comm = world.comm();
+
+  const StepTimes compute = time_steps(model, data, w, nullptr);  // every rank alone
+  comm.barrier().wait();
+  nlohmann::json row;
+  {
+    ddp::GradientReducer reducer(comm, model.parameters(), reducer_options(w.bucket_mb));
+    const StepTimes parallel = time_steps(model, data, w, &reducer);
+    const double comm_only = time_comm_only(model, reducer, w);
+    const double tokens = static_cast<double>(w.batch * w.model.context * world.size());
+    row = {{"ranks", world.size()},
+           {"backend", std::string(comm.backend())},
+           {"parameters", model.parameters().size()},
+           {"buckets", reducer.stats().buckets},
+           {"step_ms", parallel.step * 1e3},
+           {"compute_ms", compute.step * 1e3},
+           {"exposed_comm_ms", parallel.exposed * 1e3},
+           {"comm_only_ms", comm_only * 1e3},
+           {"hidden_fraction", comm_only > 0 ? std::clamp(1.0 - parallel.exposed / comm_only, 0.0, 1.0) : 0.0},
+           {"tokens_per_s", tokens / parallel.step}};
+  }
+  if (w.compare_per_tensor) {
+    ddp::GradientReducer per_tensor(comm, model.parameters(), reducer_options(0));
+    row["per_tensor_step_ms"] = time_steps(model, data, w, &per_tensor).step * 1e3;
+    row["per_tensor_comm_only_ms"] = time_comm_only(model, per_tensor, w) * 1e3;
+    row["per_tensor_buckets"] = per_tensor.stats().buckets;
+  }
+  return world.rank() == 0 ? row : nlohmann::json::object();
+}
+
+}  // namespace loom::bench

@@ -1,0 +1,36 @@
+// One ddp_bench measurement, run by every rank of a job (under mpirun, or alone): the training step
+// of a GPT model with and without data-parallel communication, and the communication alone, for
+// bucketed reduction and, optionally, one all-reduce per parameter.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "loom/comm/world.hpp"
+#include "loom/nn/gpt.hpp"
+
+namespace loom::bench {
+
+struct DdpWorkload {
+  std::string name;            // "train_bench default", "200 small parameters"
+  nn::GPTConfig model{};
+  std::int64_t batch = 8;      // sequences per rank per step
+  std::string precision = "fp32";
+  double bucket_mb = 25;
+  bool compare_per_tensor = false;
+  int steps = 20;              // timed (medians reported)
+  int warmup = 3;
+};
+
+// The two named workloads: train_bench's default GPT, and a deep, narrow GPT with 196 parameter
+// tensors of at most a few KiB each (where per-tensor all-reduce pays its latency 196 times).
+DdpWorkload named_workload(const std::string& name);
+
+// Every rank calls it; rank 0's row is returned (the others return an empty object). Row fields:
+// ranks, step_ms, compute_ms (the step without communication), exposed_comm_ms (time blocked in
+// synchronize), comm_only_ms (the same reductions with nothing to overlap), hidden_fraction,
+// tokens_per_s (the job's), buckets, parameters and, when compared, per_tensor_{step,comm_only}_ms.
+nlohmann::json measure_ddp(const DdpWorkload& workload, World& world);
+
+}  // namespace loom::bench

@@ -1,0 +1,63 @@
+// The GradientReducer across MPI processes (CTest runs this binary with 2, 3 and 4 ranks):
+// data-parallel training equals one process with the whole batch, with and without accumulation,
+// in fp32 and with bf16/fp16 compression; an unused parameter and a model that differs between
+// processes are errors on every rank rather than hangs.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "loom/comm/mpi.hpp"
+#include "loom/ddp/gradient_reducer.hpp"
+#include "support/ddp_equivalence.hpp"
+#include "support/tensor_checks.hpp"
+
+using loom::comm::Communicator;
+using loom::test::error_of;
+
+TEST_CASE("data-parallel training across processes equals one process with the whole batch", "[dist][ddp]") {
+  std::unique_ptr<Communicator> comm = loom::comm::make_mpi_world_communicator();
+  for (std::int64_t accumulation : {1, 3}) {
+    for (loom::DType reduction : {loom::DType::f32, loom::DType::bf16, loom::DType::f16}) {
+      INFO(comm->size() << " ranks, " << accumulation << " micro-batches, " << loom::dtype_name(reduction));
+      loom::test::EquivalenceCase c;
+      c.accumulation = accumulation;
+      c.reduction = reduction;
+      const loom::test::EquivalenceResult r = loom::test::run_ddp_equivalence(*comm, c);
+      REQUIRE(r.error.empty());
+      INFO("max |difference| " << r.max_weight_diff << ", max |update| " << r.max_update);
+      CHECK(r.tokens_per_step == comm->size() * c.batch_per_rank * 8 * accumulation);
+      CHECK(r.max_update > 1e-3);
+      const double tolerance = reduction == loom::DType::f32 ? 1e-5 * r.max_update : 2e-2 * r.max_update;
+      CHECK(r.max_weight_diff <= tolerance);
+      CHECK(r.first_loss_diff <= 1e-5);
+    }
+  }
+}
+
+TEST_CASE("an unused parameter or a differing model fails every process with a named error", "[dist][ddp]") {
+  std::unique_ptr<Communicator> comm = loom::comm::make_mpi_world_communicator();
+  const int last = comm->size() - 1;
+  auto make = [&](const std::string& name, loom::Shape shape) {
+    return std::make_unique<loom::nn::Parameter>(name, loom::Tensor::zeros(shape, loom::DType::f32), loom::DType::f32,
+                                                 false);
+  };
+  auto a = make("a", {16});
+  auto b = make("b", comm->rank() == last ? loom::Shape{4, 5} : loom::Shape{4, 4});
+  std::vector<loom::nn::Parameter*> list{a.get(), b.get()};
+  const std::string mismatch = error_of([&] { loom::ddp::GradientReducer reducer(*comm, list); });
+  INFO(mismatch);
+  CHECK(mismatch.find("parameter #1 is 'b' (4, 4) f32 on rank 0 but 'b' (4, 5) f32 on rank " + std::to_string(last)) !=
+        std::string::npos);
+
+  auto c = make("b", {4, 4});
+  list[1] = c.get();
+  loom::ddp::GradientReducer reducer(*comm, list);
+  a->mark_grad_ready();
+  if (comm->rank() != last) c->mark_grad_ready();
+  const std::string unused = error_of([&] { reducer.synchronize(); });
+  INFO(unused);
+  CHECK(unused.find("received no gradient since the last synchronize() on some rank: 'b'") != std::string::npos);
+  a->mark_grad_ready();
+  c->mark_grad_ready();
+  CHECK(error_of([&] { reducer.synchronize(); }) == "no error");
+}
