@@ -73,8 +73,12 @@ DdpWorkload named_workload(const std::string& name) {
     w.model = {.vocab_size = 64, .context = 16, .layers = 16, .heads = 2, .channels = 32};
     w.batch = 2;
     w.compare_per_tensor = true;
+  } else if (name == "gpt2-124m") {  // for GPUs: GPT-2 small at its full context
+    w.model = {.vocab_size = 50257, .context = 1024, .layers = 12, .heads = 12, .channels = 768};
+    w.batch = 8;
   } else {
-    fail(ErrorCategory::invalid_argument, "ddp_bench: unknown workload '", name, "' (default or small-params)");
+    fail(ErrorCategory::invalid_argument, "ddp_bench: unknown workload '", name,
+         "' (default, small-params or gpt2-124m)");
   }
   return w;
 }

@@ -23,8 +23,9 @@ struct DdpWorkload {
   int warmup = 3;
 };
 
-// The two named workloads: train_bench's default GPT, and a deep, narrow GPT with 196 parameter
-// tensors of at most a few KiB each (where per-tensor all-reduce pays its latency 196 times).
+// The named workloads: "default" (train_bench's default GPT), "small-params" (a deep, narrow GPT
+// with 196 parameter tensors of at most a few KiB each, where per-tensor all-reduce pays its
+// latency 196 times) and "gpt2-124m" (GPT-2 small, for GPUs).
 DdpWorkload named_workload(const std::string& name);
 
 // Every rank calls it; rank 0's row is returned (the others return an empty object). Row fields:

@@ -52,6 +52,8 @@ bench train_bench --device cuda:0 --precision bf16 --layers 12 --heads 12 --chan
   --vocab 50257 --batch 8 --steps 10 --warmup 2 --peak-shape 4096
 # One-GPU NCCL through loom::init, against ncclAllReduce on the same buffers.
 bench allreduce_bench -b 1K -e 1G -f 4 -n 20 --rounds 5
+# The GradientReducer on the NCCL path (one rank: a one-GPU communicator), GPT-2 124M in bf16.
+bench ddp_bench --device cuda --precision bf16 --workloads gpt2-124m --ranks 1 --steps 10 --warmup 2
 echo "== train_gpt (addition, bf16, cuda:0)" >> "$summary"
 "$build/examples/train_gpt/train_gpt" --device cuda:0 --precision bf16 --steps 600 --log-every 100 \
   >> "$summary" 2>&1 || status=1

@@ -101,6 +101,7 @@ std::string save_checkpoint(const std::string& run_dir, const nn::GPT& model, co
                          {"optimizer_steps", optimizer.steps_taken()},
                          {"data_position", progress.data_position},
                          {"data_seed", progress.data_seed},
+                         {"data_ranks", progress.data_ranks},
                          {"loss_scaler",
                           {{"scale", progress.loss_scale},
                            {"clean_steps", progress.loss_scale_clean_steps},
@@ -194,6 +195,7 @@ TrainingProgress load_checkpoint(const std::string& path, nn::GPT& model, optim:
     progress.step = manifest.at("step").get<std::int64_t>();
     progress.data_position = manifest.at("data_position").get<std::int64_t>();
     progress.data_seed = manifest.at("data_seed").get<std::uint64_t>();
+    progress.data_ranks = manifest.value("data_ranks", 1);  // absent before data parallelism: one process
     const json& scaler = manifest.at("loss_scaler");
     progress.loss_scale = scaler.at("scale").get<float>();
     progress.loss_scale_clean_steps = scaler.at("clean_steps").get<std::int64_t>();

@@ -37,6 +37,10 @@ Trainer::Trainer(nn::GPT& model, data::BatchSource& data, const TrainerOptions& 
   require(data.vocab_size() <= model.config().vocab_size, "trainer: the data has a vocabulary of ", data.vocab_size(),
           " tokens but the model only ", model.config().vocab_size);
   options.schedule.at(0);  // validates the schedule now rather than at the first step
+  if (reducer != nullptr) {
+    require(reducer->communicator().device() == model.device(), "trainer: the model lives on ", model.device(),
+            " but the gradient reducer's communicator on ", reducer->communicator().device());
+  }
 }
 
 StepResult Trainer::step(StreamRef stream) {
@@ -76,11 +80,14 @@ StepResult Trainer::step(StreamRef stream) {
   return result;
 }
 
+int Trainer::ranks() const noexcept { return reducer_ != nullptr ? reducer_->communicator().size() : 1; }
+
 io::TrainingProgress Trainer::progress() const {
   io::TrainingProgress p;
   p.step = steps_done_;
   p.data_position = data_.position();
   p.data_seed = options_.data_seed;
+  p.data_ranks = ranks();
   p.loss_scale = scaler_.scale();
   p.loss_scale_clean_steps = scaler_.clean_steps_in_a_row();
   p.skipped_steps = skipped_steps_;
@@ -90,6 +97,11 @@ io::TrainingProgress Trainer::progress() const {
 void Trainer::restore(const io::TrainingProgress& progress) {
   require(progress.data_seed == options_.data_seed, "trainer: the checkpoint's data seed ", progress.data_seed,
           " differs from this run's ", options_.data_seed);
+  // Each rank's data position counts batches of a stream partitioned over the job's ranks: with
+  // another number of ranks the same position would skip or repeat data.
+  require(progress.data_ranks == ranks(), "trainer: the checkpoint was written by a job of ", progress.data_ranks,
+          " rank(s), whose data is partitioned ", progress.data_ranks, " ways; this job has ", ranks(),
+          ". Resume with ", progress.data_ranks, " rank(s)");
   steps_done_ = progress.step;
   data_.seek(progress.data_position);
   scaler_.restore(progress.loss_scale, progress.loss_scale_clean_steps, progress.skipped_steps);

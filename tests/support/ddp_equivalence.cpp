@@ -10,6 +10,7 @@
 #include "loom/ddp/gradient_reducer.hpp"
 #include "loom/nn/gpt.hpp"
 #include "loom/train/trainer.hpp"
+#include "support/tiny_gpt.hpp"
 
 namespace loom::test {
 
@@ -45,16 +46,6 @@ class GlobalBatchSlice : public data::BatchSource {
   std::int64_t total_, begin_, rows_, position_ = 0;
 };
 
-nn::GPTConfig tiny_gpt() {
-  nn::GPTConfig config;
-  config.vocab_size = vocab;
-  config.context = steps_per_row;
-  config.layers = 2;
-  config.heads = 2;
-  config.channels = 16;
-  return config;
-}
-
 train::TrainerOptions trainer_options(const EquivalenceCase& c) {
   train::TrainerOptions options;
   options.grad_accumulation = c.accumulation;
@@ -83,7 +74,7 @@ EquivalenceResult run_ddp_equivalence(comm::Communicator& comm, const Equivalenc
   try {
     const std::int64_t world = comm.size(), b = c.batch_per_rank;
     // The reference: one process, batch N x B, seed 7.
-    nn::GPT reference(tiny_gpt(), nn::Precision::fp32(), Device::cpu(), 7);
+    nn::GPT reference(tiny_gpt(vocab, steps_per_row), nn::Precision::fp32(), Device::cpu(), 7);
     const std::vector<float> initial = weights(reference);
     GlobalBatchSlice everything(world * b, 0, world * b);
     train::Trainer single(reference, everything, trainer_options(c));
@@ -93,7 +84,7 @@ EquivalenceResult run_ddp_equivalence(comm::Communicator& comm, const Equivalenc
       if (s == 0) reference_first_loss = loss;
     }
     // Data-parallel: each rank initialises differently; the reducer gives every rank rank 0's weights.
-    nn::GPT model(tiny_gpt(), nn::Precision::fp32(), comm.device(), 7 + static_cast<std::uint64_t>(comm.rank()) * 100);
+    nn::GPT model(tiny_gpt(vocab, steps_per_row), nn::Precision::fp32(), comm.device(), 7 + static_cast<std::uint64_t>(comm.rank()) * 100);
     ddp::ReducerOptions options;
     options.bucket_bytes = c.bucket_bytes;
     options.first_bucket_bytes = c.first_bucket_bytes;

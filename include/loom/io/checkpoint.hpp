@@ -22,6 +22,7 @@ struct TrainingProgress {
   std::int64_t step = 0;           // optimizer steps completed (the schedule's position)
   std::int64_t data_position = 0;  // batches taken from this rank's data source
   std::uint64_t data_seed = 0;     // the data stream's seed (all randomness of a run)
+  int data_ranks = 1;              // ranks the data stream is partitioned over (data parallelism)
   float loss_scale = 1.0f;
   std::int64_t loss_scale_clean_steps = 0;
   std::int64_t skipped_steps = 0;

@@ -59,6 +59,8 @@ class Trainer {
   // restored by io::load_checkpoint): step counter, data position, loss scaler.
   void restore(const io::TrainingProgress& progress);
 
+  // The data-parallel ranks (1 without a reducer).
+  int ranks() const noexcept;
   nn::GPT& model() noexcept { return model_; }
   optim::Optimizer& optimizer() noexcept { return *optimizer_; }
   const optim::DynamicLossScaler& loss_scaler() const noexcept { return scaler_; }

@@ -22,6 +22,7 @@
 #include "loom/optim/sgd.hpp"
 #include "loom/train/trainer.hpp"
 #include "support/tensor_checks.hpp"
+#include "support/tiny_gpt.hpp"
 
 using loom::DType;
 using loom::ErrorCategory;
@@ -48,15 +49,7 @@ void flip_byte(const fs::path& file, std::uintmax_t offset) {
   f.write(&c, 1);
 }
 
-loom::nn::GPTConfig tiny() {
-  loom::nn::GPTConfig c;
-  c.vocab_size = 256;
-  c.context = 24;
-  c.layers = 2;
-  c.heads = 2;
-  c.channels = 16;
-  return c;
-}
+loom::nn::GPTConfig tiny() { return loom::test::tiny_gpt(256, 24); }
 
 loom::train::TrainerOptions trainer_options(
     loom::train::TrainerOptions::OptimizerKind kind = loom::train::TrainerOptions::OptimizerKind::adamw) {
