@@ -1,8 +1,11 @@
 // ddp_bench: data-parallel training throughput with loom's GradientReducer. For each rank count it
 // reports the step time split into computation (the same step without communication, measured in
-// the same job) and exposed communication (time blocked in synchronize()), the communication alone,
-// the fraction of it hidden behind backward, and the job's tokens/s against 1 rank on all cores,
-// and, on a model of 196 small parameters, bucketed against one all-reduce per parameter.
+// the same job) and what data parallelism exposed (step - computation; also the time blocked in
+// synchronize()), the communication alone, the fraction of it hidden behind backward
+// (1 - exposed / alone; negative when overlap slowed the computation by more than the
+// communication takes), the job's tokens/s against 1 rank on all cores, and, on a model of 196
+// small parameters, bucketed against one all-reduce per parameter. On a CPU each rank's MPI
+// progress thread shares the cores with the OpenMP threads; that contention is part of the step.
 //
 //   build/benchmarks/ddp_bench --json ddp.json          # launches mpirun -np 1..4 itself
 //   mpirun -np 8 build/benchmarks/ddp_bench --device cuda --json ddp.json   # one job, as launched
@@ -97,16 +100,17 @@ nlohmann::json launch_job(const Options& o, const std::string& workload, int ran
 }
 
 void print_table(const nlohmann::json& rows, double baseline_tokens_per_s) {
-  std::printf("\n%-13s %5s %7s %9s %10s %10s %10s %7s %10s %8s\n", "workload", "ranks", "threads", "step ms",
-              "compute ms", "exposed ms", "comm ms", "hidden", "tok/s", "vs 1 rank");
+  std::printf("\n%-13s %5s %7s %9s %10s %10s %9s %10s %7s %10s %9s\n", "workload", "ranks", "threads", "step ms",
+              "compute ms", "exposed ms", "sync wait", "comm ms", "hidden", "tok/s", "vs 1 rank");
   for (const auto& r : rows) {
     const bool against_baseline = r["workload"] == rows.front()["workload"] && baseline_tokens_per_s > 0;
     const std::string versus =
         against_baseline ? std::to_string(static_cast<int>(100 * r["tokens_per_s"].get<double>() / baseline_tokens_per_s + 0.5)) + "%" : "-";
-    std::printf("%-13s %5d %7d %9.2f %10.2f %10.3f %10.3f %6.0f%% %10.0f %9s\n",
+    std::printf("%-13s %5d %7d %9.2f %10.2f %10.3f %9.3f %10.3f %6.0f%% %10.0f %9s\n",
                 r["workload"].get<std::string>().c_str(), r["ranks"].get<int>(), r["threads_per_rank"].get<int>(),
                 r["step_ms"].get<double>(), r["compute_ms"].get<double>(), r["exposed_comm_ms"].get<double>(),
-                r["comm_only_ms"].get<double>(), 100 * r["hidden_fraction"].get<double>(),
+                r["synchronize_wait_ms"].get<double>(), r["comm_only_ms"].get<double>(),
+                100 * r["hidden_fraction"].get<double>(),
                 r["tokens_per_s"].get<double>(), versus.c_str());
   }
   std::printf("\n%-13s %5s %14s %14s %9s %14s %14s\n", "workload", "ranks", "bucketed comm", "per-tensor comm",

@@ -21,19 +21,30 @@ train::TrainerOptions step_options() {
 }
 
 struct StepTimes {
-  double step = 0, exposed = 0;
+  double step = 0, compute = 0, synchronize_wait = 0;  // medians, seconds
 };
 
-// Median step time (and time blocked in synchronize) of `steps` training steps after `warmup`.
-StepTimes time_steps(nn::GPT& model, data::BatchSource& data, const DdpWorkload& w, ddp::GradientReducer* reducer) {
-  train::Trainer trainer(model, data, step_options(), reducer);
-  for (int i = 0; i < w.warmup; ++i) trainer.step();
-  std::vector<double> step, exposed;
-  for (int i = 0; i < w.steps; ++i) {
-    step.push_back(trainer.step().seconds);
-    if (reducer != nullptr) exposed.push_back(reducer->stats().synchronize_seconds);
+// Data-parallel steps alternating with the same step without communication (its backward inside
+// no_sync(), every rank at once: the same contention for the cores), so that the machine's drift
+// affects both alike. Medians of `steps` of each after `warmup`.
+StepTimes time_steps(nn::GPT& model, data::BatchSource& data, const DdpWorkload& w, ddp::GradientReducer& reducer) {
+  train::Trainer alone(model, data, step_options());
+  train::Trainer parallel(model, data, step_options(), &reducer);
+  auto alone_step = [&] {
+    const auto skip = reducer.no_sync();
+    return alone.step().seconds;
+  };
+  for (int i = 0; i < w.warmup; ++i) {
+    alone_step();
+    parallel.step();
   }
-  return {median(step), exposed.empty() ? 0.0 : median(exposed)};
+  std::vector<double> step, compute, wait;
+  for (int i = 0; i < w.steps; ++i) {
+    compute.push_back(alone_step());
+    step.push_back(parallel.step().seconds);
+    wait.push_back(reducer.stats().synchronize_seconds);
+  }
+  return {median(step), median(compute), median(wait)};
 }
 
 // The reductions of one step with no computation to hide behind: every gradient marked ready in
@@ -90,12 +101,11 @@ nlohmann::json measure_ddp(const DdpWorkload& w, World& world) {
   RepeatBatch data(random_batch(w.batch, w.model.context, w.model.vocab_size, rng), w.model.vocab_size);
   comm::Communicator& comm = world.comm();
 
-  const StepTimes compute = time_steps(model, data, w, nullptr);  // every rank alone
-  comm.barrier().wait();
   nlohmann::json row;
   {
     ddp::GradientReducer reducer(comm, model.parameters(), reducer_options(w.bucket_mb));
-    const StepTimes parallel = time_steps(model, data, w, &reducer);
+    const StepTimes parallel = time_steps(model, data, w, reducer);
+    const StepTimes& compute = parallel;
     const double comm_only = time_comm_only(model, reducer, w);
     const double tokens = static_cast<double>(w.batch * w.model.context * world.size());
     row = {{"ranks", world.size()},
@@ -103,15 +113,19 @@ nlohmann::json measure_ddp(const DdpWorkload& w, World& world) {
            {"parameters", model.parameters().size()},
            {"buckets", reducer.stats().buckets},
            {"step_ms", parallel.step * 1e3},
-           {"compute_ms", compute.step * 1e3},
-           {"exposed_comm_ms", parallel.exposed * 1e3},
+           {"compute_ms", compute.compute * 1e3},
+           // What data parallelism added to the step: communication not hidden, the loss all-reduce,
+           // the agreement all-reduce, waiting for slower ranks, and computation slowed by overlap.
+           {"exposed_comm_ms", (parallel.step - compute.compute) * 1e3},
+           {"synchronize_wait_ms", parallel.synchronize_wait * 1e3},
            {"comm_only_ms", comm_only * 1e3},
-           {"hidden_fraction", comm_only > 0 ? std::clamp(1.0 - parallel.exposed / comm_only, 0.0, 1.0) : 0.0},
+           // Unclamped: below 0 the step lost more than the communication alone takes.
+           {"hidden_fraction", comm_only > 0 ? 1.0 - (parallel.step - compute.compute) / comm_only : 0.0},
            {"tokens_per_s", tokens / parallel.step}};
   }
   if (w.compare_per_tensor) {
     ddp::GradientReducer per_tensor(comm, model.parameters(), reducer_options(0));
-    row["per_tensor_step_ms"] = time_steps(model, data, w, &per_tensor).step * 1e3;
+    row["per_tensor_step_ms"] = time_steps(model, data, w, per_tensor).step * 1e3;
     row["per_tensor_comm_only_ms"] = time_comm_only(model, per_tensor, w) * 1e3;
     row["per_tensor_buckets"] = per_tensor.stats().buckets;
   }

@@ -29,9 +29,11 @@ struct DdpWorkload {
 DdpWorkload named_workload(const std::string& name);
 
 // Every rank calls it; rank 0's row is returned (the others return an empty object). Row fields:
-// ranks, step_ms, compute_ms (the step without communication), exposed_comm_ms (time blocked in
-// synchronize), comm_only_ms (the same reductions with nothing to overlap), hidden_fraction,
-// tokens_per_s (the job's), buckets, parameters and, when compared, per_tensor_{step,comm_only}_ms.
+// ranks, step_ms (median, with the reducer), compute_ms (median of the same step without any
+// communication, alternating with the data-parallel steps), exposed_comm_ms = step - compute,
+// synchronize_wait_ms (median time blocked in synchronize()), comm_only_ms (the same reductions
+// with nothing to overlap), hidden_fraction = 1 - exposed / comm_only (unclamped), tokens_per_s
+// (the job's), buckets, parameters and, when compared, per_tensor_{step,comm_only}_ms.
 nlohmann::json measure_ddp(const DdpWorkload& workload, World& world);
 
 }  // namespace loom::bench

@@ -20,7 +20,8 @@ if [ "${LOOM_MPI:-AUTO}" != OFF ] && command -v mpirun >/dev/null; then
   # Containers often forbid the cross-process memory attach Open MPI's shared-memory transport tries.
   export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
   echo "quickstart: mpirun -np 2 ${train_gpt[*]}"
-  exec mpirun -np 2 --oversubscribe "${train_gpt[@]}"
+  export OMP_NUM_THREADS=1  # one thread per rank: 2 ranks on 2 cores
+  exec mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS "${train_gpt[@]}"
 fi
 echo "quickstart: no MPI in this build: training in one process"
 exec "${train_gpt[@]}"

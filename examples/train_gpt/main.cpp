@@ -18,6 +18,7 @@
 #include "loom/core/error.hpp"
 #include "loom/core/gpu_info.hpp"
 #include "loom/ddp/gradient_reducer.hpp"
+#include "loom/ddp/replicas.hpp"
 #include "loom/io/checkpoint.hpp"
 #include "loom/loom.hpp"
 #include "run_config.hpp"
@@ -103,6 +104,10 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
     } else {
       log.line("no checkpoint in %s yet: starting from scratch\n", config.checkpoint_dir.c_str());
     }
+    if (reducer) {  // every rank must have found the same checkpoint
+      loom::ddp::verify_same_value(world.comm(), trainer.steps_done(),
+                                   "the step this job resumes at (is --checkpoint-dir on a file system every rank sees?)");
+    }
   }
   const std::int64_t steps_per_seq = config.seq_len > 0 ? config.seq_len : model_config.context;
   const double peak = peak_tflops(device, config.precision) * world.size();
@@ -125,13 +130,15 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
       log.line("\n");
     }
     if (config.checkpoint_every > 0 && r.step % config.checkpoint_every == 0 && r.step < config.steps) save();
-    if (log.leader() && config.eval_every > 0 && r.step % config.eval_every == 0 && r.step < config.steps) {
-      print_evaluation(r.step, data.evaluate(model, false));
+    // Every rank evaluates (the replicas are identical), so none waits in a collective meanwhile.
+    if (config.eval_every > 0 && r.step % config.eval_every == 0 && r.step < config.steps) {
+      const train_gpt::Evaluation e = data.evaluate(model, false);
+      if (log.leader()) print_evaluation(r.step, e);
     }
   }
   save();
-  if (!log.leader()) return 0;
   const train_gpt::Evaluation final_eval = data.evaluate(model, true);
+  if (!log.leader()) return 0;
   print_evaluation(trainer.steps_done(), final_eval);
   if (trainer.skipped_steps() > 0) {
     std::printf("skipped steps (non-finite gradients): %lld\n", static_cast<long long>(trainer.skipped_steps()));

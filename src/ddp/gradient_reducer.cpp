@@ -1,7 +1,6 @@
 #include "loom/ddp/gradient_reducer.hpp"
 
 #include <chrono>
-#include <exception>
 #include <optional>
 #include <set>
 
@@ -38,14 +37,33 @@ void validate(const comm::Communicator& comm, const std::vector<nn::Parameter*>&
           "got bucket_bytes ", options.bucket_bytes, " and first_bucket_bytes ", options.first_bucket_bytes);
 }
 
+// What must match on every rank besides the parameters (a different bucket plan would pair
+// unrelated gradients, a different mode a different number of collectives).
+std::string describe(const ReducerOptions& o) {
+  return loom::detail::concat("bucket_bytes ", o.bucket_bytes, ", first_bucket_bytes ", o.first_bucket_bytes,
+                              ", rebuild_buckets ", o.rebuild_buckets, ", unused_parameters ",
+                              o.unused_parameters == UnusedParameters::error ? "error" : "reduce_zero",
+                              ", broadcast_parameters ", o.broadcast_parameters);
+}
+
 }  // namespace
 
 GradientReducer::GradientReducer(comm::Communicator& comm, std::vector<nn::Parameter*> parameters,
                                  ReducerOptions options)
-    : comm_(comm), parameters_(std::move(parameters)), options_(std::move(options)) {
-  validate(comm_, parameters_, options_);
-  if (!options_.hook) options_.hook = average_hook();
+    : comm_(comm), parameters_(std::move(parameters)), options_(std::move(options)), stream_(options_.stream) {
+  std::exception_ptr invalid;
+  try {
+    validate(comm_, parameters_, options_);
+  } catch (...) {
+    invalid = std::current_exception();
+  }
+  detail::throw_if_any_failed(comm_, invalid, "gradient reducer");
   verify_same_parameters(comm_, parameters_);
+  if (const auto d = detail::first_difference(comm_, {describe(options_)})) {
+    fail(ErrorCategory::invalid_argument, "gradient reducer: the options differ across ranks: rank 0 has ",
+         d->on_rank_0, " but rank ", d->rank, " has ", d->on_that_rank);
+  }
+  if (!options_.hook) options_.hook = average_hook();
   if (options_.broadcast_parameters) broadcast_parameters(comm_, parameters_, 0);
   const std::size_t n = parameters_.size();
   ready_.assign(n, false);
@@ -62,13 +80,7 @@ GradientReducer::GradientReducer(comm::Communicator& comm, std::vector<nn::Param
 
 GradientReducer::~GradientReducer() {
   for (std::size_t i = 0; i < hook_ids_.size(); ++i) parameters_[i]->remove_grad_ready_hook(hook_ids_[i]);
-  for (auto& bucket : buckets_) {
-    if (!bucket->reduction) continue;
-    try {
-      bucket->reduction->work.wait();
-    } catch (...) {  // a destructor never throws; the communicator reports its own failure
-    }
-  }
+  abandon_iteration();
 }
 
 void GradientReducer::install_buckets(const std::vector<std::size_t>& order) {
@@ -76,40 +88,53 @@ void GradientReducer::install_buckets(const std::vector<std::size_t>& order) {
   for (const nn::Parameter* p : parameters_) numels.push_back(p->value().numel());
   const auto plan = detail::plan_buckets(order, numels, static_cast<std::int64_t>(sizeof(float)),
                                          options_.bucket_bytes, options_.first_bucket_bytes);
+  // Everything that can fail (allocation above all: the rebuild briefly holds two copies of the
+  // gradients) happens before the first parameter is moved, so a failure leaves the old buckets.
   std::vector<std::unique_ptr<Bucket>> buckets;
+  std::vector<std::size_t> bucket_of(parameters_.size(), 0);
+  std::vector<Tensor> views(parameters_.size());
   for (const detail::PlannedBucket& planned : plan) {
     auto bucket = std::make_unique<Bucket>();
     bucket->buffer = Tensor::zeros({planned.elements}, DType::f32, comm_.device());
     bucket->parameters = planned.parameters;
     bucket->pending = planned.parameters.size();
     for (std::size_t k = 0; k < planned.parameters.size(); ++k) {
-      nn::Parameter& p = *parameters_[planned.parameters[k]];
+      const std::size_t index = planned.parameters[k];
+      const nn::Parameter& p = *parameters_[index];
       const std::int64_t begin = planned.offsets[k];
-      const Tensor view = bucket->buffer.slice(begin, begin + p.value().numel()).view(p.value().shape());
-      copy(view, p.grad(), options_.stream);  // keeps whatever the gradient holds (an average, after a rebuild)
-      p.set_grad(view);
+      views[index] = bucket->buffer.slice(begin, begin + p.value().numel()).view(p.value().shape());
+      copy(views[index], p.grad(), stream_);  // keeps whatever the gradient holds (an average, after a rebuild)
       bucket->names.push_back(p.name());
-      bucket_of_[planned.parameters[k]] = buckets.size();
+      bucket_of[index] = buckets.size();
     }
     buckets.push_back(std::move(bucket));
   }
-  loom::synchronize(options_.stream);  // the copies read the old buffers, released below
+  loom::synchronize(stream_);  // the copies read the old buffers, released below
+  for (std::size_t i = 0; i < parameters_.size(); ++i) parameters_[i]->set_grad(views[i]);
+  bucket_of_ = std::move(bucket_of);
   buckets_ = std::move(buckets);
   stats_.buckets = static_cast<int>(buckets_.size());
 }
 
+GradientReducer::NoSync GradientReducer::no_sync() {
+  require(ready_count_ == 0, "gradient reducer: no_sync() after a synchronized backward and before synchronize(): its "
+          "micro-batch would add to gradients already being reduced; run the no_sync micro-batches first");
+  return NoSync(*this);
+}
+
 void GradientReducer::on_grad_ready(std::size_t index) {
+  require(!ready_[index], "gradient reducer: parameter '", parameters_[index]->name(), "' got another gradient after "
+          "its final one in this iteration, while it may be being reduced: run all micro-batches but the last inside "
+          "no_sync() and call synchronize() after the last (or abandon_iteration() after a failed backward)");
   used_[index] = true;
   if (no_sync_depth_ > 0) return;
-  require(!ready_[index], "gradient reducer: parameter '", parameters_[index]->name(), "' became ready twice "
-          "before synchronize(): run all micro-batches but the last inside no_sync(), or synchronize() after each "
-          "backward");
   mark_ready(index);
   start_ready_buckets();
 }
 
 void GradientReducer::mark_ready(std::size_t index) {
   ready_[index] = true;
+  ++ready_count_;
   if (!order_learned_) observed_.push_back(index);
   --buckets_[bucket_of_[index]]->pending;
 }
@@ -119,31 +144,27 @@ void GradientReducer::start_ready_buckets() {
   // when gradients become ready in a different order on different ranks.
   while (next_to_start_ < buckets_.size() && buckets_[next_to_start_]->pending == 0) {
     Bucket& bucket = *buckets_[next_to_start_];
-    comm_.set_stream(options_.stream);
-    const GradBucket view{static_cast<int>(next_to_start_), bucket.buffer, bucket.names, options_.stream};
-    bucket.reduction = options_.hook(comm_, view);
+    comm_.set_stream(stream_);
+    const GradBucket view{static_cast<int>(next_to_start_), bucket.buffer, bucket.names, stream_};
+    try {
+      bucket.reduction = options_.hook(comm_, view);
+    } catch (...) {
+      // Kept for synchronize(), which fails every rank with it. Backward goes on, and the plain
+      // average stands in, so this rank still issues the collective the others wait for.
+      if (!hook_failure_) hook_failure_ = std::current_exception();
+      try {
+        bucket.reduction = PendingReduction{comm_.all_reduce(bucket.buffer, bucket.buffer, comm::ReduceOp::avg), {}};
+      } catch (...) {  // the communicator itself failed: its timeout or abort reaches every rank
+      }
+    }
     ++next_to_start_;
+    ++stats_.reductions_started;
   }
 }
 
-void GradientReducer::synchronize() {
-  const auto start = std::chrono::steady_clock::now();
-  require(no_sync_depth_ == 0, "gradient reducer: synchronize() inside a no_sync() scope");
-  const int started_early = static_cast<int>(next_to_start_);
-  std::vector<std::size_t> never_used;
-  std::int64_t unused_anywhere = 0;
-  std::exception_ptr failure;
-  try {
-    settle_unready(never_used);
-    start_ready_buckets();
-    if (options_.unused_parameters == UnusedParameters::error) {
-      unused_anywhere =
-          detail::all_reduce_value(comm_, static_cast<std::int64_t>(never_used.size()), comm::ReduceOp::max);
-    }
-  } catch (...) {
-    failure = std::current_exception();
-  }
+std::exception_ptr GradientReducer::wait_for_buckets() noexcept {
   // Every started reduction is waited for, even after a failure: nothing stays in flight.
+  std::exception_ptr failure;
   for (auto& bucket : buckets_) {
     if (!bucket->reduction) continue;
     try {
@@ -154,40 +175,63 @@ void GradientReducer::synchronize() {
     }
     bucket->reduction.reset();
   }
+  return failure;
+}
+
+void GradientReducer::synchronize() {
+  const auto start = std::chrono::steady_clock::now();
+  const int started_early = static_cast<int>(next_to_start_);
+  std::vector<std::size_t> never_used;
+  std::exception_ptr failure = hook_failure_;
+  try {
+    require(no_sync_depth_ == 0, "gradient reducer: synchronize() inside a no_sync() scope");
+    settle_unready(never_used);
+    start_ready_buckets();
+  } catch (...) {
+    if (!failure) failure = std::current_exception();
+  }
+  if (std::exception_ptr waited = wait_for_buckets(); waited && !failure) failure = waited;
   ++stats_.iteration;
   stats_.started_during_backward = started_early;
-  if (!failure && unused_anywhere > 0) {
-    try {
-      std::vector<std::int64_t> mine(parameters_.size(), 0);
-      for (const std::size_t i : never_used) mine[i] = 1;
-      const std::vector<std::int64_t> anywhere = detail::all_reduce_values(comm_, mine, comm::ReduceOp::max);
-      std::string names, here;
-      auto append = [](std::string& list, const std::string& name) { list += (list.empty() ? "'" : ", '") + name + "'"; };
-      for (std::size_t i = 0; i < anywhere.size(); ++i) {
-        if (anywhere[i] != 0) append(names, parameters_[i]->name());
-        if (mine[i] != 0) append(here, parameters_[i]->name());
-      }
-      failure = std::make_exception_ptr(Error(
-          ErrorCategory::invalid_argument,
-          loom::detail::concat("gradient reducer: parameters received no gradient since the last synchronize() on some "
-                               "rank: ", names, " (on this rank: ", here.empty() ? "none" : here,
-                               "). Their gradients were averaged as they were. If the model leaves parameters unused "
-                               "in some steps, set ReducerOptions::unused_parameters = reduce_zero"),
-          comm_.rank()));
-    } catch (...) {
-      failure = std::current_exception();
-    }
-  }
-  if (!failure && !order_learned_) {
-    try {
-      learn_order();
-    } catch (...) {
-      failure = std::current_exception();
-    }
-  }
+  const bool first_iteration = !order_learned_;
   reset_iteration();
+  // One agreement per iteration, whatever happened: the lowest failed rank (as size - rank, so that
+  // max finds it) and whether any rank left a parameter unused.
+  const auto size = static_cast<std::int64_t>(comm_.size());
+  std::vector<std::int64_t> agreed;
+  try {
+    agreed = detail::all_reduce_values(
+        comm_, {failure ? size - comm_.rank() : 0, static_cast<std::int64_t>(never_used.size())}, comm::ReduceOp::max);
+  } catch (...) {
+    if (failure) std::rethrow_exception(failure);  // the communicator itself is broken: report the cause
+    throw;
+  }
   stats_.synchronize_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (failure) std::rethrow_exception(failure);
+  if (agreed[0] > 0) {
+    detail::throw_failure_of(comm_, static_cast<int>(size - agreed[0]), failure, "gradient reducer: synchronize()");
+  }
+  if (agreed[1] > 0 && options_.unused_parameters == UnusedParameters::error) throw_unused(never_used);
+  if (first_iteration) learn_order();
+  stats_.synchronize_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void GradientReducer::throw_unused(const std::vector<std::size_t>& never_used) {
+  // Per parameter, the lowest rank that left it without a gradient (size: none).
+  const auto size = static_cast<std::int64_t>(comm_.size());
+  std::vector<std::int64_t> missing(parameters_.size(), size);
+  for (const std::size_t i : never_used) missing[i] = comm_.rank();
+  missing = detail::all_reduce_values(comm_, missing, comm::ReduceOp::min);
+  std::string names;
+  for (std::size_t i = 0; i < missing.size(); ++i) {
+    if (missing[i] == size) continue;
+    names += loom::detail::concat(names.empty() ? "" : ", ", "'", parameters_[i]->name(), "' (rank ", missing[i], ")");
+  }
+  throw Error(ErrorCategory::invalid_argument,
+              loom::detail::concat("gradient reducer: parameters received no gradient since the last synchronize(): ",
+                                   names, " (the lowest rank without it named). Their gradients were averaged as they "
+                                   "were. If the model leaves parameters unused in some steps, set "
+                                   "ReducerOptions::unused_parameters = reduce_zero"),
+              comm_.rank());
 }
 
 void GradientReducer::settle_unready(std::vector<std::size_t>& never_used) {
@@ -197,7 +241,7 @@ void GradientReducer::settle_unready(std::vector<std::size_t>& never_used) {
     if (ready_[i]) continue;
     if (!used_[i]) {
       never_used.push_back(i);
-      if (options_.unused_parameters == UnusedParameters::reduce_zero) fill(parameters_[i]->grad(), 0.0, options_.stream);
+      if (options_.unused_parameters == UnusedParameters::reduce_zero) fill(parameters_[i]->grad(), 0.0, stream_);
     }
     mark_ready(i);
   }
@@ -205,18 +249,32 @@ void GradientReducer::settle_unready(std::vector<std::size_t>& never_used) {
 
 void GradientReducer::learn_order() {
   // Rank 0's observation decides, so every rank builds the same buckets.
-  std::vector<std::int64_t> order(observed_.begin(), observed_.end());
+  std::vector<std::int64_t> order(observed_learned_.begin(), observed_learned_.end());
   order = detail::broadcast_values(comm_, order, 0);
-  std::vector<std::size_t> permutation(order.begin(), order.end());
-  install_buckets(permutation);
+  std::exception_ptr failure;
+  try {
+    install_buckets(std::vector<std::size_t>(order.begin(), order.end()));
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  // All rebuild or none does: mismatched bucket plans would pair unrelated gradients.
+  detail::throw_if_any_failed(comm_, failure, "gradient reducer: rebuilding the buckets");
   order_learned_ = true;
 }
 
+void GradientReducer::abandon_iteration() noexcept {
+  (void)wait_for_buckets();
+  reset_iteration();
+}
+
 void GradientReducer::reset_iteration() {
+  if (!order_learned_) observed_learned_ = observed_;
   ready_.assign(parameters_.size(), false);
   used_.assign(parameters_.size(), false);
   observed_.clear();
+  ready_count_ = 0;
   next_to_start_ = 0;
+  hook_failure_ = nullptr;
   for (auto& bucket : buckets_) {
     bucket->pending = bucket->parameters.size();
     bucket->reduction.reset();

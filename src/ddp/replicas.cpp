@@ -1,6 +1,5 @@
 #include "loom/ddp/replicas.hpp"
 
-#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,47 +18,20 @@ std::string describe(const nn::Parameter& p) {
   return out.str();
 }
 
-std::vector<std::string> split_lines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
 }  // namespace
 
 void verify_same_parameters(comm::Communicator& comm, std::span<nn::Parameter* const> parameters) {
   std::vector<std::string> mine;
-  std::string joined;
-  for (const nn::Parameter* p : parameters) {
-    mine.push_back(describe(*p));
-    joined += mine.back() + "\n";
-  }
-  const std::vector<std::string> reference = split_lines(detail::broadcast_text(comm, joined, 0));
-  // The first index where this rank differs from rank 0 (a missing parameter counts).
-  const std::size_t longest = std::max(reference.size(), mine.size());
-  std::size_t first = longest;
-  for (std::size_t i = 0; i < longest; ++i) {
-    if (i >= reference.size() || i >= mine.size() || reference[i] != mine[i]) {
-      first = i;
-      break;
-    }
-  }
-  // The lowest differing index over all ranks, and the lowest rank that differs there.
-  const auto size = static_cast<std::int64_t>(comm.size());
-  const std::int64_t none = std::numeric_limits<std::int64_t>::max();
-  const std::int64_t key = first == longest ? none : static_cast<std::int64_t>(first) * size + comm.rank();
-  const std::int64_t lowest = detail::all_reduce_value(comm, key, comm::ReduceOp::min);
-  if (lowest == none) return;
-  const auto index = static_cast<std::size_t>(lowest / size);
-  const int other = static_cast<int>(lowest % size);
-  auto at = [](const std::vector<std::string>& list, std::size_t i) {
-    return i < list.size() ? list[i] : std::string("nothing (it has ") + std::to_string(list.size()) + " parameters)";
+  for (const nn::Parameter* p : parameters) mine.push_back(describe(*p));
+  const auto difference = detail::first_difference(comm, mine);
+  if (!difference) return;
+  auto named = [](const std::string& line) {
+    return line.starts_with("nothing (") ? line.substr(0, line.size() - 7) + " parameters)" : line;
   };
-  const std::string theirs = detail::broadcast_text(comm, at(mine, index), other);
   throw Error(ErrorCategory::invalid_argument,
-              loom::detail::concat("data-parallel replicas differ: parameter #", index, " is ", at(reference, index),
-                                   " on rank 0 but ", theirs, " on rank ", other, " (of ", comm.size(),
+              loom::detail::concat("data-parallel replicas differ: parameter #", difference->index, " is ",
+                                   named(difference->on_rank_0), " on rank 0 but ", named(difference->on_that_rank),
+                                   " on rank ", difference->rank, " (of ", comm.size(),
                                    "); every rank must build the same model"),
               comm.rank());
 }
@@ -69,6 +41,16 @@ void broadcast_parameters(comm::Communicator& comm, std::span<nn::Parameter* con
   works.reserve(parameters.size());
   for (nn::Parameter* p : parameters) works.push_back(comm.broadcast(p->value(), root));
   for (const comm::Work& work : works) work.wait();
+}
+
+void verify_same_value(comm::Communicator& comm, std::int64_t value, std::string_view what) {
+  const std::vector<std::int64_t> extremes = detail::all_reduce_values(comm, {value, -value}, comm::ReduceOp::max);
+  const std::int64_t highest = extremes[0], lowest = -extremes[1];
+  if (highest == lowest) return;
+  throw Error(ErrorCategory::invalid_argument,
+              loom::detail::concat(what, " differs across the ", comm.size(), " ranks: from ", lowest, " to ", highest,
+                                   " (this rank: ", value, ")"),
+              comm.rank());
 }
 
 double mean_across_ranks(comm::Communicator& comm, double value) {

@@ -50,13 +50,19 @@ StepResult Trainer::step(StreamRef stream) {
   model_.zero_grad();
   const float micro = static_cast<float>(options_.grad_accumulation);
   double loss_sum = 0;
-  for (std::int64_t i = 0; i < options_.grad_accumulation; ++i) {
-    const data::Batch batch = data_.next();
-    std::optional<ddp::GradientReducer::NoSync> accumulate_only;
-    if (reducer_ != nullptr && i + 1 < options_.grad_accumulation) accumulate_only.emplace(reducer_->no_sync());
-    loss_sum += model_.forward(batch.tokens, batch.targets, stream);
-    model_.backward(scaler_.scale() / micro, stream);
-    result.tokens += batch.tokens.numel();
+  if (reducer_ != nullptr) reducer_->set_stream(stream);  // its reductions wait for this step's backward
+  try {
+    for (std::int64_t i = 0; i < options_.grad_accumulation; ++i) {
+      const data::Batch batch = data_.next();
+      std::optional<ddp::GradientReducer::NoSync> accumulate_only;
+      if (reducer_ != nullptr && i + 1 < options_.grad_accumulation) accumulate_only.emplace(reducer_->no_sync());
+      loss_sum += model_.forward(batch.tokens, batch.targets, stream);
+      model_.backward(scaler_.scale() / micro, stream);
+      result.tokens += batch.tokens.numel();
+    }
+  } catch (...) {
+    if (reducer_ != nullptr) reducer_->abandon_iteration();  // nothing stays in flight into the next step
+    throw;
   }
   double loss = loss_sum / static_cast<double>(options_.grad_accumulation);
   if (reducer_ != nullptr) {

@@ -9,6 +9,7 @@
 
 #include "loom/comm/communicator.hpp"
 #include "loom/core/dtype.hpp"
+#include "loom/data/batch_source.hpp"
 
 namespace loom::test {
 
@@ -26,8 +27,25 @@ struct EquivalenceResult {
   double max_weight_diff = 0;  // max |data-parallel - reference| over every weight
   double max_update = 0;       // max |reference - initial|: the scale the difference compares with
   double first_loss_diff = 0;  // |job loss of step 1 - reference loss of step 1|
+  double max_norm_rel_diff = 0;  // max over steps of |job grad norm / reference grad norm - 1|
   std::int64_t tokens_per_step = 0;
   int buckets = 0;
+};
+
+// Rows [begin, begin + rows) of global batch p, which has `total` rows of 8 random tokens (vocabulary
+// 32, every target counted) drawn from a generator seeded by p alone: every rank, and a one-process
+// reference, see the same global batches.
+class GlobalBatchSlice : public data::BatchSource {
+ public:
+  GlobalBatchSlice(std::int64_t total, std::int64_t begin, std::int64_t rows)
+      : total_(total), begin_(begin), rows_(rows) {}
+  data::Batch next() override;
+  std::int64_t position() const override { return position_; }
+  void seek(std::int64_t position) override { position_ = position; }
+  std::int64_t vocab_size() const override { return 32; }
+
+ private:
+  std::int64_t total_, begin_, rows_, position_ = 0;
 };
 
 EquivalenceResult run_ddp_equivalence(comm::Communicator& comm, const EquivalenceCase& c);

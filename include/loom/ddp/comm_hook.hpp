@@ -9,7 +9,9 @@
 // collectives that every rank issues in the same order (the hook runs in the same order
 // everywhere). Tensors the reduction uses must outlive it: keep them in the hook's own state or
 // capture them in `finish`. On a GPU, work on bucket.stream (the stream backward ran on); the
-// communicator already waits for that stream.
+// communicator already waits for that stream. A hook that throws does not stop backward: the
+// reducer reduces that bucket with a plain average (the other ranks wait for it) and
+// synchronize() then fails on every rank with the hook's error.
 #pragma once
 
 #include <functional>
@@ -43,7 +45,10 @@ CommHook average_hook();
 // Gradient compression: the gradients, divided by the number of ranks, are cast to `wire` (f16 or
 // bf16) with one rounding, summed across ranks in that dtype, and cast back into the fp32
 // gradients. Half the bytes of fp32; the average carries about 2^-11 (f16) or 2^-8 (bf16) relative
-// rounding error per summand, and f16 flushes magnitudes below about 6e-8 / ranks to zero.
+// rounding error per summand. The division comes first so the 16-bit sum cannot overflow, which
+// means f16 flushes gradients below about ranks x 3e-8 (half its smallest subnormal, times the
+// ranks) to zero: with f16 compression, train with loss scaling (Precision::fp16) or prefer bf16,
+// whose range is fp32's.
 CommHook compression_hook(DType wire);
 
 }  // namespace loom::ddp

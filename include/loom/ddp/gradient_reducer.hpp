@@ -21,11 +21,15 @@
 // same parameters (names, shapes, dtypes) and copies rank 0's values to the others.
 //
 // A parameter that received no gradient since the last synchronize() is an error on every rank,
-// naming it (after the reductions finished, so no rank hangs), unless unused_parameters is
-// reduce_zero: then its gradient is zeroed and reduced with the rest (models whose graph varies).
+// naming it and the rank (after the reductions finished, so no rank hangs), unless
+// unused_parameters is reduce_zero: then its gradient is zeroed and reduced with the rest (models
+// whose graph varies). Likewise any failure on one rank (a hook, a communication error, a bad
+// argument at construction) becomes an error on every rank naming that rank, through one small
+// agreement all-reduce per synchronize(), so the ranks never disagree on what to issue next.
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,7 +48,7 @@ struct ReducerOptions {
   bool rebuild_buckets = true;  // re-plan once from the order observed in the first backward
   UnusedParameters unused_parameters = UnusedParameters::error;
   CommHook hook{};              // empty: average_hook(); see comm_hook.hpp for the others
-  StreamRef stream{};           // the stream backward runs on (CUDA): communication waits for it
+  StreamRef stream{};           // the stream backward runs on (CUDA), until set_stream changes it
   bool broadcast_parameters = true;  // rank 0's values to every rank at construction
 };
 
@@ -53,7 +57,10 @@ struct ReducerStats {
   std::int64_t iteration = 0;         // synchronize() calls so far
   int buckets = 0;
   int started_during_backward = 0;    // buckets whose reduction started before synchronize()
-  double synchronize_seconds = 0;     // time blocked in synchronize(): the communication not hidden
+  std::int64_t reductions_started = 0;  // bucket reductions started since construction
+  // Time blocked in synchronize(): the communication backward did not hide, plus any wait for
+  // slower ranks (and on a GPU the host's wait for queued backward kernels).
+  double synchronize_seconds = 0;
 };
 
 struct BucketLayout {
@@ -77,7 +84,8 @@ class GradientReducer {
   void synchronize();
 
   // While a NoSync is alive, backward only accumulates gradients (gradient accumulation: wrap every
-  // micro-batch but the last). Scopes nest.
+  // micro-batch but the last). Scopes nest. Opening one after a synchronized backward, before
+  // synchronize(), is an error (it would write gradients that are being reduced).
   class NoSync {
    public:
     explicit NoSync(GradientReducer& reducer) : reducer_(&reducer) { ++reducer_->no_sync_depth_; }
@@ -90,7 +98,14 @@ class GradientReducer {
    private:
     GradientReducer* reducer_;
   };
-  [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
+  [[nodiscard]] NoSync no_sync();
+
+  // The stream the next backward runs on (CUDA): bucket reductions wait for it. CPU: unused.
+  void set_stream(StreamRef stream) noexcept { stream_ = stream; }
+  // After backward failed part-way: waits for the reductions it started (their errors dropped) and
+  // forgets the iteration, so the next step starts clean. Every rank must do the same (a rank
+  // whose backward failed cannot take part in this iteration's collectives).
+  void abandon_iteration() noexcept;
 
   comm::Communicator& communicator() const noexcept { return comm_; }
   std::vector<BucketLayout> bucket_layout() const;
@@ -103,6 +118,8 @@ class GradientReducer {
   void start_ready_buckets();
   void install_buckets(const std::vector<std::size_t>& order);
   void settle_unready(std::vector<std::size_t>& never_used);
+  std::exception_ptr wait_for_buckets() noexcept;
+  void throw_unused(const std::vector<std::size_t>& never_used);
   void learn_order();
   void reset_iteration();
 
@@ -114,8 +131,11 @@ class GradientReducer {
   std::vector<std::size_t> bucket_of_;  // per parameter
   // This iteration: gradient final (outside no_sync), gradient touched at all, observed order.
   std::vector<bool> ready_, used_;
-  std::vector<std::size_t> observed_;
+  std::vector<std::size_t> observed_, observed_learned_;  // this iteration's ready order; kept for the rebuild
+  std::size_t ready_count_ = 0;
   std::size_t next_to_start_ = 0;
+  StreamRef stream_;
+  std::exception_ptr hook_failure_;  // a communication hook that threw during this backward
   int no_sync_depth_ = 0;
   bool order_learned_ = false;
   ReducerStats stats_;

@@ -2,7 +2,9 @@
 // a collective: every rank of the communicator makes it, in the same order.
 #pragma once
 
+#include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "loom/comm/communicator.hpp"
 #include "loom/nn/parameter.hpp"
@@ -15,6 +17,10 @@ void verify_same_parameters(comm::Communicator& comm, std::span<nn::Parameter* c
 
 // Every rank's parameter values <- root's.
 void broadcast_parameters(comm::Communicator& comm, std::span<nn::Parameter* const> parameters, int root = 0);
+
+// Throws on every rank unless `value` is the same on all of them, naming `what` and the range seen
+// (for example the step every rank resumed at).
+void verify_same_value(comm::Communicator& comm, std::int64_t value, std::string_view what);
 
 // The mean of one host value over the ranks (for example the loss, for a log line).
 double mean_across_ranks(comm::Communicator& comm, double value);

@@ -16,7 +16,10 @@
 #include "loom/comm/in_process.hpp"
 #include "loom/core/tensor_ops.hpp"
 #include "loom/ddp/gradient_reducer.hpp"
+#include "loom/train/trainer.hpp"
+#include "support/ddp_equivalence.hpp"
 #include "support/tensor_checks.hpp"
+#include "support/tiny_gpt.hpp"
 
 using loom::DType;
 using loom::ErrorCategory;
@@ -171,13 +174,14 @@ TEST_CASE("no_sync accumulates locally; the last micro-batch reduces the sum onc
     }
     // Still this rank's own sum of two micro-batches: nothing was communicated.
     local_after_no_sync[r] = loom::to_doubles(params.list[2]->grad())[0];
-    started_in_no_sync[r] = reducer.stats().started_during_backward;
+    started_in_no_sync[r] = static_cast<int>(reducer.stats().reductions_started);
     for (std::size_t j = shapes.size(); j-- > 0;) backward_one(*params.list[j], comm.rank(), j);
     reducer.synchronize();
     errors[r] = max_error(params.list, 3, 3);
   });
   for (int r = 0; r < 3; ++r) {
     CHECK(local_after_no_sync[static_cast<std::size_t>(r)] == 2 * crafted(r, 2, 0));
+    CHECK(started_in_no_sync[static_cast<std::size_t>(r)] == 0);  // nothing was communicated
     CHECK(errors[static_cast<std::size_t>(r)] == 0);
   }
 }
@@ -198,10 +202,9 @@ TEST_CASE("a parameter without a gradient is an error on every rank, naming it, 
   for (int r = 0; r < 3; ++r) {
     const std::string& what = first[static_cast<std::size_t>(r)];
     INFO(what);
-    CHECK(what.find("received no gradient") != std::string::npos);
-    CHECK(what.find("'p2'") != std::string::npos);
+    CHECK(what.find("received no gradient since the last synchronize(): 'p2' (rank 1)") != std::string::npos);
     CHECK(what.find("unused_parameters = reduce_zero") != std::string::npos);
-    CHECK(what.find(r == 1 ? "on this rank: 'p2'" : "on this rank: none") != std::string::npos);
+    CHECK(what.find("[rank " + std::to_string(r) + "]") != std::string::npos);
     CHECK(second[static_cast<std::size_t>(r)] == "no error");
   }
 }
@@ -249,7 +252,7 @@ TEST_CASE("replicas that differ are refused on every rank, naming the first diff
   });
   for (const std::string& what : count_errors) {
     INFO(what);
-    CHECK(what.find("parameter #5 is 'p5' (40, 3) f32 on rank 0 but nothing (it has 5 parameters) on rank 1") !=
+    CHECK(what.find("parameter #5 is 'p5' (40, 3) f32 on rank 0 but nothing (5 parameters) on rank 1") !=
           std::string::npos);
   }
 }
@@ -348,18 +351,101 @@ TEST_CASE("the reducer refuses misuse with clear errors", "[ddp]") {
                        IsError(ErrorCategory::invalid_argument, {"bucket sizes must be >= 0"}));
   {
     GradientReducer reducer(comm, params.list);
-    params.list[0]->mark_grad_ready();
-    CHECK_THROWS_MATCHES(params.list[0]->mark_grad_ready(), loom::Error,
-                         IsError(ErrorCategory::invalid_argument, {"'p0' became ready twice", "no_sync()"}));
     {
       auto skip = reducer.no_sync();
       CHECK_THROWS_MATCHES(reducer.synchronize(), loom::Error,
                            IsError(ErrorCategory::invalid_argument, {"synchronize() inside a no_sync() scope"}));
     }
+    params.list[0]->mark_grad_ready();
+    CHECK_THROWS_MATCHES(params.list[0]->mark_grad_ready(), loom::Error,
+                         IsError(ErrorCategory::invalid_argument, {"'p0' got another gradient after its final one",
+                                                                   "no_sync()"}));
     for (std::size_t j = 1; j < shapes.size(); ++j) params.list[j]->mark_grad_ready();
     reducer.synchronize();
   }
   // Once the reducer is gone its hooks are too: marking a gradient ready does nothing.
   params.list[0]->mark_grad_ready();
   params.list[0]->mark_grad_ready();
+}
+
+TEST_CASE("a hook failing on one rank fails synchronize() on every rank, naming that rank", "[ddp]") {
+  std::vector<std::string> first(3), second(3);
+  std::vector<double> errors(3, -1);
+  loom::comm::run_in_process(3, [&](Communicator& comm) {
+    Params params(comm.rank());
+    ReducerOptions options;
+    options.bucket_bytes = 256;
+    int calls = 0;
+    options.hook = [&calls, rank = comm.rank()](Communicator& c, const loom::ddp::GradBucket& bucket) {
+      if (rank == 1 && calls++ == 0) loom::fail(ErrorCategory::cuda, "injected failure in bucket ", bucket.index);
+      return loom::ddp::average_hook()(c, bucket);
+    };
+    GradientReducer reducer(comm, params.list, options);
+    const auto r = static_cast<std::size_t>(comm.rank());
+    for (std::size_t j = shapes.size(); j-- > 0;) backward_one(*params.list[j], comm.rank(), j);  // does not throw
+    first[r] = error_of([&] { reducer.synchronize(); });
+    for (Parameter* p : params.list) p->zero_grad();
+    for (std::size_t j = shapes.size(); j-- > 0;) backward_one(*params.list[j], comm.rank(), j);
+    second[r] = error_of([&] { reducer.synchronize(); });
+    errors[r] = max_error(params.list, 3, 1);
+  });
+  INFO(first[0] << "\n" << first[1] << "\n" << first[2]);
+  CHECK(first[0].find("loom CUDA error [rank 0]: gradient reducer: synchronize(): rank 1 failed: injected failure in "
+                      "bucket 0") != std::string::npos);
+  CHECK(first[1].find("loom CUDA error") == 0);  // its own error, as the hook threw it
+  CHECK(first[1].find("injected failure in bucket 0") != std::string::npos);
+  CHECK(first[1].find("rank 1 failed") == std::string::npos);
+  CHECK(first[2].find("rank 1 failed: injected failure in bucket 0") != std::string::npos);
+  for (std::size_t r = 0; r < 3; ++r) {
+    CHECK(second[r] == "no error");  // the reducer goes on
+    CHECK(errors[r] == 0);
+  }
+}
+
+TEST_CASE("a non-finite gradient on one rank makes every rank skip the step", "[ddp]") {
+  std::vector<int> skipped(2, -1);
+  std::vector<std::vector<float>> before(2), after(2);
+  loom::comm::run_in_process(2, [&](Communicator& comm) {
+    loom::nn::GPT model(loom::test::tiny_gpt(32, 8), loom::nn::Precision::fp32(), loom::Device::cpu(), 3);
+    // Added before the reducer's hook, so it runs first: rank 1's ln_f.bias gradient becomes inf.
+    if (comm.rank() == 1) {
+      model.parameters().back()->add_grad_ready_hook([](Parameter& p) { loom::fill(p.grad(), INFINITY); });
+    }
+    GradientReducer reducer(comm, model.parameters());
+    loom::test::GlobalBatchSlice data(4, 2 * comm.rank(), 2);
+    loom::train::TrainerOptions options;
+    loom::train::Trainer trainer(model, data, options, &reducer);
+    const auto r = static_cast<std::size_t>(comm.rank());
+    for (const Parameter* p : model.parameters()) for (float v : p->value().to_vector<float>()) before[r].push_back(v);
+    skipped[r] = trainer.step().skipped;
+    for (const Parameter* p : model.parameters()) for (float v : p->value().to_vector<float>()) after[r].push_back(v);
+  });
+  CHECK(skipped[0] == 1);
+  CHECK(skipped[1] == 1);
+  CHECK(after[0] == before[0]);  // no update anywhere
+  CHECK(after[1] == before[0]);
+}
+
+TEST_CASE("no_sync after a synchronized backward, and options that differ across ranks, are refused", "[ddp]") {
+  std::vector<std::string> late(2), options_differ(2);
+  loom::comm::run_in_process(2, [&](Communicator& comm) {
+    Params params(comm.rank());
+    {
+      GradientReducer reducer(comm, params.list);
+      for (std::size_t j = shapes.size(); j-- > 0;) backward_one(*params.list[j], comm.rank(), j);
+      late[static_cast<std::size_t>(comm.rank())] = error_of([&] { auto skip = reducer.no_sync(); });
+      reducer.synchronize();
+    }
+    ReducerOptions options;
+    if (comm.rank() == 1) options.bucket_bytes = 1 << 20;
+    options_differ[static_cast<std::size_t>(comm.rank())] =
+        error_of([&] { GradientReducer reducer(comm, params.list, options); });
+  });
+  for (int r = 0; r < 2; ++r) {
+    INFO(late[static_cast<std::size_t>(r)] << "\n" << options_differ[static_cast<std::size_t>(r)]);
+    CHECK(late[static_cast<std::size_t>(r)].find("no_sync() after a synchronized backward") != std::string::npos);
+    CHECK(options_differ[static_cast<std::size_t>(r)].find("the options differ across ranks: rank 0 has bucket_bytes "
+                                                           "26214400") != std::string::npos);
+    CHECK(options_differ[static_cast<std::size_t>(r)].find("rank 1 has bucket_bytes 1048576") != std::string::npos);
+  }
 }
