@@ -123,16 +123,50 @@ double slowest_per_call(Communicator& comm, const std::function<void()>& sync, c
 
 struct Settings {
   std::string collective = "all_reduce", type = "float", op = "sum", min_bytes = "8", max_bytes = "64M", json;
+  std::string algo = "flat", simulate;
   double factor = 2;
   int iterations = 20, warmup = 5, check = 1, rounds = 5;
 };
+
+// --simulate: the cost model's predictions for a topology file, in the benchmark's columns.
+int simulate(const Settings& s) {
+  const loom::topo::Topology topology = loom::topo::load_topology(s.simulate);
+  const loom::topo::Planner planner(topology);
+  const loom::topo::Collective collective = s.collective == "all_reduce"       ? loom::topo::Collective::all_reduce
+                                            : s.collective == "reduce_scatter" ? loom::topo::Collective::reduce_scatter
+                                                                               : loom::topo::Collective::all_gather;
+  const loom::topo::AlgorithmChoice choice = loom::topo::parse_algorithm_choice(s.algo);
+  const int n = topology.world_size();
+  const auto element = static_cast<std::int64_t>(loom::dtype_size(loom::parse_dtype(s.type)));
+  std::printf("# loom allreduce_bench --simulate %s: %s, %d rank(s), predicted by the cost model (--algo %s)\n",
+              s.simulate.c_str(), s.collective.c_str(), n, s.algo.c_str());
+  std::printf("#%11s %12s %8s %6s %9s %8s %8s %7s\n", "size", "count", "type", "redop", "time", "algbw", "busbw", "algo");
+  std::printf("#%11s %12s %8s %6s %9s %8s %8s %7s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "");
+  for (double wanted = static_cast<double>(parse_bytes(s.min_bytes));
+       wanted <= static_cast<double>(parse_bytes(s.max_bytes)) * 1.0000001; wanted *= s.factor) {
+    const std::int64_t count = std::max<std::int64_t>(1, static_cast<std::int64_t>(wanted) / element / n) * n;
+    const std::int64_t bytes = count * element;
+    loom::topo::Plan plan = planner.choose(collective, bytes);
+    if (choice != loom::topo::AlgorithmChoice::automatic) {
+      const bool hier = choice == loom::topo::AlgorithmChoice::hierarchical;
+      loom::require(!hier || planner.model().available(loom::topo::Algorithm::hierarchical),
+                    "--algo hier: the topology has no hosts with several ranks to be hierarchical about");
+      const loom::topo::Algorithm algorithm = hier ? loom::topo::Algorithm::hierarchical : loom::topo::Algorithm::ring;
+      plan = {algorithm, planner.model().predict(collective, algorithm, bytes)};
+    }
+    std::printf(" %11lld %12lld %8s %6s %9.2f %8.3f %8.3f %7s\n", static_cast<long long>(bytes),
+                static_cast<long long>(count), s.type.c_str(), s.collective == "all_gather" ? "-" : s.op.c_str(),
+                plan.prediction.seconds * 1e6, plan.prediction.algbw_gbps, plan.prediction.busbw_gbps,
+                loom::topo::to_string(plan.algorithm).c_str());
+  }
+  return 0;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    std::unique_ptr<loom::World> world = loom::init(argc, argv);
-    Communicator& comm = world->comm();
+    const loom::InitOptions init = loom::parse_init_flags(argc, argv);
     CLI::App app("allreduce_bench: loom collectives in nccl-tests' format, against the backend's raw call");
     Settings s;
     app.add_option("--collective", s.collective, "all_reduce, reduce_scatter or all_gather")
@@ -148,7 +182,19 @@ int main(int argc, char** argv) {
     app.add_option("--rounds", s.rounds, "rounds (loom and raw alternate); the median is reported")
         ->check(CLI::PositiveNumber);
     app.add_option("--json", s.json, "write the JSON record here (rank 0)");
+    app.add_option("--algo", s.algo, "flat (the backend's call), hier (loom's hierarchical schedule) or auto (the "
+                   "planner's choice per size), from the detected topology or LOOM_TOPO_FILE")
+        ->check(CLI::IsMember({"flat", "hier", "auto"}));
+    app.add_option("--simulate", s.simulate, "print the cost model's predictions for this topology file and exit");
     CLI11_PARSE(app, argc, argv);
+    if (!s.simulate.empty()) return simulate(s);
+    std::unique_ptr<loom::World> world = loom::init(argc, argv, init);
+    std::unique_ptr<Communicator> aware;  // --algo hier/auto: collectives through the topology
+    if (s.algo != "flat") {
+      aware = loom::topo::make_topology_aware(world->comm(), loom::topo::detect_topology(&world->comm()).topology,
+                                              loom::topo::parse_algorithm_choice(s.algo));
+    }
+    Communicator& comm = aware ? *aware : world->comm();
 
     const DType dtype = loom::parse_dtype(s.type);  // nccl-tests' names (float, half, bfloat16, ...) are aliases
     const ReduceOp op = s.collective == "all_gather" ? ReduceOp::sum : parse_op(s.op);
@@ -158,9 +204,9 @@ int main(int argc, char** argv) {
     const auto element = static_cast<std::int64_t>(loom::dtype_size(dtype));
     const bool lead = rank == 0;
     if (lead) {
-      std::printf("# loom allreduce_bench: %s, %d rank(s), backend %s on %s, raw baseline %s\n", s.collective.c_str(), n,
-                  std::string(comm.backend()).c_str(), world->device().to_string().c_str(),
-                  raw ? raw->name().c_str() : "none");
+      std::printf("# loom allreduce_bench: %s, %d rank(s), backend %s on %s, --algo %s, raw baseline %s\n",
+                  s.collective.c_str(), n, std::string(comm.backend()).c_str(), world->device().to_string().c_str(),
+                  s.algo.c_str(), raw ? raw->name().c_str() : "none");
       std::printf("#%51s%34s%34s%22s\n", "", "out-of-place", "in-place", "raw backend");
       std::printf("#%11s %12s %8s %6s %9s %8s %8s %7s %9s %8s %8s %7s %9s %10s\n", "size", "count", "type", "redop",
                   "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "time", "loom/raw");
@@ -220,7 +266,7 @@ int main(int argc, char** argv) {
           "allreduce_bench", {{"collective", s.collective}, {"ranks", n}, {"backend", comm.backend()},
                               {"device", world->device().to_string()}, {"raw", raw ? raw->name() : "none"},
                               {"iterations", s.iterations}, {"warmup", s.warmup}, {"rounds", s.rounds},
-                              {"launcher", world->launch().launcher}});
+                              {"launcher", world->launch().launcher}, {"algo", s.algo}});
       record["rows"] = rows;
       loom::bench::write_json(s.json, record);
       std::printf("# wrote %s\n", s.json.c_str());

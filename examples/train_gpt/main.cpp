@@ -20,6 +20,8 @@
 #include "loom/ddp/gradient_reducer.hpp"
 #include "loom/ddp/replicas.hpp"
 #include "loom/io/checkpoint.hpp"
+#include "loom/topo/detect.hpp"
+#include "loom/topo/hierarchical.hpp"
 #include "loom/loom.hpp"
 #include "run_config.hpp"
 
@@ -59,15 +61,30 @@ class Log {
   bool leader_;
 };
 
-std::unique_ptr<loom::ddp::GradientReducer> make_reducer(const train_gpt::RunConfig& config, loom::World& world,
-                                                         loom::nn::GPT& model) {
-  if (world.size() == 1) return nullptr;
+// Data parallelism: the world communicator made topology-aware (hierarchical collectives where
+// the planner predicts they pay), and the reducer over it.
+struct DataParallel {
+  std::unique_ptr<loom::comm::Communicator> comm;
+  std::unique_ptr<loom::ddp::GradientReducer> reducer;
+  std::string summary;
+};
+
+DataParallel make_data_parallel(const train_gpt::RunConfig& config, loom::World& world, loom::nn::GPT& model) {
+  DataParallel dp;
+  if (world.size() == 1) return dp;
+  const loom::topo::Detection detected = loom::topo::detect_topology(&world.comm());
+  dp.comm = loom::topo::make_topology_aware(world.comm(), detected.topology,
+                                            loom::topo::parse_algorithm_choice(config.algo));
   loom::ddp::ReducerOptions options;
-  options.bucket_bytes = static_cast<std::int64_t>(config.bucket_mb * (1 << 20));
+  options.bucket_bytes = config.bucket_mb > 0 ? static_cast<std::int64_t>(config.bucket_mb * (1 << 20))
+                                              : loom::topo::Planner(detected.topology).recommended_bucket_bytes();
   if (config.grad_reduction != "fp32") {
     options.hook = loom::ddp::compression_hook(config.grad_reduction == "bf16" ? loom::DType::bf16 : loom::DType::f16);
   }
-  return std::make_unique<loom::ddp::GradientReducer>(world.comm(), model.parameters(), options);
+  dp.reducer = std::make_unique<loom::ddp::GradientReducer>(*dp.comm, model.parameters(), options);
+  dp.summary = std::to_string(detected.topology.hosts.size()) + " host(s) (" + detected.source + "), collectives " +
+               config.algo + ", " + std::to_string(options.bucket_bytes >> 20) + " MiB buckets";
+  return dp;
 }
 
 int run(const train_gpt::RunConfig& config, loom::World& world) {
@@ -77,9 +94,10 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
   loom::nn::GPTConfig model_config = config.model;
   if (config.data == "addition" || config.data.starts_with("text:")) model_config.vocab_size = 256;
   loom::nn::GPT model(model_config, loom::nn::Precision::parse(config.precision), device, config.seed);
-  const std::unique_ptr<loom::ddp::GradientReducer> reducer = make_reducer(config, world, model);
+  const DataParallel dp = make_data_parallel(config, world, model);
+  loom::ddp::GradientReducer* const reducer = dp.reducer.get();
   train_gpt::RunData data(config, {.rank = world.rank(), .world = world.size()});
-  loom::train::Trainer trainer(model, data.train(), config.trainer_options(), reducer.get());
+  loom::train::Trainer trainer(model, data.train(), config.trainer_options(), reducer);
   log.line("%s\n", loom::to_string(loom::build_info()).c_str());
   log.line("model: %lld layers, %lld heads, width %lld, context %lld, vocab %lld (%lld parameters), %s on %s\n",
            static_cast<long long>(model_config.layers), static_cast<long long>(model_config.heads),
@@ -88,11 +106,11 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
            config.precision.c_str(), device.to_string().c_str());
   if (reducer) {
     log.line("data-parallel: %d ranks (%s), %lld sequences per step (%lld per rank x %lld micro-batches), %d gradient "
-             "buckets, %s reduction\n",
+             "buckets, %s reduction; %s\n",
              world.size(), std::string(world.comm().backend()).c_str(),
              static_cast<long long>(config.batch * config.grad_accumulation * world.size()),
              static_cast<long long>(config.batch), static_cast<long long>(config.grad_accumulation),
-             static_cast<int>(reducer->bucket_layout().size()), config.grad_reduction.c_str());
+             static_cast<int>(reducer->bucket_layout().size()), config.grad_reduction.c_str(), dp.summary.c_str());
   }
   if (config.resume) {
     loom::require(!config.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
@@ -105,7 +123,7 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
       log.line("no checkpoint in %s yet: starting from scratch\n", config.checkpoint_dir.c_str());
     }
     if (reducer) {  // every rank must have found the same checkpoint
-      loom::ddp::verify_same_value(world.comm(), trainer.steps_done(),
+      loom::ddp::verify_same_value(*dp.comm, trainer.steps_done(),
                                    "the step this job resumes at (is --checkpoint-dir on a file system every rank sees?)");
     }
   }

@@ -44,7 +44,10 @@ void RunConfig::add_to(CLI::App& app) {
   app.add_option("--log-every", log_every, "print a line every N steps")->check(CLI::PositiveNumber);
   app.add_option("--grad-reduction", grad_reduction, "data-parallel gradient averaging: fp32, bf16 or fp16 (compressed)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  app.add_option("--bucket-mb", bucket_mb, "data-parallel gradient bucket size in MiB")->check(CLI::NonNegativeNumber);
+  app.add_option("--bucket-mb", bucket_mb, "data-parallel gradient bucket size in MiB (0: the topology planner's)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--algo", algo, "data-parallel collectives: flat, hier (inside hosts, then across) or auto (planner)")
+      ->check(CLI::IsMember({"flat", "hier", "auto"}));
 }
 
 loom::train::TrainerOptions RunConfig::trainer_options() const {

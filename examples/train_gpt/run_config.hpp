@@ -36,7 +36,8 @@ struct RunConfig {
   bool resume = false;
   std::int64_t log_every = 1;
   std::string grad_reduction = "fp32";  // data-parallel gradient averaging: fp32, or compressed to bf16/fp16
-  double bucket_mb = 25;                // gradient bucket size
+  double bucket_mb = 25;                // gradient bucket size; 0: the topology planner's recommendation
+  std::string algo = "auto";            // gradient all-reduce: flat, hier, or auto (the planner's choice)
 
   void add_to(CLI::App& app);
   loom::train::TrainerOptions trainer_options() const;

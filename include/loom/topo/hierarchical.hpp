@@ -1,0 +1,33 @@
+// Collectives that follow the topology. make_topology_aware wraps a job's communicator: its
+// all_reduce, reduce_scatter and all_gather run either as the wrapped (flat) call or as loom's
+// hierarchical schedule over communicators split from it, one per host (ranks ordered by the
+// planner's ring order, so NVLink-bridged pairs are neighbours) and one per local rank across the
+// hosts:
+//   all_reduce      intra reduce-scatter, inter all-reduce of the shards, intra all-gather
+//                   (counts padded to a multiple of the ranks per host; avg averages per stage)
+//   reduce_scatter  the input permuted so that an intra reduce-scatter leaves each local rank the
+//                   blocks of its peers on every host, then an inter reduce-scatter
+//   all_gather      the reverse: inter all-gather, intra all-gather, un-permute
+// Results equal the flat calls' (exactly, whenever the values and their partial sums are
+// representable). `automatic` asks the planner per call (by message size); hierarchical needs the
+// same number of ranks on every host, else every call stays flat. Every other call goes to the
+// wrapped communicator. Calls run in order on a worker thread, each step waiting for the previous.
+#pragma once
+
+#include <memory>
+
+#include "loom/comm/communicator.hpp"
+#include "loom/topo/planner.hpp"
+
+namespace loom::topo {
+
+enum class AlgorithmChoice { flat, hierarchical, automatic };
+// "flat", "hier" or "auto"; anything else is an invalid_argument Error.
+AlgorithmChoice parse_algorithm_choice(const std::string& name);
+
+// Collective (it splits `flat`). topology: the job's, with one placement per rank of `flat`.
+// `flat` must outlive the result.
+std::unique_ptr<comm::Communicator> make_topology_aware(comm::Communicator& flat, const Topology& topology,
+                                                        AlgorithmChoice choice = AlgorithmChoice::automatic);
+
+}  // namespace loom::topo
