@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check: configures and builds loom for this machine's GPU (MPI off), runs the
 # cuda-labelled tests, the smoke program and the GPU benchmarks, writes results into OUTDIR
-# (at most 8 files: build.log, cuda-tests.log, summary.txt and one JSON per benchmark) and prints
+# (build.log, cuda-tests.log, summary.txt, topology.json and one JSON per benchmark) and prints
 # a short table last. Uses .carry/ (from scripts/gpu-carry.sh) for header-only dependencies the
 # machine may lack. Meant to finish in a few minutes on an H200.
 set -uo pipefail
@@ -54,11 +54,13 @@ bench train_bench --device cuda:0 --precision bf16 --layers 12 --heads 12 --chan
 bench allreduce_bench -b 1K -e 1G -f 4 -n 20 --rounds 5
 # The GradientReducer on the NCCL path (one rank: a one-GPU communicator), GPT-2 124M in bf16.
 bench ddp_bench --device cuda --precision bf16 --workloads gpt2-124m --ranks 1 --steps 10 --warmup 2
+echo "== loom-topo (detected)" >> "$summary"
+"$build/examples/loom_topo/loom-topo" -b 1K -e 1G -f 16 --dump "$out/topology.json" >> "$summary" 2>&1 || status=1
 echo "== train_gpt (addition, bf16, cuda:0)" >> "$summary"
 "$build/examples/train_gpt/train_gpt" --device cuda:0 --precision bf16 --steps 600 --log-every 100 \
   >> "$summary" 2>&1 || status=1
 
 grep "check-sass" "$summary"
 echo "== cuda tests"; grep -E "tests passed|tests failed|\*\*\*Failed|Skipped" "$out/cuda-tests.log" | tail -15
-sed -n '/== gemm_bench/,$p' "$summary" | grep -E "^==|^ *[0-9]|^copy|^[a-z_]+ |^MFU|^eval" | head -120
+sed -n '/== gemm_bench/,$p' "$summary" | grep -E "^==|^ *[0-9]|^copy|^[a-z_]+ |^MFU|^eval|^GPU|^host|^NIC" | head -140
 exit $status
