@@ -1,5 +1,6 @@
 #include "loom/topo/report.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
