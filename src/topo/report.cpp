@@ -73,8 +73,9 @@ std::string plan_report(const Planner& planner, Collective collective, const std
   const CostModel& model = planner.model();
   std::ostringstream out;
   out << model.ranks() << " ranks on " << model.hosts() << " host(s), up to " << model.ranks_per_host()
-      << " per host; effective bandwidth inside a host " << format("%.1f", model.intra_host_gbps())
-      << " GB/s, network per host " << (model.hosts() > 1 ? format("%.1f", model.network_gbps()) + " GB/s" : "-") << "\n";
+      << " per host; effective bandwidth inside a host "
+      << (std::isfinite(model.intra_host_gbps()) ? format("%.1f", model.intra_host_gbps()) + " GB/s" : "-")
+      << ", network per host " << (model.hosts() > 1 ? format("%.1f", model.network_gbps()) + " GB/s" : "-") << "\n";
   for (std::size_t h = 0; h < planner.ring_orders().size(); ++h) {
     const auto& order = planner.ring_orders()[h];
     if (order.size() < 2 || h > 0) continue;  // hosts are listed once: the first one's order
