@@ -22,7 +22,12 @@ namespace {
 
 std::int64_t parse_size(const std::string& text) {  // 8, 64K, 16M, 1G
   std::size_t used = 0;
-  const long long value = std::stoll(text, &used);
+  long long value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    loom::fail(loom::ErrorCategory::invalid_argument, "loom-topo: size '", text, "' is not a count with an optional K, M or G");
+  }
   const std::string unit = text.substr(used);
   const std::int64_t scale = unit.empty() ? 1 : unit == "K" ? 1 << 10 : unit == "M" ? 1 << 20 : unit == "G" ? 1 << 30 : 0;
   loom::require(scale > 0 && value > 0, "loom-topo: size '", text, "' is not a count with an optional K, M or G");

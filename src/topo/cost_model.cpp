@@ -61,8 +61,10 @@ CostModel::CostModel(Topology topology, CostModelOptions options, std::vector<st
   hosts_ = static_cast<int>(gpus_of_host.size());
   intra_gbps_ = std::numeric_limits<double>::infinity();
   network_gbps_ = std::numeric_limits<double>::infinity();
+  uniform_ = true;
   for (const auto& [h, gpus] : gpus_of_host) {
     const Host& host = topology_.hosts[static_cast<std::size_t>(h)];
+    uniform_ = uniform_ && (per_host_ == 0 || per_host_ == static_cast<int>(gpus.size()));
     per_host_ = std::max(per_host_, static_cast<int>(gpus.size()));
     std::vector<int> order(gpus.size());
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
@@ -73,6 +75,8 @@ CostModel::CostModel(Topology topology, CostModelOptions options, std::vector<st
       const int a = gpus[static_cast<std::size_t>(order[i])];
       const int b = gpus[static_cast<std::size_t>(order[(i + 1) % order.size()])];
       const Hop step = hop(host, a, b, options_);
+      require(step.gbps > 0, "cost model: host '", host.name, "' has no bandwidth between GPUs ", a, " and ", b,
+              " (no NVLink and a PCIe bandwidth of ", host.pcie_gbps, " GB/s)");
       intra_gbps_ = std::min(intra_gbps_, step.gbps);
       intra_latency_us_ = std::max(intra_latency_us_, step.latency_us);
     }
@@ -84,12 +88,13 @@ CostModel::CostModel(Topology topology, CostModelOptions options, std::vector<st
 }
 
 bool CostModel::available(Algorithm algorithm) const {
-  return algorithm != Algorithm::hierarchical || (hosts_ > 1 && per_host_ > 1);
+  return algorithm != Algorithm::hierarchical || (hosts_ > 1 && per_host_ > 1 && uniform_);
 }
 
 Prediction CostModel::predict(Collective collective, Algorithm algorithm, std::int64_t bytes) const {
-  require(available(algorithm), "cost model: the ", to_string(algorithm), " algorithm needs several hosts with several "
-          "ranks each; this topology has ", hosts_, " host(s) of up to ", per_host_, " rank(s)");
+  require(available(algorithm), "cost model: the ", to_string(algorithm), " algorithm needs several hosts with the same "
+          "number (> 1) of ranks each; this topology has ", hosts_, " host(s) of up to ", per_host_, " rank(s)",
+          uniform_ ? "" : ", unevenly");
   require(bytes >= 0, "cost model: a negative message size ", bytes);
   const double n = ranks_, d = static_cast<double>(bytes) / 1e9;  // GB
   const bool many_hosts = hosts_ > 1;

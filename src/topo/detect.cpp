@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <cstdlib>
@@ -22,6 +23,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
+constexpr double unknown_pcie_gbps = 16;  // PCIe 3 x16, when the generation cannot be read
+
 std::string read_line(const fs::path& path) {
   std::ifstream in(path);
   std::string line;
@@ -39,9 +42,11 @@ int numa_node(const fs::path& device_dir) {
 // NVLink3 (Ampere) and NVLink4 (Hopper) carry 25 GB/s per link; NVLink5 (Blackwell) 50.
 double nvlink_gbps_for(int major) { return major >= 10 ? 50.0 : 25.0; }
 
-// PCIe GB/s per direction per lane by generation (after line coding).
+// PCIe GB/s per direction per lane by generation (after line coding); 0 when unknown.
 double pcie_lane_gbps(unsigned generation) {
   switch (generation) {
+    case 1: return 0.25;
+    case 2: return 0.5;
     case 3: return 0.985;
     case 4: return 1.969;
     case 5: return 3.938;
@@ -50,21 +55,31 @@ double pcie_lane_gbps(unsigned generation) {
   }
 }
 
-std::string lower_bus_id(std::string id) {
-  for (char& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return id;
+// "00000000:07:00.0" (NVML) and "0000:07:00.0" (CUDA, sysfs) name the same device.
+std::string short_bus_id(const std::string& id) {
+  std::string s = id.size() > 12 ? id.substr(id.size() - 12) : id;
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
 }
 
 void add_nics(Host& host) {
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator("/sys/class/infiniband", ec)) {
-    const std::string rate = read_line(entry.path() / "ports" / "1" / "rate");  // "200 Gb/sec (4X HDR)"
-    const double gbits = std::atof(rate.c_str());
-    if (gbits > 0) host.nics.push_back({entry.path().filename().string(), gbits, numa_node(entry.path() / "device")});
+  for (const auto& device : fs::directory_iterator("/sys/class/infiniband", ec)) {
+    for (const auto& port : fs::directory_iterator(device.path() / "ports", ec)) {
+      // Only ports that are up and active carry traffic.
+      if (read_line(port.path() / "state").find("ACTIVE") == std::string::npos) continue;
+      if (read_line(port.path() / "phys_state").find("LinkUp") == std::string::npos) continue;
+      const double gbits = std::atof(read_line(port.path() / "rate").c_str());  // "200 Gb/sec (4X HDR)"
+      if (gbits > 0) {
+        host.nics.push_back({device.path().filename().string() + "/" + port.path().filename().string(), gbits,
+                             numa_node(device.path() / "device")});
+      }
+    }
   }
   if (!host.nics.empty()) return;
   for (const auto& entry : fs::directory_iterator("/sys/class/net", ec)) {
     if (!fs::exists(entry.path() / "device")) continue;  // virtual interfaces (lo, bridges, veth)
+    if (read_line(entry.path() / "operstate") != "up") continue;
     const double mbits = std::atof(read_line(entry.path() / "speed").c_str());
     if (mbits > 0) host.nics.push_back({entry.path().filename().string(), mbits / 1000.0, numa_node(entry.path() / "device")});
   }
@@ -75,27 +90,38 @@ void add_gpus(Host& host, std::string& notes) {
   const std::vector<detail::NvmlGpu> gpus = detail::query_nvml(why);
   if (!gpus.empty()) {
     std::map<std::string, int> index_of;
-    for (std::size_t i = 0; i < gpus.size(); ++i) index_of[lower_bus_id(gpus[i].bus_id)] = static_cast<int>(i);
+    for (std::size_t i = 0; i < gpus.size(); ++i) index_of[short_bus_id(gpus[i].bus_id)] = static_cast<int>(i);
     std::map<std::pair<int, int>, int> pair_links;
+    bool unknown_pcie = false;
     for (std::size_t i = 0; i < gpus.size(); ++i) {
       const detail::NvmlGpu& g = gpus[i];
       Gpu gpu;
       gpu.name = g.name;
-      gpu.arch = "sm_" + std::to_string(g.major * 10 + g.minor);
+      gpu.arch = g.major > 0 ? "sm_" + std::to_string(g.major * 10 + g.minor) : "";
       gpu.memory_bytes = static_cast<std::int64_t>(g.memory_bytes);
-      gpu.nvlinks = static_cast<int>(g.nvlink_peers.size());
-      gpu.nvlink_gbps = gpu.nvlinks > 0 ? nvlink_gbps_for(g.major) : 0;
-      gpu.socket = numa_node(fs::path("/sys/bus/pci/devices") / lower_bus_id(g.bus_id.substr(g.bus_id.size() >= 12 ? g.bus_id.size() - 12 : 0)));
-      host.gpus.push_back(gpu);
-      host.pcie_gbps = std::max(host.pcie_gbps, pcie_lane_gbps(g.pcie_generation) * g.pcie_width);
+      gpu.pci_bus_id = short_bus_id(g.bus_id);
+      gpu.socket = numa_node(fs::path("/sys/bus/pci/devices") / gpu.pci_bus_id);
       for (const std::string& peer : g.nvlink_peers) {
-        const auto found = index_of.find(lower_bus_id(peer));
-        if (found == index_of.end()) host.nvswitch = true;  // the far end is not a GPU: an NVSwitch
-        else if (found->second > static_cast<int>(i)) ++pair_links[{static_cast<int>(i), found->second}];
+        if (peer == "switch") {
+          host.nvswitch = true;
+          ++gpu.nvlinks;
+        } else if (const auto found = index_of.find(short_bus_id(peer)); found != index_of.end()) {
+          ++gpu.nvlinks;
+          if (found->second > static_cast<int>(i)) ++pair_links[{static_cast<int>(i), found->second}];
+        }  // a link to a GPU this process cannot see counts for neither
       }
+      gpu.nvlink_gbps = gpu.nvlinks > 0 ? nvlink_gbps_for(g.major) : 0;
+      const double pcie = pcie_lane_gbps(g.pcie_generation) * g.pcie_width;
+      unknown_pcie = unknown_pcie || pcie <= 0;
+      host.pcie_gbps = std::max(host.pcie_gbps, pcie);
+      host.gpus.push_back(gpu);
     }
     if (!host.nvswitch) {
       for (const auto& [pair, links] : pair_links) host.nvlink_pairs.push_back({pair.first, pair.second, links});
+    }
+    if (unknown_pcie && host.pcie_gbps <= 0) {
+      host.pcie_gbps = unknown_pcie_gbps;
+      notes += "PCIe generation unknown: assumed " + std::to_string(static_cast<int>(unknown_pcie_gbps)) + " GB/s. ";
     }
     return;
   }
@@ -103,11 +129,21 @@ void add_gpus(Host& host, std::string& notes) {
   const CudaRuntimeStatus cuda = cuda_runtime_status();
   for (int i = 0; i < cuda.device_count; ++i) {
     const CudaDeviceProperties p = cuda_device_properties(i);
-    host.gpus.push_back({p.name, "sm_" + std::to_string(p.compute_major * 10 + p.compute_minor),
-                         static_cast<std::int64_t>(p.total_memory_bytes), 0, 0, 0});
+    Gpu gpu;
+    gpu.name = p.name;
+    gpu.arch = "sm_" + std::to_string(p.compute_major * 10 + p.compute_minor);
+    gpu.memory_bytes = static_cast<std::int64_t>(p.total_memory_bytes);
+    gpu.pci_bus_id = short_bus_id(p.pci_bus_id);
+    gpu.socket = numa_node(fs::path("/sys/bus/pci/devices") / gpu.pci_bus_id);
+    host.gpus.push_back(gpu);
   }
-  if (cuda.device_count > 0) notes += "GPUs from the CUDA runtime, without their links. ";
-  else notes += "No GPUs (" + cuda.reason + "): nodes only. ";
+  if (cuda.device_count > 0) {
+    host.pcie_gbps = unknown_pcie_gbps;
+    notes += "GPUs from the CUDA runtime, without their links; PCIe assumed " +
+             std::to_string(static_cast<int>(unknown_pcie_gbps)) + " GB/s. ";
+  } else {
+    notes += "No GPUs (" + cuda.reason + "): nodes only. ";
+  }
 }
 
 std::string hostname() {
@@ -116,23 +152,36 @@ std::string hostname() {
   return name.data();
 }
 
-// Every rank's host name and GPU index (-1: CPU), gathered through the communicator.
-std::vector<std::pair<std::string, int>> gather_places(comm::Communicator& world) {
-  constexpr std::size_t words = 33;  // 256 bytes of name + the GPU index
-  std::vector<std::int64_t> mine(words, 0);
-  const std::string name = hostname();
-  std::memcpy(mine.data(), name.data(), std::min<std::size_t>(name.size(), 255));
-  mine[words - 1] = world.device().is_cuda() ? world.device().index() : -1;
-  const Tensor input = Tensor::from_vector(mine, {static_cast<std::int64_t>(words)}).to(world.device());
-  const Tensor output = Tensor::empty({static_cast<std::int64_t>(words) * world.size()}, DType::i64, world.device());
-  world.all_gather(input, output).wait();
-  const std::vector<std::int64_t> all = output.to(Device::cpu()).to_vector<std::int64_t>();
-  std::vector<std::pair<std::string, int>> places;
+// What identifies a machine: its name and this boot (containers may share a name).
+std::string machine_identity() { return hostname() + " " + read_line("/proc/sys/kernel/random/boot_id"); }
+
+// Every rank's text, gathered through the communicator (lengths first, then padded blocks).
+std::vector<std::string> gather_texts(comm::Communicator& world, const std::string& mine) {
+  auto gather = [&](const std::vector<std::int64_t>& words) {
+    const auto n = static_cast<std::int64_t>(words.size());
+    const Tensor input = Tensor::from_vector(words, {n}).to(world.device());
+    const Tensor output = Tensor::empty({n * world.size()}, DType::i64, world.device());
+    world.all_gather(input, output).wait();
+    return output.to(Device::cpu()).to_vector<std::int64_t>();
+  };
+  const std::vector<std::int64_t> lengths = gather({static_cast<std::int64_t>(mine.size())});
+  const std::int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  const auto words = static_cast<std::size_t>((longest + 7) / 8 + 1);
+  std::vector<std::int64_t> packed(words, 0);
+  std::memcpy(packed.data(), mine.data(), mine.size());
+  const std::vector<std::int64_t> all = gather(packed);
+  std::vector<std::string> texts;
   for (int r = 0; r < world.size(); ++r) {
-    const std::int64_t* record = all.data() + static_cast<std::size_t>(r) * words;
-    places.emplace_back(std::string(reinterpret_cast<const char*>(record)), static_cast<int>(record[words - 1]));
+    const char* start = reinterpret_cast<const char*>(all.data() + static_cast<std::size_t>(r) * words);
+    texts.emplace_back(start, static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)]));
   }
-  return places;
+  return texts;
+}
+
+std::string lines(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const std::string& p : parts) out += p + "\n";
+  return out;
 }
 
 }  // namespace
@@ -148,32 +197,65 @@ Host detect_host(std::string& notes) {
 
 Detection detect_topology(comm::Communicator* world) {
   Detection d;
-  if (const char* file = std::getenv("LOOM_TOPO_FILE"); file != nullptr && *file != '\0') {
-    d.topology = load_topology(file);
-    d.source = std::string("LOOM_TOPO_FILE=") + file;
-    if (world != nullptr) {
-      require(d.topology.world_size() == world->size(), "LOOM_TOPO_FILE ", file, " places ", d.topology.world_size(),
-              " ranks but the job has ", world->size());
-    }
-    return d;
-  }
-  const Host local = detect_host(d.notes);
-  d.source = local.gpus.empty() ? "host names (no GPUs)" : "NVML and sysfs";
+  const char* file = std::getenv("LOOM_TOPO_FILE");
+  const std::string file_name = file != nullptr ? file : "";
   if (world == nullptr) {
-    d.topology.hosts.push_back(local);
+    if (!file_name.empty()) {
+      d.topology = load_topology(file_name);
+      d.source = "LOOM_TOPO_FILE=" + file_name;
+    } else {
+      d.topology.hosts.push_back(detect_host(d.notes));
+      d.source = d.topology.hosts[0].gpus.empty() ? "host name (no GPUs)" : "NVML and sysfs";
+    }
     return d;
   }
-  std::map<std::string, int> host_of;
-  for (const auto& [name, gpu] : gather_places(*world)) {
-    auto [it, added] = host_of.try_emplace(name, static_cast<int>(d.topology.hosts.size()));
-    if (added) {
-      Host host = local;  // a homogeneous cluster: every host built like this one
-      host.name = name;
-      d.topology.hosts.push_back(host);
-    }
-    d.topology.ranks.push_back({it->second, gpu < static_cast<int>(local.gpus.size()) ? gpu : -1});
+  // Every rank takes part in the same collectives whatever it finds, so that no rank waits alone.
+  // Each says which topology file it was given; all must agree.
+  const std::vector<std::string> files = gather_texts(*world, file_name);
+  for (int r = 0; r < world->size(); ++r) {
+    require(files[static_cast<std::size_t>(r)] == files[0], "LOOM_TOPO_FILE is '", files[0], "' on rank 0 but '",
+            files[static_cast<std::size_t>(r)], "' on rank ", r, ": set it for every rank (mpirun -x LOOM_TOPO_FILE)");
   }
-  if (d.topology.hosts.size() > 1) d.notes += "Other hosts assumed built like this one. ";
+  if (!file_name.empty()) {
+    d.topology = load_topology(file_name);
+    d.source = "LOOM_TOPO_FILE=" + file_name;
+    require(d.topology.world_size() == world->size(), "LOOM_TOPO_FILE ", file_name, " places ",
+            d.topology.world_size(), " ranks but the job has ", world->size());
+    return d;
+  }
+  // Each rank describes its machine and GPU; every rank then builds the same topology from all
+  // descriptions: hosts in order of their first rank, each as its first rank detected it.
+  std::string notes;
+  Topology local;
+  local.hosts.push_back(detect_host(notes));
+  const std::string gpu_bus =
+      world->device().is_cuda() ? short_bus_id(cuda_device_properties(world->device().index()).pci_bus_id) : "";
+  const std::vector<std::string> records =
+      gather_texts(*world, lines({machine_identity(), gpu_bus, notes}) + topology_to_json(local));
+  std::map<std::string, int> host_of;
+  for (int r = 0; r < world->size(); ++r) {
+    const std::string& record = records[static_cast<std::size_t>(r)];
+    std::size_t at = 0;
+    auto next_line = [&] {
+      const std::size_t end = record.find('\n', at);
+      std::string line = record.substr(at, end - at);
+      at = end + 1;
+      return line;
+    };
+    const std::string identity = next_line(), bus = next_line(), rank_notes = next_line();
+    auto [it, added] = host_of.try_emplace(identity, static_cast<int>(d.topology.hosts.size()));
+    if (added) {
+      d.topology.hosts.push_back(topology_from_json(record.substr(at), "of rank " + std::to_string(r)).hosts.at(0));
+      if (!rank_notes.empty()) d.notes += "host " + d.topology.hosts.back().name + ": " + rank_notes;
+    }
+    const Host& host = d.topology.hosts[static_cast<std::size_t>(it->second)];
+    int gpu = -1;
+    for (std::size_t g = 0; g < host.gpus.size() && !bus.empty(); ++g) {
+      if (host.gpus[g].pci_bus_id == bus) gpu = static_cast<int>(g);
+    }
+    d.topology.ranks.push_back({it->second, gpu});
+  }
+  d.source = local.hosts[0].gpus.empty() ? "host names (no GPUs)" : "NVML and sysfs of every host";
   d.topology.validate();
   return d;
 }

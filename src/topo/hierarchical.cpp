@@ -1,10 +1,12 @@
 #include "loom/topo/hierarchical.hpp"
 
+#include <functional>
 #include <map>
 #include <string>
 
 #include "loom/core/error.hpp"
 #include "loom/core/tensor_ops.hpp"
+#include "loom/topo/topology_json.hpp"
 #include "src/comm/call_checks.hpp"
 #include "src/comm/call_queue.hpp"
 
@@ -16,34 +18,49 @@ using comm::Communicator;
 using comm::ReduceOp;
 using comm::Work;
 
+// Throws on every rank unless every rank passes the same value.
+void require_same_everywhere(Communicator& flat, std::int64_t value, const std::string& what) {
+  const Tensor both = Tensor::from_vector(std::vector<std::int64_t>{value, -value}, {2}).to(flat.device());
+  flat.all_reduce(both, both, ReduceOp::max).wait();
+  const std::vector<std::int64_t> extremes = both.to(Device::cpu()).to_vector<std::int64_t>();
+  require(extremes[0] == -extremes[1], "topology-aware communicator: ", what, " differs between the ranks; every rank "
+          "must use the same topology (set LOOM_TOPO_FILE for all of them, or let detect_topology agree on one)");
+}
+
 class TopologyAware : public Communicator {
  public:
   TopologyAware(Communicator& flat, const Topology& topology, AlgorithmChoice choice)
-      : flat_(flat), planner_(topology), choice_(choice), queue_("hierarchical collectives", {}) {
+      : flat_(flat), planner_(topology), choice_(choice), queue_("topology-aware collectives", {}) {
     const std::vector<RankPlace> places = topology.placement();
     require(static_cast<int>(places.size()) == flat.size(), "topology-aware communicator: the topology places ",
             places.size(), " ranks but the communicator has ", flat.size());
+    // Every decision below is a function of the topology and the choice: agreeing on them makes
+    // every rank split, route and order its calls alike.
+    require_same_everywhere(flat, static_cast<std::int64_t>(std::hash<std::string>{}(topology_to_json(topology))),
+                            "the topology");
+    require_same_everywhere(flat, static_cast<std::int64_t>(choice), "the algorithm choice");
+    const bool possible = planner_.model().available(Algorithm::hierarchical);
+    require(possible || choice != AlgorithmChoice::hierarchical, "topology-aware communicator: hier was asked for, but ",
+            "it needs several hosts with the same number (> 1) of ranks each; this job has ", planner_.model().hosts(),
+            " host(s) of up to ", planner_.model().ranks_per_host(), " rank(s)");
+    active_ = possible && choice != AlgorithmChoice::flat;
+    if (!active_) return;  // a plain pass-through: no split communicators
     std::map<int, std::vector<int>> ranks_of_host;
     for (int r = 0; r < flat.size(); ++r) ranks_of_host[places[static_cast<std::size_t>(r)].host].push_back(r);
-    const int my_host = places[static_cast<std::size_t>(flat.rank())].host;
-    uniform_ = ranks_of_host.size() > 1;
-    for (const auto& [h, ranks] : ranks_of_host) uniform_ = uniform_ && ranks.size() == ranks_of_host.begin()->second.size();
-    uniform_ = uniform_ && ranks_of_host.begin()->second.size() > 1;
-    // Local index: position in the host's ring order; hosts indexed in order of appearance.
-    const auto& orders = planner_.ring_orders();
-    int host_index = 0, my_local = 0, my_host_index = 0;
+    // Local index: position in the host's ring order; hosts indexed in order.
+    int my_local = 0, my_host_index = 0;
     for (const auto& [h, ranks] : ranks_of_host) {
-      const std::vector<int>& order = orders[static_cast<std::size_t>(h)];
+      const std::vector<int>& order = planner_.ring_orders()[static_cast<std::size_t>(h)];
       std::vector<int> by_local(ranks.size());
       for (std::size_t position = 0; position < order.size(); ++position) {
         by_local[position] = ranks[static_cast<std::size_t>(order[position])];
-        if (h == my_host && by_local[position] == flat.rank()) my_local = static_cast<int>(position);
+        if (by_local[position] == flat.rank()) {
+          my_local = static_cast<int>(position);
+          my_host_index = static_cast<int>(rank_at_.size());
+        }
       }
-      if (h == my_host) my_host_index = host_index;
       rank_at_.push_back(by_local);
-      ++host_index;
     }
-    // Every rank splits (collective), also when the schedule cannot be used.
     intra_ = flat.split(my_host_index, my_local);
     inter_ = flat.split(my_local, my_host_index);
   }
@@ -52,69 +69,111 @@ class TopologyAware : public Communicator {
   int size() const override { return flat_.size(); }
   Device device() const override { return flat_.device(); }
   std::string_view backend() const override { return flat_.backend(); }
+  // Active: calls wait for the caller's stream through an event recorded when they are made, and
+  // run on the default streams of the underlying communicators.
   void set_stream(StreamRef stream) override {
-    stream_ = stream;
-    flat_.set_stream(stream);
-    intra_->set_stream(stream);
-    inter_->set_stream(stream);
+    if (active_) stream_ = stream;
+    else flat_.set_stream(stream);
   }
 
   Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op) override {
-    if (!use_hierarchy(Collective::all_reduce, input)) return flat_.all_reduce(input, output, op);
+    if (!active_) return flat_.all_reduce(input, output, op);
+    if (!hierarchical_for(Collective::all_reduce, input)) {
+      return submit("all_reduce", [this, input, output, op] { flat_.all_reduce(input, output, op).wait(); });
+    }
     comm::detail::require_reducible(what("all_reduce"), input, output, op, 1, device());
-    return queue_.enqueue(what("all_reduce"), [this, input, output, op] { hierarchical_all_reduce(input, output, op); });
+    return submit("all_reduce", [this, input, output, op] { hierarchical_all_reduce(input, output, op); });
   }
   Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
-    if (!use_hierarchy(Collective::reduce_scatter, input)) return flat_.reduce_scatter(input, output, op);
+    if (!active_) return flat_.reduce_scatter(input, output, op);
+    if (!hierarchical_for(Collective::reduce_scatter, input)) {
+      return submit("reduce_scatter", [this, input, output, op] { flat_.reduce_scatter(input, output, op).wait(); });
+    }
     comm::detail::require_reducible(what("reduce_scatter"), input, output, op, size(), device());
-    return queue_.enqueue(what("reduce_scatter"), [this, input, output, op] { hierarchical_reduce_scatter(input, output, op); });
+    return submit("reduce_scatter", [this, input, output, op] { hierarchical_reduce_scatter(input, output, op); });
   }
   Work all_gather(const Tensor& input, const Tensor& output) override {
-    if (!use_hierarchy(Collective::all_gather, output)) return flat_.all_gather(input, output);
+    if (!active_) return flat_.all_gather(input, output);
+    if (!hierarchical_for(Collective::all_gather, output)) {
+      return submit("all_gather", [this, input, output] { flat_.all_gather(input, output).wait(); });
+    }
     comm::detail::require_gatherable(what("all_gather"), input, output, size(), device());
-    return queue_.enqueue(what("all_gather"), [this, input, output] { hierarchical_all_gather(input, output); });
+    return submit("all_gather", [this, input, output] { hierarchical_all_gather(input, output); });
   }
+  // Active, every call goes through the one worker, so that calls complete in the order they were
+  // made and every rank issues them to the underlying communicators in the same order.
   Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root) override {
-    return flat_.reduce(input, output, op, root);
+    if (!active_) return flat_.reduce(input, output, op, root);
+    return submit("reduce", [this, input, output, op, root] { flat_.reduce(input, output, op, root).wait(); });
   }
-  Work broadcast(const Tensor& tensor, int root) override { return flat_.broadcast(tensor, root); }
-  Work send(const Tensor& tensor, int peer) override { return flat_.send(tensor, peer); }
-  Work recv(const Tensor& tensor, int peer) override { return flat_.recv(tensor, peer); }
-  Work barrier() override { return flat_.barrier(); }
-  std::unique_ptr<Communicator> split(int color, int key) override { return flat_.split(color, key); }
+  Work broadcast(const Tensor& tensor, int root) override {
+    if (!active_) return flat_.broadcast(tensor, root);
+    return submit("broadcast", [this, tensor, root] { flat_.broadcast(tensor, root).wait(); });
+  }
+  Work send(const Tensor& tensor, int peer) override {
+    if (!active_) return flat_.send(tensor, peer);
+    return submit("send", [this, tensor, peer] { flat_.send(tensor, peer).wait(); });
+  }
+  Work recv(const Tensor& tensor, int peer) override {
+    if (!active_) return flat_.recv(tensor, peer);
+    return submit("recv", [this, tensor, peer] { flat_.recv(tensor, peer).wait(); });
+  }
+  Work barrier() override {
+    if (!active_) return flat_.barrier();
+    return submit("barrier", [this] { flat_.barrier().wait(); });
+  }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    if (!active_) return flat_.split(color, key);
+    std::unique_ptr<Communicator> child;
+    queue_.run(what("split"), [&] { child = flat_.split(color, key); });
+    return child;
+  }
 
  private:
   std::string what(const char* op) const {
-    return comm::detail::describe_call("hierarchical", op, rank(), size(), device());
+    return comm::detail::describe_call("topology-aware", op, rank(), size(), device());
   }
 
-  // The schedule for this call: never across a flat call still queued before it (order is kept
-  // by sending every call of a kind the same way for a given size, on every rank alike).
-  bool use_hierarchy(Collective collective, const Tensor& whole) const {
-    if (!uniform_ || choice_ == AlgorithmChoice::flat || !whole.defined() || whole.numel() == 0) return false;
+  Work submit(const char* op, std::function<void()> body) {
+    auto ready = std::make_shared<Event>(device());
+    ready->record(stream_);  // the caller's work so far, not what it enqueues later
+    return queue_.enqueue(what(op), [ready, body = std::move(body)] {
+      ready->synchronize();
+      body();
+    });
+  }
+
+  bool hierarchical_for(Collective collective, const Tensor& whole) const {
+    if (!whole.defined() || whole.numel() == 0) return false;
     if (choice_ == AlgorithmChoice::hierarchical) return true;
-    const auto bytes = static_cast<std::int64_t>(whole.nbytes());
-    return planner_.choose(collective, bytes).algorithm == Algorithm::hierarchical;
+    return planner_.choose(collective, static_cast<std::int64_t>(whole.nbytes())).algorithm == Algorithm::hierarchical;
+  }
+
+  // Runs one stage, naming the call and the stage when it fails.
+  void stage(const char* call, const char* step, const Work& work) const {
+    try {
+      work.wait();
+    } catch (const Error& e) {
+      throw Error(e.category(), loom::detail::concat(what(call), ": ", step, " failed: ", e.detail()), rank());
+    }
   }
 
   int hosts() const { return static_cast<int>(rank_at_.size()); }
   int per_host() const { return static_cast<int>(rank_at_.front().size()); }
 
   void hierarchical_all_reduce(const Tensor& input, const Tensor& output, ReduceOp op) {
-    loom::synchronize(stream_);  // the caller's work on the input (the copies below use the default stream)
     const std::int64_t count = input.numel(), k = per_host();
     const std::int64_t padded = (count + k - 1) / k * k;
     const Tensor work = Tensor::zeros({padded}, input.dtype(), device());
     copy(work.slice(0, count), input.flatten());
     const Tensor shard = Tensor::empty({padded / k}, input.dtype(), device());
-    intra_->reduce_scatter(work, shard, op).wait();
-    inter_->all_reduce(shard, shard, op).wait();
-    intra_->all_gather(shard, work).wait();
+    stage("all_reduce", "intra-host reduce_scatter", intra_->reduce_scatter(work, shard, op));
+    stage("all_reduce", "inter-host all_reduce", inter_->all_reduce(shard, shard, op));
+    stage("all_reduce", "intra-host all_gather", intra_->all_gather(shard, work));
     copy(output.flatten(), work.slice(0, count));
   }
 
   void hierarchical_reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) {
-    loom::synchronize(stream_);  // the caller's work on the input (the copies below use the default stream)
     const std::int64_t c = output.numel();
     const Tensor flat_in = input.flatten();
     // Block (local l, host h) of the packed input is flat rank rank_at_[h][l]'s block.
@@ -127,17 +186,16 @@ class TopologyAware : public Communicator {
       }
     }
     const Tensor mine = Tensor::empty({static_cast<std::int64_t>(hosts()) * c}, input.dtype(), device());
-    intra_->reduce_scatter(packed, mine, op).wait();
-    inter_->reduce_scatter(mine, output.flatten(), op).wait();
+    stage("reduce_scatter", "intra-host reduce_scatter", intra_->reduce_scatter(packed, mine, op));
+    stage("reduce_scatter", "inter-host reduce_scatter", inter_->reduce_scatter(mine, output.flatten(), op));
   }
 
   void hierarchical_all_gather(const Tensor& input, const Tensor& output) {
-    loom::synchronize(stream_);  // the caller's work on the input (the copies below use the default stream)
     const std::int64_t c = input.numel();
     const Tensor across = Tensor::empty({static_cast<std::int64_t>(hosts()) * c}, input.dtype(), device());
-    inter_->all_gather(input.flatten(), across).wait();
+    stage("all_gather", "inter-host all_gather", inter_->all_gather(input.flatten(), across));
     const Tensor packed = Tensor::empty({output.numel()}, input.dtype(), device());
-    intra_->all_gather(across, packed).wait();
+    stage("all_gather", "intra-host all_gather", intra_->all_gather(across, packed));
     const Tensor flat_out = output.flatten();
     for (int l = 0; l < per_host(); ++l) {
       for (int h = 0; h < hosts(); ++h) {
@@ -151,10 +209,10 @@ class TopologyAware : public Communicator {
   Communicator& flat_;
   Planner planner_;
   AlgorithmChoice choice_;
-  bool uniform_ = false;
+  bool active_ = false;
   std::vector<std::vector<int>> rank_at_;  // [host index][local index] -> rank of flat_
   std::unique_ptr<Communicator> intra_, inter_;
-  StreamRef stream_;
+  StreamRef stream_;  // the caller's, written and read on the caller's thread only
   comm::detail::CallQueue queue_;
 };
 

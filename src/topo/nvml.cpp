@@ -19,10 +19,17 @@ struct Memory {
   unsigned long long total, free, used;
 };
 constexpr unsigned max_nvlinks = 18;  // NVML_NVLINK_MAX_LINKS
+constexpr int remote_is_gpu = 0, remote_is_switch = 2;  // nvmlIntNvLinkDeviceType_t
 
 class Library {
  public:
-  Library() : handle_(dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL)) {}
+  Library() : handle_(dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    if (handle_ == nullptr) {
+      const char* why = dlerror();
+      error_ = why != nullptr ? why : "dlopen failed";
+    }
+  }
+  const std::string& error() const { return error_; }
   ~Library() {
     if (handle_ != nullptr) dlclose(handle_);
   }
@@ -36,6 +43,7 @@ class Library {
 
  private:
   void* handle_;
+  std::string error_;
 };
 
 std::string trimmed(const char* text) {
@@ -48,7 +56,7 @@ std::string trimmed(const char* text) {
 std::vector<NvmlGpu> query_nvml(std::string& why) {
   const Library nvml;
   if (!nvml.loaded()) {
-    why = "libnvidia-ml.so.1 not found (no NVIDIA driver)";
+    why = "libnvidia-ml.so.1 could not be loaded (" + nvml.error() + "; no NVIDIA driver?)";
     return {};
   }
   auto init = nvml.get<int (*)()>("nvmlInit_v2");
@@ -61,6 +69,7 @@ std::vector<NvmlGpu> query_nvml(std::string& why) {
   auto pci = nvml.get<int (*)(Device, PciInfo*)>("nvmlDeviceGetPciInfo_v3");
   auto link_state = nvml.get<int (*)(Device, unsigned, int*)>("nvmlDeviceGetNvLinkState");
   auto link_remote = nvml.get<int (*)(Device, unsigned, PciInfo*)>("nvmlDeviceGetNvLinkRemotePciInfo_v2");
+  auto link_type = nvml.get<int (*)(Device, unsigned, int*)>("nvmlDeviceGetNvLinkRemoteDeviceType");
   auto pcie_gen = nvml.get<int (*)(Device, unsigned*)>("nvmlDeviceGetMaxPcieLinkGeneration");
   auto pcie_width = nvml.get<int (*)(Device, unsigned*)>("nvmlDeviceGetMaxPcieLinkWidth");
   if (init == nullptr || shutdown == nullptr || count == nullptr || handle == nullptr || name == nullptr ||
@@ -68,13 +77,17 @@ std::vector<NvmlGpu> query_nvml(std::string& why) {
     why = "libnvidia-ml.so.1 lacks the calls loom needs (a driver older than NVML API 2?)";
     return {};
   }
-  if (init() != 0) {
-    why = "nvmlInit failed (driver not loaded?)";
+  if (const int rc = init(); rc != 0) {
+    why = "nvmlInit failed with NVML error " + std::to_string(rc) + " (driver not loaded?)";
     return {};
   }
   std::vector<NvmlGpu> gpus;
   unsigned n = 0;
-  if (count(&n) != 0) n = 0;
+  if (const int rc = count(&n); rc != 0) {
+    shutdown();
+    why = "nvmlDeviceGetCount failed with NVML error " + std::to_string(rc);
+    return {};
+  }
   for (unsigned i = 0; i < n; ++i) {
     Device device = nullptr;
     if (handle(i, &device) != 0) continue;
@@ -83,7 +96,7 @@ std::vector<NvmlGpu> query_nvml(std::string& why) {
     if (name(device, text.data(), static_cast<unsigned>(text.size())) == 0) gpu.name = trimmed(text.data());
     Memory m{};
     if (memory(device, &m) == 0) gpu.memory_bytes = m.total;
-    capability(device, &gpu.major, &gpu.minor);
+    if (capability(device, &gpu.major, &gpu.minor) != 0) gpu.major = gpu.minor = 0;  // arch unknown
     PciInfo info{};
     if (pci(device, &info) == 0) gpu.bus_id = trimmed(info.bus_id);
     if (pcie_gen != nullptr) pcie_gen(device, &gpu.pcie_generation);
@@ -91,8 +104,16 @@ std::vector<NvmlGpu> query_nvml(std::string& why) {
     for (unsigned link = 0; link_state != nullptr && link_remote != nullptr && link < max_nvlinks; ++link) {
       int active = 0;
       if (link_state(device, link, &active) != 0 || active == 0) continue;
+      // The far end: a GPU (its bus id), an NVSwitch, or unknown (not counted as either).
+      int type = -1;
+      if (link_type != nullptr && link_type(device, link, &type) == 0 && type == remote_is_switch) {
+        gpu.nvlink_peers.push_back("switch");
+        continue;
+      }
       PciInfo remote{};
-      gpu.nvlink_peers.push_back(link_remote(device, link, &remote) == 0 ? trimmed(remote.bus_id) : "");
+      if ((type == -1 || type == remote_is_gpu) && link_remote(device, link, &remote) == 0) {
+        gpu.nvlink_peers.push_back(trimmed(remote.bus_id));
+      }
     }
     gpus.push_back(std::move(gpu));
   }

@@ -13,7 +13,8 @@ struct NvmlGpu {
   int major = 0, minor = 0;
   unsigned long long memory_bytes = 0;
   unsigned pcie_generation = 0, pcie_width = 0;
-  std::vector<std::string> nvlink_peers;  // the remote PCI bus id of each active NVLink
+  // Each active NVLink whose far end NVML could name: another GPU's PCI bus id, or "switch".
+  std::vector<std::string> nvlink_peers;
 };
 
 // Every GPU NVML sees, or nothing with `why` set (no library, no driver, an NVML error).

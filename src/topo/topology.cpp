@@ -43,7 +43,7 @@ void Topology::validate() const {
             " but there are ", hosts.size(), " hosts");
     require(p.gpu >= -1 && p.gpu < static_cast<int>(hosts[static_cast<std::size_t>(p.host)].gpus.size()),
             "topology: rank ", r, " uses GPU ", p.gpu, " of host '", hosts[static_cast<std::size_t>(p.host)].name,
-            "', which has ", hosts[static_cast<std::size_t>(p.host)].gpus.size());
+            "', which has ", hosts[static_cast<std::size_t>(p.host)].gpus.size(), " GPUs");
   }
 }
 

@@ -35,6 +35,7 @@ Host host_from(const json& j, int repeat_index) {
     gpu.nvlinks = g.value("nvlinks", 0);
     gpu.nvlink_gbps = g.value("nvlink_gbps", 0.0);
     gpu.socket = g.value("socket", 0);
+    gpu.pci_bus_id = g.value("pci_bus_id", "");
     const int count = g.value("count", 1);  // identical GPUs may be listed once with a count
     for (int c = 0; c < count; ++c) h.gpus.push_back(gpu);
   }
@@ -54,11 +55,20 @@ Topology topology_from_json(const std::string& text, const std::string& source) 
   try {
     const json j = json::parse(text);
     const std::string format = j.value("format", "");
-    require(format == format_name, "topology ", source, ": format is '", format, "', expected '", format_name, "'");
+    if (format != format_name) {
+      fail(ErrorCategory::corrupt_data, "topology ", source, ": format is '", format, "', expected '", format_name, "'");
+    }
+    std::size_t index = 0;
     for (const json& h : j.at("hosts")) {
       const int repeat = h.value("repeat", 1);
       require(repeat >= 1, "topology ", source, ": a host repeats ", repeat, " times");
-      for (int i = 0; i < repeat; ++i) t.hosts.push_back(host_from(h, i));
+      try {
+        for (int i = 0; i < repeat; ++i) t.hosts.push_back(host_from(h, i));
+      } catch (const json::exception& e) {
+        fail(ErrorCategory::corrupt_data, "topology ", source, ": host #", index, " (", h.value("name", "?"),
+             ") has a missing or mistyped field: ", e.what());
+      }
+      ++index;
     }
     for (const json& r : j.value("ranks", json::array())) {
       t.ranks.push_back({r.at("host").get<int>(), r.value("gpu", -1)});
@@ -79,6 +89,7 @@ std::string topology_to_json(const Topology& topology) {
     for (const Gpu& g : h.gpus) {
       gpus.push_back({{"name", g.name}, {"arch", g.arch}, {"memory_gib", static_cast<double>(g.memory_bytes) / gib},
                       {"nvlinks", g.nvlinks}, {"nvlink_gbps", g.nvlink_gbps}, {"socket", g.socket}});
+      if (!g.pci_bus_id.empty()) gpus.back()["pci_bus_id"] = g.pci_bus_id;
     }
     for (const NvLinkPair& p : h.nvlink_pairs) pairs.push_back({{"a", p.a}, {"b", p.b}, {"links", p.links}});
     for (const Nic& n : h.nics) nics.push_back({{"name", n.name}, {"gbits", n.gbits}, {"socket", n.socket}});

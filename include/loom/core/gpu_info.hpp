@@ -26,6 +26,7 @@ struct CudaDeviceProperties {
   int compute_minor = 0;
   std::size_t total_memory_bytes = 0;
   int multiprocessor_count = 0;
+  std::string pci_bus_id;  // "0000:07:00.0" (domain:bus:device.function, lower-case hex)
 };
 
 // Throws a cuda Error naming the index and the device count when the device does not exist.

@@ -53,7 +53,7 @@ class CostModel {
   explicit CostModel(Topology topology, CostModelOptions options = {},
                      std::vector<std::vector<int>> ring_orders = {});
 
-  // hierarchical needs more than one host and more than one rank on a host.
+  // hierarchical needs more than one host and the same number (> 1) of ranks on every host.
   bool available(Algorithm algorithm) const;
   // Throws invalid_argument for an unavailable algorithm.
   Prediction predict(Collective collective, Algorithm algorithm, std::int64_t bytes) const;
@@ -69,6 +69,7 @@ class CostModel {
   Topology topology_;
   CostModelOptions options_;
   int ranks_ = 0, hosts_ = 0, per_host_ = 0;
+  bool uniform_ = true;
   double intra_gbps_ = 0, network_gbps_ = 0, intra_latency_us_ = 0;
 };
 

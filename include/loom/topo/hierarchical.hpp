@@ -8,10 +8,14 @@
 //   reduce_scatter  the input permuted so that an intra reduce-scatter leaves each local rank the
 //                   blocks of its peers on every host, then an inter reduce-scatter
 //   all_gather      the reverse: inter all-gather, intra all-gather, un-permute
-// Results equal the flat calls' (exactly, whenever the values and their partial sums are
-// representable). `automatic` asks the planner per call (by message size); hierarchical needs the
-// same number of ranks on every host, else every call stays flat. Every other call goes to the
-// wrapped communicator. Calls run in order on a worker thread, each step waiting for the previous.
+// Results equal the flat calls' whenever the values and their partial sums are representable;
+// avg averages per stage (over the host, then over the hosts), so it rounds once more than a flat
+// avg, and f16/bf16 partial results are rounded to 16 bits between stages. `automatic` asks the
+// planner per call (by message size). The hierarchical schedule needs several hosts with the same
+// number (> 1) of ranks each: then every call (flat ones too) runs in order on one worker thread,
+// after the caller's stream work recorded when the call was made; otherwise (or with `flat`) every
+// call is the wrapped communicator's own and nothing is split, and asking for `hierarchical` is an
+// error. Construction checks that every rank has the same topology and choice.
 #pragma once
 
 #include <memory>

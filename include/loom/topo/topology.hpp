@@ -19,6 +19,7 @@ struct Gpu {
   int nvlinks = 0;                // NVLink links of this GPU (0: none)
   double nvlink_gbps = 0;         // GB/s per link per direction (NVLink3 and NVLink4: 25)
   int socket = 0;                 // the CPU socket (NUMA node) its PCIe root hangs off
+  std::string pci_bus_id{};       // "0000:07:00.0" when detected: how ranks find their GPU
 };
 
 // A direct NVLink connection between two GPUs of a host that has no NVSwitch (bridged pairs).

@@ -80,6 +80,10 @@ CudaDeviceProperties device_properties(int device) {
   result.compute_minor = props.minor;
   result.total_memory_bytes = props.totalGlobalMem;
   result.multiprocessor_count = props.multiProcessorCount;
+  char bus_id[32];
+  std::snprintf(bus_id, sizeof bus_id, "%04x:%02x:%02x.0", static_cast<unsigned>(props.pciDomainID),
+                static_cast<unsigned>(props.pciBusID), static_cast<unsigned>(props.pciDeviceID));
+  result.pci_bus_id = bus_id;
   return result;
 }
 

@@ -52,10 +52,19 @@ TEST_CASE("the cost model follows the alpha-beta shape of each algorithm", "[top
       const topo::Prediction p = model.predict(Collective::all_reduce, a, bytes);
       CHECK(p.seconds > previous);  // more bytes never take less time
       previous = p.seconds;
-      CHECK(p.algbw_gbps == Approx(static_cast<double>(bytes) / 1e9 / p.seconds));
-      CHECK(p.busbw_gbps == Approx(p.algbw_gbps * 2 * 15 / 16.0));
     }
   }
+  // By hand: a 1 GiB ring all-reduce over 16 ranks crosses the 180 GB/s network (8 x 200 Gb/s x
+  // 0.9) with 2 x 15/16 of the bytes, in 30 network steps of 5 us, plus one 5 us launch.
+  const double bytes = static_cast<double>(gib);
+  const double by_hand = 2.0 * 15 / 16 * bytes / 180e9 + 30 * 5e-6 + 5e-6;
+  const topo::Prediction ring = model.predict(Collective::all_reduce, Algorithm::ring, gib);
+  CHECK(ring.seconds == Approx(by_hand).epsilon(1e-9));
+  CHECK(ring.busbw_gbps == Approx(bytes / by_hand / 1e9 * 2 * 15 / 16).epsilon(1e-9));
+  // And the hierarchical one: 2 x 7/8 of the bytes at 240 GB/s with 14 NVLink steps of 1 us inside,
+  // 2 x 1/2 at 180 GB/s with 2 network steps between, three launches.
+  const double hier_by_hand = 2.0 * 7 / 8 * bytes / 240e9 + 14e-6 + 1.0 * bytes / 180e9 + 2 * 5e-6 + 3 * 5e-6;
+  CHECK(model.predict(Collective::all_reduce, Algorithm::hierarchical, gib).seconds == Approx(hier_by_hand).epsilon(1e-9));
   // Reduce-scatter moves half an all-reduce's bytes.
   const double rs = model.predict(Collective::reduce_scatter, Algorithm::ring, gib).seconds;
   const double ar = model.predict(Collective::all_reduce, Algorithm::ring, gib).seconds;
@@ -65,6 +74,10 @@ TEST_CASE("the cost model follows the alpha-beta shape of each algorithm", "[top
   CHECK_FALSE(single.available(Algorithm::hierarchical));
   CHECK_THROWS_MATCHES(single.predict(Collective::all_reduce, Algorithm::hierarchical, mib), loom::Error,
                        loom::test::IsError(loom::ErrorCategory::invalid_argument, {"hier", "1 host(s)"}));
+  topo::Topology no_pcie = load("pcie-4gpu-bridged.json");
+  no_pcie.hosts[0].pcie_gbps = 0;
+  CHECK_THROWS_MATCHES(topo::CostModel(no_pcie), loom::Error,
+                       loom::test::IsError(loom::ErrorCategory::invalid_argument, {"no bandwidth between GPUs"}));
 }
 
 TEST_CASE("the planner picks algorithms by message size", "[topo]") {

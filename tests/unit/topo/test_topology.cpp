@@ -67,7 +67,9 @@ TEST_CASE("a topology survives a dump and a load", "[topo]") {
 
 TEST_CASE("bad topology files are refused, naming the problem", "[topo]") {
   CHECK_THROWS_MATCHES(topo::topology_from_json("{\"format\": \"other\", \"hosts\": []}"), loom::Error,
-                       IsError(ErrorCategory::invalid_argument, {"format is 'other'", "loom-topology-1"}));
+                       IsError(ErrorCategory::corrupt_data, {"format is 'other'", "loom-topology-1"}));
+  CHECK_THROWS_MATCHES(topo::topology_from_json(R"({"format": "loom-topology-1", "hosts": [{"name": "h", "pcie_gbps": "25"}]})"),
+                       loom::Error, IsError(ErrorCategory::corrupt_data, {"host #0 (h)", "mistyped field"}));
   CHECK_THROWS_MATCHES(topo::topology_from_json("{\"format\": \"loom-topology-1\"}"), loom::Error,
                        IsError(ErrorCategory::corrupt_data, {"hosts"}));
   CHECK_THROWS_MATCHES(topo::topology_from_json("not json"), loom::Error, IsError(ErrorCategory::corrupt_data, {"not valid"}));
