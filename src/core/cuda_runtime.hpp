@@ -13,6 +13,7 @@ namespace loom::detail::cuda_rt {
 
 CudaRuntimeStatus status();
 CudaDeviceProperties device_properties(int device);
+CudaPeerLink peer_link(int from, int to);
 
 // Throws a cuda Error unless device is a valid index on this machine (and the build has CUDA).
 void require_device(int device);

@@ -23,6 +23,7 @@ CudaRuntimeStatus status() {
 }
 
 CudaDeviceProperties device_properties(int device) { unavailable(device, "query device properties"); }
+CudaPeerLink peer_link(int from, int) { unavailable(from, "query peer access"); }
 void require_device(int device) { unavailable(device, "use the device"); }
 void* malloc(int device, std::size_t) { unavailable(device, "allocate memory"); }
 void free(int, void*) noexcept {}

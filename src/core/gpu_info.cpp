@@ -8,4 +8,6 @@ CudaRuntimeStatus cuda_runtime_status() { return detail::cuda_rt::status(); }
 
 CudaDeviceProperties cuda_device_properties(int index) { return detail::cuda_rt::device_properties(index); }
 
+CudaPeerLink cuda_peer_link(int from, int to) { return detail::cuda_rt::peer_link(from, to); }
+
 }  // namespace loom

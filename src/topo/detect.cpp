@@ -139,7 +139,19 @@ void add_gpus(Host& host, std::string& notes) {
   }
   if (cuda.device_count > 0) {
     host.pcie_gbps = unknown_pcie_gbps;
-    notes += "GPUs from the CUDA runtime, without their links; PCIe assumed " +
+    // CUDA's peer attributes tell NVLink from PCIe (native atomics cross NVLink only) but not how
+    // many links: one is assumed, a lower bound.
+    for (int a = 0; a < cuda.device_count; ++a) {
+      for (int b = a + 1; b < cuda.device_count; ++b) {
+        if (!cuda_peer_link(a, b).native_atomics) continue;
+        host.nvlink_pairs.push_back({a, b, 1});
+        for (const int g : {a, b}) {
+          host.gpus[static_cast<std::size_t>(g)].nvlinks += 1;
+          host.gpus[static_cast<std::size_t>(g)].nvlink_gbps = nvlink_gbps_for(cuda_device_properties(g).compute_major);
+        }
+      }
+    }
+    notes += "GPUs from the CUDA runtime; NVLink pairs from its peer attributes, one link each assumed; PCIe assumed " +
              std::to_string(static_cast<int>(unknown_pcie_gbps)) + " GB/s. ";
   } else {
     notes += "No GPUs (" + cuda.reason + "): nodes only. ";

@@ -32,4 +32,13 @@ struct CudaDeviceProperties {
 // Throws a cuda Error naming the index and the device count when the device does not exist.
 CudaDeviceProperties cuda_device_properties(int index);
 
+// What CUDA's peer-to-peer attributes say about GPU `from` reaching GPU `to` directly.
+struct CudaPeerLink {
+  bool access = false;          // cudaDevP2PAttrAccessSupported
+  bool native_atomics = false;  // cudaDevP2PAttrNativeAtomicSupported: NVLink offers them, PCIe does not
+  int performance_rank = -1;    // cudaDevP2PAttrPerformanceRank: lower is faster (-1 without access)
+};
+// Throws a cuda Error for a device that does not exist (or a build without CUDA).
+CudaPeerLink cuda_peer_link(int from, int to);
+
 }  // namespace loom

@@ -87,6 +87,25 @@ CudaDeviceProperties device_properties(int device) {
   return result;
 }
 
+CudaPeerLink peer_link(int from, int to) {
+  require_device(from);
+  require_device(to);
+  CudaPeerLink link;
+  if (from == to) return link;
+  int value = 0;
+  const std::string pair = std::to_string(from) + " -> " + std::to_string(to);
+  check(cudaDeviceGetP2PAttribute(&value, cudaDevP2PAttrAccessSupported, from, to), "cudaDeviceGetP2PAttribute(access, " + pair + ")");
+  link.access = value != 0;
+  if (!link.access) return link;
+  check(cudaDeviceGetP2PAttribute(&value, cudaDevP2PAttrNativeAtomicSupported, from, to),
+        "cudaDeviceGetP2PAttribute(native atomics, " + pair + ")");
+  link.native_atomics = value != 0;
+  check(cudaDeviceGetP2PAttribute(&value, cudaDevP2PAttrPerformanceRank, from, to),
+        "cudaDeviceGetP2PAttribute(performance rank, " + pair + ")");
+  link.performance_rank = value;
+  return link;
+}
+
 void* malloc(int device, std::size_t bytes) {
   CudaDeviceGuard guard(device);
   void* ptr = nullptr;
