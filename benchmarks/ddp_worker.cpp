@@ -1,6 +1,5 @@
 #include "ddp_worker.hpp"
 
-#include <algorithm>
 #include <chrono>
 #include <random>
 
@@ -105,7 +104,6 @@ nlohmann::json measure_ddp(const DdpWorkload& w, World& world) {
   {
     ddp::GradientReducer reducer(comm, model.parameters(), reducer_options(w.bucket_mb));
     const StepTimes parallel = time_steps(model, data, w, reducer);
-    const StepTimes& compute = parallel;
     const double comm_only = time_comm_only(model, reducer, w);
     const double tokens = static_cast<double>(w.batch * w.model.context * world.size());
     row = {{"ranks", world.size()},
@@ -113,14 +111,14 @@ nlohmann::json measure_ddp(const DdpWorkload& w, World& world) {
            {"parameters", model.parameters().size()},
            {"buckets", reducer.stats().buckets},
            {"step_ms", parallel.step * 1e3},
-           {"compute_ms", compute.compute * 1e3},
+           {"compute_ms", parallel.compute * 1e3},
            // What data parallelism added to the step: communication not hidden, the loss all-reduce,
            // the agreement all-reduce, waiting for slower ranks, and computation slowed by overlap.
-           {"exposed_comm_ms", (parallel.step - compute.compute) * 1e3},
+           {"exposed_comm_ms", (parallel.step - parallel.compute) * 1e3},
            {"synchronize_wait_ms", parallel.synchronize_wait * 1e3},
            {"comm_only_ms", comm_only * 1e3},
            // Unclamped: below 0 the step lost more than the communication alone takes.
-           {"hidden_fraction", comm_only > 0 ? 1.0 - (parallel.step - compute.compute) / comm_only : 0.0},
+           {"hidden_fraction", comm_only > 0 ? 1.0 - (parallel.step - parallel.compute) / comm_only : 0.0},
            {"tokens_per_s", tokens / parallel.step}};
   }
   if (w.compare_per_tensor) {

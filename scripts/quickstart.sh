@@ -11,7 +11,8 @@ build_dir=${LOOM_BUILD_DIR:-$root/build}
 "$root/scripts/install-deps.sh"
 "$root/scripts/configure.sh"
 cmake --build "$build_dir" --parallel "$(nproc)" --target train_gpt
-train_gpt=("$build_dir/examples/train_gpt/train_gpt" --log-every 100 "$@")
+train_gpt=("$build_dir/examples/train_gpt/train_gpt" "$@")
+case " $* " in *" --log-every"*) ;; *) train_gpt+=(--log-every 100) ;; esac  # unless the caller chose
 
 if [ "${LOOM_MPI:-AUTO}" != OFF ] && command -v mpirun >/dev/null; then
   if [ "$(id -u)" -eq 0 ]; then  # Open MPI refuses root unless told it is intended (containers)

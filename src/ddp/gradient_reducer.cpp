@@ -8,7 +8,7 @@
 #include "loom/core/tensor_ops.hpp"
 #include "loom/ddp/replicas.hpp"
 #include "src/ddp/bucket_plan.hpp"
-#include "src/ddp/host_values.hpp"
+#include "src/comm/host_values.hpp"
 
 namespace loom::ddp {
 
@@ -57,9 +57,9 @@ GradientReducer::GradientReducer(comm::Communicator& comm, std::vector<nn::Param
   } catch (...) {
     invalid = std::current_exception();
   }
-  detail::throw_if_any_failed(comm_, invalid, "gradient reducer");
+  comm::detail::throw_if_any_failed(comm_, invalid, "gradient reducer");
   verify_same_parameters(comm_, parameters_);
-  if (const auto d = detail::first_difference(comm_, {describe(options_)})) {
+  if (const auto d = comm::detail::first_difference(comm_, {describe(options_)})) {
     fail(ErrorCategory::invalid_argument, "gradient reducer: the options differ across ranks: rank 0 has ",
          d->on_rank_0, " but rank ", d->rank, " has ", d->on_that_rank);
   }
@@ -200,7 +200,7 @@ void GradientReducer::synchronize() {
   const auto size = static_cast<std::int64_t>(comm_.size());
   std::vector<std::int64_t> agreed;
   try {
-    agreed = detail::all_reduce_values(
+    agreed = comm::detail::all_reduce_values(
         comm_, {failure ? size - comm_.rank() : 0, static_cast<std::int64_t>(never_used.size())}, comm::ReduceOp::max);
   } catch (...) {
     if (failure) std::rethrow_exception(failure);  // the communicator itself is broken: report the cause
@@ -208,7 +208,7 @@ void GradientReducer::synchronize() {
   }
   stats_.synchronize_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (agreed[0] > 0) {
-    detail::throw_failure_of(comm_, static_cast<int>(size - agreed[0]), failure, "gradient reducer: synchronize()");
+    comm::detail::throw_failure_of(comm_, static_cast<int>(size - agreed[0]), failure, "gradient reducer: synchronize()");
   }
   if (agreed[1] > 0 && options_.unused_parameters == UnusedParameters::error) throw_unused(never_used);
   if (first_iteration) learn_order();
@@ -220,7 +220,7 @@ void GradientReducer::throw_unused(const std::vector<std::size_t>& never_used) {
   const auto size = static_cast<std::int64_t>(comm_.size());
   std::vector<std::int64_t> missing(parameters_.size(), size);
   for (const std::size_t i : never_used) missing[i] = comm_.rank();
-  missing = detail::all_reduce_values(comm_, missing, comm::ReduceOp::min);
+  missing = comm::detail::all_reduce_values(comm_, missing, comm::ReduceOp::min);
   std::string names;
   for (std::size_t i = 0; i < missing.size(); ++i) {
     if (missing[i] == size) continue;
@@ -250,7 +250,7 @@ void GradientReducer::settle_unready(std::vector<std::size_t>& never_used) {
 void GradientReducer::learn_order() {
   // Rank 0's observation decides, so every rank builds the same buckets.
   std::vector<std::int64_t> order(observed_learned_.begin(), observed_learned_.end());
-  order = detail::broadcast_values(comm_, order, 0);
+  order = comm::detail::broadcast_values(comm_, order, 0);
   std::exception_ptr failure;
   try {
     install_buckets(std::vector<std::size_t>(order.begin(), order.end()));
@@ -258,7 +258,7 @@ void GradientReducer::learn_order() {
     failure = std::current_exception();
   }
   // All rebuild or none does: mismatched bucket plans would pair unrelated gradients.
-  detail::throw_if_any_failed(comm_, failure, "gradient reducer: rebuilding the buckets");
+  comm::detail::throw_if_any_failed(comm_, failure, "gradient reducer: rebuilding the buckets");
   order_learned_ = true;
 }
 

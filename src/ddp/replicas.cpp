@@ -6,7 +6,7 @@
 
 #include "loom/core/error.hpp"
 #include "loom/core/tensor_ops.hpp"
-#include "src/ddp/host_values.hpp"
+#include "src/comm/host_values.hpp"
 
 namespace loom::ddp {
 
@@ -23,7 +23,7 @@ std::string describe(const nn::Parameter& p) {
 void verify_same_parameters(comm::Communicator& comm, std::span<nn::Parameter* const> parameters) {
   std::vector<std::string> mine;
   for (const nn::Parameter* p : parameters) mine.push_back(describe(*p));
-  const auto difference = detail::first_difference(comm, mine);
+  const auto difference = comm::detail::first_difference(comm, mine);
   if (!difference) return;
   auto named = [](const std::string& line) {
     return line.starts_with("nothing (") ? line.substr(0, line.size() - 7) + " parameters)" : line;
@@ -44,7 +44,7 @@ void broadcast_parameters(comm::Communicator& comm, std::span<nn::Parameter* con
 }
 
 void verify_same_value(comm::Communicator& comm, std::int64_t value, std::string_view what) {
-  const std::vector<std::int64_t> extremes = detail::all_reduce_values(comm, {value, -value}, comm::ReduceOp::max);
+  const std::vector<std::int64_t> extremes = comm::detail::all_reduce_values(comm, {value, -value}, comm::ReduceOp::max);
   const std::int64_t highest = extremes[0], lowest = -extremes[1];
   if (highest == lowest) return;
   throw Error(ErrorCategory::invalid_argument,

@@ -15,6 +15,7 @@
 #include "loom/core/gpu_info.hpp"
 #include "loom/core/tensor.hpp"
 #include "loom/topo/topology_json.hpp"
+#include "src/comm/host_values.hpp"
 #include "src/topo/nvml.hpp"
 
 namespace loom::topo {
@@ -167,29 +168,6 @@ std::string hostname() {
 // What identifies a machine: its name and this boot (containers may share a name).
 std::string machine_identity() { return hostname() + " " + read_line("/proc/sys/kernel/random/boot_id"); }
 
-// Every rank's text, gathered through the communicator (lengths first, then padded blocks).
-std::vector<std::string> gather_texts(comm::Communicator& world, const std::string& mine) {
-  auto gather = [&](const std::vector<std::int64_t>& words) {
-    const auto n = static_cast<std::int64_t>(words.size());
-    const Tensor input = Tensor::from_vector(words, {n}).to(world.device());
-    const Tensor output = Tensor::empty({n * world.size()}, DType::i64, world.device());
-    world.all_gather(input, output).wait();
-    return output.to(Device::cpu()).to_vector<std::int64_t>();
-  };
-  const std::vector<std::int64_t> lengths = gather({static_cast<std::int64_t>(mine.size())});
-  const std::int64_t longest = *std::max_element(lengths.begin(), lengths.end());
-  const auto words = static_cast<std::size_t>((longest + 7) / 8 + 1);
-  std::vector<std::int64_t> packed(words, 0);
-  std::memcpy(packed.data(), mine.data(), mine.size());
-  const std::vector<std::int64_t> all = gather(packed);
-  std::vector<std::string> texts;
-  for (int r = 0; r < world.size(); ++r) {
-    const char* start = reinterpret_cast<const char*>(all.data() + static_cast<std::size_t>(r) * words);
-    texts.emplace_back(start, static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)]));
-  }
-  return texts;
-}
-
 std::string lines(const std::vector<std::string>& parts) {
   std::string out;
   for (const std::string& p : parts) out += p + "\n";
@@ -223,7 +201,7 @@ Detection detect_topology(comm::Communicator* world) {
   }
   // Every rank takes part in the same collectives whatever it finds, so that no rank waits alone.
   // Each says which topology file it was given; all must agree.
-  const std::vector<std::string> files = gather_texts(*world, file_name);
+  const std::vector<std::string> files = comm::detail::all_gather_texts(*world, file_name);
   for (int r = 0; r < world->size(); ++r) {
     require(files[static_cast<std::size_t>(r)] == files[0], "LOOM_TOPO_FILE is '", files[0], "' on rank 0 but '",
             files[static_cast<std::size_t>(r)], "' on rank ", r, ": set it for every rank (mpirun -x LOOM_TOPO_FILE)");
@@ -243,7 +221,7 @@ Detection detect_topology(comm::Communicator* world) {
   const std::string gpu_bus =
       world->device().is_cuda() ? short_bus_id(cuda_device_properties(world->device().index()).pci_bus_id) : "";
   const std::vector<std::string> records =
-      gather_texts(*world, lines({machine_identity(), gpu_bus, notes}) + topology_to_json(local));
+      comm::detail::all_gather_texts(*world, lines({machine_identity(), gpu_bus, notes}) + topology_to_json(local));
   std::map<std::string, int> host_of;
   for (int r = 0; r < world->size(); ++r) {
     const std::string& record = records[static_cast<std::size_t>(r)];

@@ -13,7 +13,7 @@
 
 #include "loom/comm/communicator.hpp"
 
-namespace loom::ddp::detail {
+namespace loom::comm::detail {
 
 std::int64_t all_reduce_value(comm::Communicator& comm, std::int64_t value, comm::ReduceOp op);
 // Elementwise over the ranks; every rank passes the same number of values.
@@ -22,6 +22,8 @@ std::vector<std::int64_t> all_reduce_values(comm::Communicator& comm, const std:
 std::vector<std::int64_t> broadcast_values(comm::Communicator& comm, std::vector<std::int64_t> values, int root);
 // root's text on every rank (the others' `text` is ignored).
 std::string broadcast_text(comm::Communicator& comm, const std::string& text, int root);
+// Every rank's text, in rank order.
+std::vector<std::string> all_gather_texts(comm::Communicator& comm, const std::string& mine);
 
 // Tells every rank about the lowest rank whose `local` failure is set: that rank rethrows its
 // error; the others throw one of the same category naming it and its message, after `context`.
@@ -40,4 +42,4 @@ struct Difference {
 };
 std::optional<Difference> first_difference(comm::Communicator& comm, const std::vector<std::string>& lines);
 
-}  // namespace loom::ddp::detail
+}  // namespace loom::comm::detail

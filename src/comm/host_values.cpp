@@ -1,4 +1,4 @@
-#include "src/ddp/host_values.hpp"
+#include "src/comm/host_values.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -8,7 +8,7 @@
 #include "loom/core/error.hpp"
 #include "loom/core/tensor.hpp"
 
-namespace loom::ddp::detail {
+namespace loom::comm::detail {
 
 namespace {
 
@@ -57,6 +57,29 @@ std::string broadcast_text(comm::Communicator& comm, const std::string& text, in
   std::string out(static_cast<std::size_t>(length), '\0');
   std::memcpy(out.data(), packed.data(), out.size());
   return out;
+}
+
+std::vector<std::string> all_gather_texts(comm::Communicator& comm, const std::string& mine) {
+  auto gather = [&](const std::vector<std::int64_t>& words) {
+    const auto n = static_cast<std::int64_t>(words.size());
+    const Tensor input = Tensor::from_vector(words, {n}).to(comm.device());
+    const Tensor output = Tensor::empty({n * comm.size()}, DType::i64, comm.device());
+    comm.all_gather(input, output).wait();
+    return output.to(Device::cpu()).to_vector<std::int64_t>();
+  };
+  // Lengths first, then every text padded to the longest.
+  const std::vector<std::int64_t> lengths = gather({static_cast<std::int64_t>(mine.size())});
+  const std::int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  const auto words = static_cast<std::size_t>((longest + 7) / 8 + 1);
+  std::vector<std::int64_t> packed(words, 0);
+  std::memcpy(packed.data(), mine.data(), mine.size());
+  const std::vector<std::int64_t> all = gather(packed);
+  std::vector<std::string> texts;
+  for (int r = 0; r < comm.size(); ++r) {
+    const char* start = reinterpret_cast<const char*>(all.data() + static_cast<std::size_t>(r) * words);
+    texts.emplace_back(start, static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)]));
+  }
+  return texts;
 }
 
 void throw_failure_of(comm::Communicator& comm, int lowest_failed, const std::exception_ptr& local,
@@ -118,4 +141,4 @@ std::optional<Difference> first_difference(comm::Communicator& comm, const std::
   return d;
 }
 
-}  // namespace loom::ddp::detail
+}  // namespace loom::comm::detail
