@@ -13,9 +13,8 @@ loom_check_mode(LOOM_MPI "${LOOM_MPI_MODE}")
 
 set(THREADS_PREFER_PTHREAD_FLAG ON)
 find_package(Threads REQUIRED)
-find_package(Eigen3 3.3 REQUIRED NO_MODULE)
 find_package(nlohmann_json 3 REQUIRED)  # checkpoint manifests and safetensors headers (private)
-find_package(OpenMP REQUIRED COMPONENTS CXX)  # CPU kernels (Eigen's GEMM threads with it)
+find_package(OpenMP REQUIRED COMPONENTS CXX)  # the CPU kernels' threads
 
 # ---- CUDA toolkit, cuBLAS/cuBLASLt, NCCL, cuDNN ----------------------------------------------
 set(LOOM_WITH_CUDA OFF)

@@ -1,49 +1,33 @@
-#include <cmath>
-
+// GELU and the residual add on the CPU: the variant's vector loops (dispatch.hpp) over fp32 chunks.
+#include "kernels/cpu/dispatch.hpp"
 #include "kernels/cpu/float_types.hpp"
 #include "kernels/cpu/training.hpp"
 
 namespace loom::kernels::cpu {
 
-namespace {
-constexpr std::int64_t parallel_threshold = 1 << 15;
-}  // namespace
-
-// GELU in its sigmoid form, x * sigmoid(2z) with z = sqrt(2/pi) (x + 0.044715 x^3): equal to
-// 0.5 x (1 + tanh z) without the cancellation of 1 + tanh z for negative x, and vectorized by
-// Eigen's exp.
 void gelu_forward(const Tensor& x, const Tensor& out) {
+  const CpuKernels& k = cpu_kernels();
   visit_float_dtype(x.dtype(), [&]<class T>() {
-    transform_chunks<T>(x.data<T>(), nullptr, out.data<T>(), x.numel(),
-                        [](const Eigen::ArrayXf& in, const Eigen::ArrayXf&, Eigen::ArrayXf& result) {
-                          const Eigen::ArrayXf z = 0.7978845608028654f * (in + 0.044715f * in.cube());
-                          result = in / (1.0f + (-2.0f * z).exp());
-                        });
+    map_chunks<T>(x.data<T>(), nullptr, out.data<T>(), x.numel(),
+                  [&](const float* in, const float*, float* result, std::int64_t n) { k.gelu_forward(in, result, n); });
   });
 }
 
-// d/dx [x s] = s + 2 x s (1 - s) dz/dx, with s = sigmoid(2z).
 void gelu_backward(const Tensor& x, const Tensor& dout, const Tensor& dx) {
+  const CpuKernels& k = cpu_kernels();
   visit_float_dtype(x.dtype(), [&]<class T>() {
-    transform_chunks<T>(x.data<T>(), dout.data<T>(), dx.data<T>(), x.numel(),
-                        [](const Eigen::ArrayXf& in, const Eigen::ArrayXf& grad, Eigen::ArrayXf& result) {
-                          const float k = 0.7978845608028654f;
-                          const Eigen::ArrayXf z = k * (in + 0.044715f * in.cube());
-                          const Eigen::ArrayXf s = 1.0f / (1.0f + (-2.0f * z).exp());
-                          const Eigen::ArrayXf dz = k * (1.0f + 3.0f * 0.044715f * in.square());
-                          result = grad * (s + 2.0f * in * s * (1.0f - s) * dz);
-                        });
+    map_chunks<T>(x.data<T>(), dout.data<T>(), dx.data<T>(), x.numel(),
+                  [&](const float* in, const float* grad, float* result, std::int64_t n) {
+                    k.gelu_backward(in, grad, result, n);
+                  });
   });
 }
 
 void residual_add(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const CpuKernels& k = cpu_kernels();
   visit_float_dtype(a.dtype(), [&]<class T>() {
-    const T* x = a.data<T>();
-    const T* y = b.data<T>();
-    T* o = out.data<T>();
-    const std::int64_t n = a.numel();
-#pragma omp parallel for if (n > parallel_threshold)
-    for (std::int64_t i = 0; i < n; ++i) o[i] = from_f32<T>(to_f32(x[i]) + to_f32(y[i]));
+    map_chunks<T>(a.data<T>(), b.data<T>(), out.data<T>(), a.numel(),
+                  [&](const float* x, const float* y, float* result, std::int64_t n) { k.add(x, y, result, n); });
   });
 }
 

@@ -2,9 +2,8 @@
 // fp32, and visit_float_dtype runs a templated body for the tensor's element type.
 #pragma once
 
-#include <Eigen/Core>
-
 #include <algorithm>
+#include <type_traits>
 #include <cstdint>
 
 #include "loom/core/dtype.hpp"
@@ -33,24 +32,34 @@ void visit_float_dtype(DType dtype, Body&& body) {
   }
 }
 
-// Runs fn on fp32 chunks of the elementwise inputs and stores its result into out, in parallel.
-// fn(const Eigen::ArrayXf& a, const Eigen::ArrayXf& b, Eigen::ArrayXf& result) sees up to two
-// inputs converted to fp32 (b is empty when in_b is null), so Eigen's vectorized math (exp,
-// tanh) applies whatever the storage dtype. out may alias an input.
+template <class T>
+void to_f32(const T* src, float* dst, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = to_f32(src[i]);
+}
+template <class T>
+void from_f32(const float* src, T* dst, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = from_f32<T>(src[i]);
+}
+
+// Runs fn(const float* a, const float* b, float* out, count) over chunks of up to two elementwise
+// inputs and their output, in parallel: f32 data directly, f16/bf16 through fp32 copies (b is null
+// when in_b is). out may alias an input; the chunks are fixed, so the thread count changes nothing.
 template <class T, class Fn>
-void transform_chunks(const T* in_a, const T* in_b, T* out, std::int64_t n, Fn&& fn) {
+void map_chunks(const T* in_a, const T* in_b, T* out, std::int64_t n, Fn&& fn) {
   constexpr std::int64_t chunk = 2048;
   const std::int64_t chunks = (n + chunk - 1) / chunk;
 #pragma omp parallel for if (n > (1 << 15))
   for (std::int64_t c = 0; c < chunks; ++c) {
     const std::int64_t begin = c * chunk, count = std::min(chunk, n - begin);
-    Eigen::ArrayXf a(count), b(in_b ? count : 0), result(count);
-    for (std::int64_t i = 0; i < count; ++i) a[i] = to_f32(in_a[begin + i]);
-    if (in_b) {
-      for (std::int64_t i = 0; i < count; ++i) b[i] = to_f32(in_b[begin + i]);
+    if constexpr (std::is_same_v<T, float>) {
+      fn(in_a + begin, in_b ? in_b + begin : nullptr, out + begin, count);
+    } else {
+      float a[chunk], b[chunk], result[chunk];
+      to_f32(in_a + begin, a, count);
+      if (in_b) to_f32(in_b + begin, b, count);
+      fn(a, in_b ? b : nullptr, result, count);
+      from_f32(result, out + begin, count);
     }
-    fn(a, b, result);
-    for (std::int64_t i = 0; i < count; ++i) out[begin + i] = from_f32<T>(result[i]);
   }
 }
 

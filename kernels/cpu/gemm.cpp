@@ -9,11 +9,12 @@
 
 #include <algorithm>
 #include <exception>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/float_types.hpp"
+#include "kernels/cpu/dispatch.hpp"
 #include "kernels/cpu/sgemm.hpp"
-#include "loom/kernels/activation.hpp"
 
 namespace loom::kernels::cpu {
 
@@ -67,9 +68,19 @@ struct EpilogueArgs {
   std::int64_t batch, m, n;
 };
 
+// A float buffer per thread that only grows: the fp32 product and the epilogue's rows are reused
+// by every later GEMM on the thread instead of being allocated per call.
+std::vector<float>& scratch(int which, std::int64_t floats) {
+  thread_local std::vector<float> buffers[3];
+  std::vector<float>& buffer = buffers[which];
+  if (static_cast<std::int64_t>(buffer.size()) < floats) buffer.resize(static_cast<std::size_t>(floats));
+  return buffer;
+}
+
 // D rows [row_begin, row_end) from the fp32 product rows (product_ld apart; the product may be D
-// itself when D is f32), in D's dtype TOut. One pass per step of the epilogue, each a plain loop
-// the compiler vectorizes; the order of operations per element is fixed.
+// itself when D is f32), in D's dtype TOut, through the variant's epilogue_row: alpha product +
+// beta C + bias, then GELU (keeping the pre-activation). Rows of other dtypes pass through fp32
+// scratch rows.
 template <class TOut>
 void epilogue_rows(const EpilogueArgs& args, const float* product, std::int64_t product_ld, std::int64_t row_begin,
                    std::int64_t row_end) {
@@ -78,54 +89,69 @@ void epilogue_rows(const EpilogueArgs& args, const float* product, std::int64_t 
   const StridedMatrix& d = *args.d;
   const std::optional<StridedMatrix>& c = *args.c;
   const std::int64_t n = args.n;
+  constexpr bool f32 = std::is_same_v<TOut, float>;
   TOut* out = d.tensor.data<TOut>() + matrix_offset(d, args.batch);
-  const TOut* c_data = c ? c->tensor.data<TOut>() + matrix_offset(*c, args.batch) : nullptr;
+  const TOut* c_data = c && o.beta != 0.0f ? c->tensor.data<TOut>() + matrix_offset(*c, args.batch) : nullptr;
   TOut* pre = e.pre_activation.defined() ? e.pre_activation.data<TOut>() + args.batch * args.m * n : nullptr;
   std::vector<float> bias(e.bias.defined() ? static_cast<std::size_t>(n) : 0);
-  if (!bias.empty()) {
-    visit_float_dtype(e.bias.dtype(), [&]<class T>() {
-      for (std::int64_t j = 0; j < n; ++j) bias[static_cast<std::size_t>(j)] = to_f32(e.bias.data<T>()[j]);
-    });
-  }
+  if (!bias.empty()) visit_float_dtype(e.bias.dtype(), [&]<class T>() { to_f32(e.bias.data<T>(), bias.data(), n); });
+  float* row_scratch = f32 ? nullptr : scratch(1, 3 * n).data();
+  const CpuKernels& kernels = cpu_kernels();
   const bool gelu = e.activation == Activation::gelu;
-  std::vector<float> row(static_cast<std::size_t>(n));
-  float* v = row.data();
   for (std::int64_t i = row_begin; i < row_end; ++i) {
-    const float* p = product + (i - row_begin) * product_ld;
-    for (std::int64_t j = 0; j < n; ++j) v[j] = o.alpha * p[j];
-    if (c_data) {
-      const TOut* c_row = c_data + i * c->ld;
-      for (std::int64_t j = 0; j < n; ++j) v[j] += o.beta * to_f32(c_row[j]);
-    }
-    if (!bias.empty()) {
-      for (std::int64_t j = 0; j < n; ++j) v[j] += bias[static_cast<std::size_t>(j)];
-    }
-    if (gelu) {
-      if (pre) {
-        TOut* pre_row = pre + i * n;
-        for (std::int64_t j = 0; j < n; ++j) pre_row[j] = from_f32<TOut>(v[j]);
+    EpilogueRow row{product + (i - row_begin) * product_ld, nullptr, o.alpha, o.beta, bias.empty() ? nullptr : bias.data(),
+                    nullptr, nullptr, n, gelu};
+    if constexpr (f32) {
+      row.c = c_data ? c_data + i * c->ld : nullptr;
+      row.pre = gelu && pre ? pre + i * n : nullptr;
+      row.out = out + i * d.ld;
+      kernels.epilogue_row(row);
+    } else {
+      if (c_data) {
+        to_f32(c_data + i * c->ld, row_scratch, n);
+        row.c = row_scratch;
       }
-      for (std::int64_t j = 0; j < n; ++j) v[j] = gelu_tanh(v[j]);
+      row.pre = gelu && pre ? row_scratch + n : nullptr;
+      row.out = row_scratch + 2 * n;
+      kernels.epilogue_row(row);
+      from_f32(row.out, out + i * d.ld, n);
+      if (row.pre) from_f32(row.pre, pre + i * n, n);
     }
-    TOut* out_row = out + i * d.ld;
-    for (std::int64_t j = 0; j < n; ++j) out_row[j] = from_f32<TOut>(v[j]);
   }
 }
 
 // The product can be computed straight into D: f32 D, alpha 1, no C.
 bool product_in_place(const GemmOptions& o, const std::optional<StridedMatrix>& c, DType output) {
-  return output == DType::f32 && o.alpha == 1.0f && !c;
+  return output == DType::f32 && o.alpha == 1.0f && (!c || o.beta == 0.0f);
+}
+
+// D += op(A) op(B) straight into D: f32 D, alpha 1, beta 1 and C the very same matrices as D.
+bool accumulate_in_place(const GemmOptions& o, const std::optional<StridedMatrix>& c, const StridedMatrix& d) {
+  return d.tensor.dtype() == DType::f32 && o.alpha == 1.0f && o.beta == 1.0f && c &&
+         c->tensor.raw_data() == d.tensor.raw_data() && c->ld == d.ld && c->batch == d.batch &&
+         c->batch_stride == d.batch_stride && c->tensor.dtype() == DType::f32;
 }
 
 // sum_k op(A)[i, k] over all batches, from the unrounded inputs, in double.
 void bias_grad(const StridedMatrix& a, bool trans_a, const GemmShape& shape, const Tensor& out) {
   std::vector<double> sums(static_cast<std::size_t>(shape.m), 0.0);
+  const CpuKernels& kernels = cpu_kernels();
   visit_float_dtype(a.tensor.dtype(), [&]<class T>() {
+    std::vector<float> row(std::is_same_v<T, float> ? 0 : static_cast<std::size_t>(a.cols));
     for (std::int64_t b = 0; b < shape.batch; ++b) {
       const T* base = a.tensor.data<T>() + matrix_offset(a, b);
-      for (std::int64_t r = 0; r < a.rows; ++r) {
-        for (std::int64_t col = 0; col < a.cols; ++col) {
-          sums[static_cast<std::size_t>(trans_a ? col : r)] += to_f32(base[r * a.ld + col]);
+      if (!trans_a) {  // each row of A is one sum
+        for (std::int64_t r = 0; r < a.rows; ++r) {
+          double sum = 0.0;
+          for (std::int64_t col = 0; col < a.cols; ++col) sum += to_f32(base[r * a.ld + col]);
+          sums[static_cast<std::size_t>(r)] += sum;
+        }
+      } else if constexpr (std::is_same_v<T, float>) {
+        kernels.column_sums(base, a.rows, a.cols, a.ld, sums.data());
+      } else {
+        for (std::int64_t r = 0; r < a.rows; ++r) {
+          to_f32(base + r * a.ld, row.data(), a.cols);
+          kernels.column_sums(row.data(), 1, a.cols, a.cols, sums.data());
         }
       }
     }
@@ -143,24 +169,27 @@ void gemm_matrix(const StridedMatrix& a, const StridedMatrix& b, const std::opti
   const EpilogueArgs args{&options, &c, &d, batch, shape.m, shape.n};
   const int parts = shape.m * shape.n >= (std::int64_t{1} << 16) ? threads : 1;
   const bool has_epilogue = options.epilogue.bias.defined() || options.epilogue.activation != Activation::none;
-  if (product_in_place(options, c, d.tensor.dtype())) {
+  const bool accumulate = accumulate_in_place(options, c, d);
+  if (accumulate || product_in_place(options, c, d.tensor.dtype())) {
     float* out = d.tensor.data<float>() + matrix_offset(d, batch);
-    sgemm(shape.m, shape.n, shape.k, lhs, rhs, out, d.ld, threads);
+    sgemm(shape.m, shape.n, shape.k, lhs, rhs, out, d.ld, threads, cpu_kernels(), accumulate);
     if (!has_epilogue) return;
+    const std::optional<StridedMatrix> none;
+    const EpilogueArgs in_place{&options, &none, &d, batch, shape.m, shape.n};
 #pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
     for (int part = 0; part < parts; ++part) {
       const std::int64_t row_begin = shape.m * part / parts, row_end = shape.m * (part + 1) / parts;
-      epilogue_rows<float>(args, out + row_begin * d.ld, d.ld, row_begin, row_end);
+      epilogue_rows<float>(in_place, out + row_begin * d.ld, d.ld, row_begin, row_end);
     }
     return;
   }
-  std::vector<float> product(static_cast<std::size_t>(shape.m * shape.n));
-  sgemm(shape.m, shape.n, shape.k, lhs, rhs, product.data(), shape.n, threads);
+  float* product = scratch(0, shape.m * shape.n).data();
+  sgemm(shape.m, shape.n, shape.k, lhs, rhs, product, shape.n, threads);
   visit_float_dtype(d.tensor.dtype(), [&]<class T>() {
 #pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
     for (int part = 0; part < parts; ++part) {
       const std::int64_t row_begin = shape.m * part / parts, row_end = shape.m * (part + 1) / parts;
-      epilogue_rows<T>(args, product.data() + row_begin * shape.n, shape.n, row_begin, row_end);
+      epilogue_rows<T>(args, product + row_begin * shape.n, shape.n, row_begin, row_end);
     }
   });
 }

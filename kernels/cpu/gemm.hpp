@@ -1,4 +1,4 @@
-// The CPU GEMM (Eigen, fp32 accumulation). Arguments are validated by loom::kernels::gemm.
+// The CPU GEMM (loom's packed fp32 engine, fp32 accumulation). Arguments are validated by loom::kernels::gemm.
 #pragma once
 
 #include <cstdint>

@@ -1,11 +1,15 @@
 // loom's CPU fp32 GEMM engine: C = op(A) op(B) for strided operands, in the style of BLIS/GotoBLAS.
-// B is packed once per (KC x NC) block into NR-column slivers shared by all threads; each thread
-// packs its own MC x KC blocks of A into MR-row slivers and runs an MR x NR register-blocked
-// micro-kernel over them. Threads split the rows of C, so every element of C is written by one
-// thread with a fixed summation order (bit-identical results for any thread count).
+// B is packed once per (kc x nc) block into nr-column slivers shared by all threads; each thread
+// packs its own mc x kc blocks of A into mr-row slivers and runs the mr x nr register-blocked
+// micro-kernel of the CPU's kernel variant over them (dispatch.hpp: 6 x 16 on AVX2, 14 x 32 on
+// AVX-512). Threads split the rows of C, so every element of C is written by one thread; its sum
+// runs over k in ascending order with fused multiply-adds in passes of kc = 384, whatever the
+// variant, so results are the same bits for any thread count and any variant.
 #pragma once
 
 #include <cstdint>
+
+#include "kernels/cpu/dispatch.hpp"
 
 namespace loom::kernels::cpu {
 
@@ -17,28 +21,21 @@ struct SgemmOperand {
   std::int64_t col_stride = 0;
 };
 
-// The micro-kernels; avx2_fma is used when the CPU has it, portable is plain C++.
-enum class SgemmMicroKernel { portable, avx2_fma };
+// The triangular structure causal attention gives its products, which lets the engine skip work:
+//   c_lower  only C's micro-tiles that reach the lower triangle (j <= i) are computed; entries above
+//            the diagonal inside them get the products too, tiles wholly above it are not written.
+//   a_lower  A is lower triangular (A[i, p] = 0 for p > i): the depths past a sliver's last row are
+//            skipped.
+//   a_upper  A is upper triangular (A[i, p] = 0 for p < i): the depths before a sliver's first row
+//            are skipped.
+// Skipping a zero term changes no sum (fma(0, b, s) = s for finite b).
+enum class SgemmCausal { none, c_lower, a_lower, a_upper };
 
-SgemmMicroKernel best_sgemm_micro_kernel();
-
-// C[m x n] (row-major, leading dimension ldc) = A[m x k] B[k x n], or C += A B when accumulate,
-// fp32 accumulation, k summed in ascending blocks. Uses up to max_threads OpenMP threads (1 runs in
-// the calling thread).
+// C[m x n] (row-major, leading dimension ldc) = A[m x k] B[k x n], or C += A B when accumulate
+// (each pass of kc adds its partial sums into C). Uses up to max_threads OpenMP threads (1 runs in
+// the calling thread) and the given variant's kernels.
 void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a, SgemmOperand b, float* c,
-           std::int64_t ldc, int max_threads, SgemmMicroKernel micro_kernel = best_sgemm_micro_kernel(),
-           bool accumulate = false);
-
-namespace detail {
-inline constexpr std::int64_t sgemm_mr = 6;   // rows of C per micro-kernel call
-inline constexpr std::int64_t sgemm_nr = 16;  // columns of C per micro-kernel call (two AVX registers)
-
-// c[MR x NR] (ldc) = (accumulate ? c : 0) + sum over kc of packed_a[MR] x packed_b[NR].
-void sgemm_micro_avx2_fma(std::int64_t kc, const float* packed_a, const float* packed_b, float* c,
-                          std::int64_t ldc, bool accumulate);
-void sgemm_micro_portable(std::int64_t kc, const float* packed_a, const float* packed_b, float* c,
-                          std::int64_t ldc, bool accumulate);
-bool cpu_has_avx2_fma();
-}  // namespace detail
+           std::int64_t ldc, int max_threads, const CpuKernels& kernels = cpu_kernels(), bool accumulate = false,
+           SgemmCausal causal = SgemmCausal::none);
 
 }  // namespace loom::kernels::cpu

@@ -25,6 +25,11 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Te
                            std::int64_t vocab_size, std::int64_t ignore_index);
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& dlosses, const Tensor& dlogits,
                             std::int64_t vocab_size, std::int64_t ignore_index);
+// Causal attention for f32 qkv in fp32 precision (shapes checked by loom::kernels): only what the
+// mask leaves is computed; results match the composed path of src/kernels/attention.cpp.
+void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& att, std::int64_t heads);
+void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& att, const Tensor& dqkv,
+                        std::int64_t heads);
 void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, const Tensor& out);
 void embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& dwte, const Tensor& dwpe);
 

@@ -1,9 +1,11 @@
 // Attention as batched GEMMs (batched over heads, one call per sequence) on strided views of
-// qkv, plus softmax kernels. Device-agnostic: it only calls other kernels.
+// qkv, plus softmax kernels: device-agnostic, it only calls other kernels. On the CPU, f32 in fp32
+// precision goes to the causal path of kernels/cpu/attention.cpp instead.
 #include "loom/kernels/attention.hpp"
 
 #include <cmath>
 
+#include "kernels/cpu/training.hpp"
 #include "loom/kernels/softmax.hpp"
 #include "validate.hpp"
 
@@ -51,6 +53,12 @@ StridedMatrix scores_of(const Tensor& scores, std::int64_t b, const Dims& d) {
   return m;
 }
 
+// The CPU's causal path applies: f32 on the CPU in fp32 precision, not asked for the composed one.
+bool cpu_causal_path(const Tensor& qkv, const AttentionOptions& o) {
+  return o.path == AttentionPath::automatic && qkv.device().is_cpu() && qkv.dtype() == DType::f32 &&
+         o.precision == GemmPrecision::fp32;
+}
+
 GemmOptions gemm_options(const AttentionOptions& o, bool trans_a, bool trans_b, float alpha) {
   GemmOptions g;
   g.trans_a = trans_a;
@@ -71,6 +79,10 @@ void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& att, 
   detail::require_shape(kernel, {"out", out}, Shape{d.batch, d.steps, d.channels});
   detail::require_shape(kernel, {"att", att}, Shape{d.batch, d.heads, d.steps, d.steps});
   if (qkv.numel() == 0) return;
+  if (cpu_causal_path(qkv, options)) {
+    cpu::attention_forward(qkv, out, att, d.heads);
+    return;
+  }
   const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_size)));
   for (std::int64_t b = 0; b < d.batch; ++b) {
     const StridedMatrix scores = scores_of(att, b, d);
@@ -98,10 +110,14 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& att
     detail::common_device(kernel, {{"qkv", qkv}, {"scratch", work}});
     detail::require_same_dtype(kernel, {{"qkv", qkv}, {"scratch", work}});
     detail::require_shape(kernel, {"scratch", work}, Shape{d.heads, d.steps, d.steps});
-  } else {
+  } else if (!cpu_causal_path(qkv, options)) {  // the causal path needs none
     work = Tensor::empty({d.heads, d.steps, d.steps}, qkv.dtype(), device);
   }
   if (qkv.numel() == 0) return;
+  if (cpu_causal_path(qkv, options)) {
+    cpu::attention_backward(dout, qkv, att, dqkv, d.heads);
+    return;
+  }
   const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_size)));
   const StridedMatrix datt = scores_of(work, 0, d);
   for (std::int64_t b = 0; b < d.batch; ++b) {

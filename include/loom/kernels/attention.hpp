@@ -1,5 +1,8 @@
-// Causal multi-head self-attention, composed from batched GEMMs over strided views of the fused
-// QKV activation and a causal softmax (loom's own path; a cuDNN fused path may join on GPUs).
+// Causal multi-head self-attention. Two implementations: the composed path, batched GEMMs over
+// strided views of the fused QKV activation and a causal softmax, on every device and dtype (the
+// reference); and on the CPU, for f32 in fp32 precision, a causal path that computes only what the
+// mask leaves (half the score and probability products) with the same operations on the same
+// values. automatic picks the causal path where it applies.
 //
 //   qkv [B, T, 3C] = [q | k | v], heads of size hs = C / num_heads side by side in each third
 //   att [B, NH, T, T] = softmax(q k^T / sqrt(hs)) with the causal mask, kept for backward
@@ -14,9 +17,12 @@
 
 namespace loom::kernels {
 
+enum class AttentionPath { automatic, composed };
+
 struct AttentionOptions {
   std::int64_t num_heads = 1;
   GemmPrecision precision = GemmPrecision::fp32;  // must suit qkv's dtype (fp32/tf32: f32; bf16; fp16)
+  AttentionPath path = AttentionPath::automatic;
 };
 
 // qkv, out and att share qkv's dtype.

@@ -1,7 +1,8 @@
 // loom's packed CPU fp32 GEMM engine (kernels/cpu/sgemm.hpp) on its own, against an fp64 reference
-// with the rigorous fp32 dot-product error bound: both micro-kernels, transposed (strided) operands,
-// sizes that cross every blocking boundary (MR, NR, MC, KC, NC) with ragged edges, and results that
-// do not depend on the thread count.
+// with the rigorous fp32 dot-product error bound: every kernel variant this CPU runs, transposed
+// (strided) operands, sizes that cross every blocking boundary (MR, NR, MC, KC, NC) of every
+// variant with ragged edges, accumulation into C, and results that do not depend on the thread
+// count or the variant.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -11,9 +12,10 @@
 
 #include "kernels/cpu/sgemm.hpp"
 
-using loom::kernels::cpu::best_sgemm_micro_kernel;
+using loom::kernels::CpuIsa;
+using loom::kernels::supported_cpu_isas;
+using loom::kernels::cpu::cpu_kernels;
 using loom::kernels::cpu::sgemm;
-using loom::kernels::cpu::SgemmMicroKernel;
 using loom::kernels::cpu::SgemmOperand;
 
 namespace {
@@ -38,11 +40,19 @@ Problem make_problem(std::int64_t m, std::int64_t n, std::int64_t k, bool trans_
   return p;
 }
 
-// C with a padded leading dimension; the padding is poisoned and must survive.
-void check(const Problem& p, SgemmMicroKernel kernel, int threads) {
+// C with a padded leading dimension; the padding is poisoned and must survive. With accumulate, C
+// starts at c0(i, j) and must end at c0 + AB.
+double c0(std::int64_t i, std::int64_t j) { return 0.25 * static_cast<double>((i * 7 + j * 3) % 11) - 1.0; }
+
+void check(const Problem& p, CpuIsa isa, int threads, bool accumulate = false) {
   const std::int64_t ldc = p.n + 3;
   std::vector<float> c(static_cast<std::size_t>(p.m * ldc), std::nanf(""));
-  sgemm(p.m, p.n, p.k, p.lhs(), p.rhs(), c.data(), ldc, threads, kernel);
+  if (accumulate) {
+    for (std::int64_t i = 0; i < p.m; ++i) {
+      for (std::int64_t j = 0; j < p.n; ++j) c[static_cast<std::size_t>(i * ldc + j)] = static_cast<float>(c0(i, j));
+    }
+  }
+  sgemm(p.m, p.n, p.k, p.lhs(), p.rhs(), c.data(), ldc, threads, cpu_kernels(isa), accumulate);
   const double unit_roundoff = std::ldexp(1.0, -24);
   for (std::int64_t i = 0; i < p.m; ++i) {
     for (std::int64_t j = 0; j < ldc; ++j) {
@@ -51,15 +61,16 @@ void check(const Problem& p, SgemmMicroKernel kernel, int threads) {
         REQUIRE(std::isnan(got));
         continue;
       }
-      double exact = 0, magnitude = 0;
+      double exact = accumulate ? c0(i, j) : 0.0, magnitude = std::fabs(exact);
       for (std::int64_t q = 0; q < p.k; ++q) {
         exact += p.a_at(i, q) * p.b_at(q, j);
         magnitude += std::fabs(p.a_at(i, q) * p.b_at(q, j));
       }
-      // |fl(sum) - sum| <= gamma_k * sum |a b|, gamma_k ~ k u; one more u for the fp32 store.
-      const double bound = (static_cast<double>(p.k) + 2) * unit_roundoff * magnitude + 1e-30;
+      // |fl(sum) - sum| <= gamma_k * sum |a b|, gamma_k ~ k u; more u for the passes and the store.
+      const double bound = (static_cast<double>(p.k) + 6) * unit_roundoff * magnitude + 1e-30;
       INFO("C[" << i << "," << j << "] m=" << p.m << " n=" << p.n << " k=" << p.k << " ta=" << p.trans_a
-                << " tb=" << p.trans_b << " threads=" << threads);
+                << " tb=" << p.trans_b << " threads=" << threads << " isa=" << to_string(isa)
+                << " accumulate=" << accumulate);
       REQUIRE(std::fabs(got - exact) <= bound);
     }
   }
@@ -67,35 +78,45 @@ void check(const Problem& p, SgemmMicroKernel kernel, int threads) {
 
 }  // namespace
 
-TEST_CASE("packed fp32 GEMM matches fp64 across blocking boundaries, transposes and both micro-kernels",
+TEST_CASE("packed fp32 GEMM matches fp64 across blocking boundaries, transposes and every kernel variant",
           "[gemm][sgemm]") {
   std::mt19937 rng(11);
   struct Size {
     std::int64_t m, n, k;
   };
-  // 1x1x1; one ragged micro tile; k over two KC blocks (384); m over MC (72) and not a multiple of
-  // MR; n over NC (4080) with a ragged last NR sliver.
-  const Size sizes[] = {{1, 1, 1}, {5, 13, 7}, {6, 16, 400}, {77, 35, 769}, {150, 19, 33}, {7, 4099, 3}};
-  const SgemmMicroKernel kernels[] = {SgemmMicroKernel::portable, best_sgemm_micro_kernel()};
+  // 1x1x1; one ragged micro tile; k over two KC blocks (384); m over MC (72 on AVX2, 168 on
+  // AVX-512) and not a multiple of MR (6, 14); n over NC (4080, 4096) with a ragged last NR sliver.
+  const Size sizes[] = {{1, 1, 1},      {5, 13, 7},    {6, 16, 400},  {77, 35, 769},
+                        {150, 19, 33},  {15, 33, 5},   {200, 70, 390}, {7, 4099, 3}};
   for (const Size& s : sizes) {
     for (int t = 0; t < 4; ++t) {
       const Problem p = make_problem(s.m, s.n, s.k, t & 1, t & 2, rng);
-      for (const SgemmMicroKernel kernel : kernels) check(p, kernel, 2);
+      for (const CpuIsa isa : supported_cpu_isas()) {
+        check(p, isa, 2);
+        check(p, isa, 1, /*accumulate=*/true);
+      }
     }
   }
 }
 
-TEST_CASE("packed fp32 GEMM gives bit-identical results for any thread count", "[gemm][sgemm]") {
+TEST_CASE("packed fp32 GEMM gives bit-identical results for any thread count and any kernel variant",
+          "[gemm][sgemm]") {
   std::mt19937 rng(12);
   const Problem p = make_problem(131, 70, 500, false, true, rng);
-  auto run = [&](int threads) {
-    std::vector<float> c(static_cast<std::size_t>(p.m * p.n));
-    sgemm(p.m, p.n, p.k, p.lhs(), p.rhs(), c.data(), p.n, threads);
+  auto run = [&](int threads, CpuIsa isa, bool accumulate) {
+    std::vector<float> c(static_cast<std::size_t>(p.m * p.n), 0.5f);
+    sgemm(p.m, p.n, p.k, p.lhs(), p.rhs(), c.data(), p.n, threads, cpu_kernels(isa), accumulate);
     return c;
   };
-  const std::vector<float> one = run(1);
-  REQUIRE(run(2) == one);
-  REQUIRE(run(3) == one);
+  for (const bool accumulate : {false, true}) {
+    const std::vector<float> reference = run(1, CpuIsa::portable, accumulate);
+    for (const CpuIsa isa : supported_cpu_isas()) {
+      INFO(to_string(isa) << " accumulate=" << accumulate);
+      REQUIRE(run(1, isa, accumulate) == reference);
+      REQUIRE(run(2, isa, accumulate) == reference);
+      REQUIRE(run(3, isa, accumulate) == reference);
+    }
+  }
 }
 
 TEST_CASE("packed fp32 GEMM with k = 0 writes zeros and m or n = 0 writes nothing", "[gemm][sgemm]") {

@@ -1,0 +1,99 @@
+// Causal self-attention on the CPU for f32 activations in fp32 precision: per (sequence, head), the
+// GEMM engine computes only what the causal mask leaves (SgemmCausal), the softmax runs over each
+// row's visible columns, and the pairs are spread over threads one each, so results do not depend
+// on the thread count. It performs the composed path's operations (src/kernels/attention.cpp) on
+// the same values in the same order, minus the terms the mask makes zero.
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/sgemm.hpp"
+#include "kernels/cpu/training.hpp"
+
+namespace loom::kernels::cpu {
+
+namespace {
+
+struct Layout {
+  std::int64_t batch, steps, channels, heads, head_size;
+  float scale;  // 1 / sqrt(head_size)
+
+  Layout(const Tensor& qkv, std::int64_t num_heads)
+      : batch(qkv.size(0)), steps(qkv.size(1)), channels(qkv.size(2) / 3), heads(num_heads),
+        head_size(channels / num_heads),
+        scale(static_cast<float>(1.0 / std::sqrt(static_cast<double>(channels / num_heads)))) {}
+  // Head h of sequence b in a [B, T, width] activation, `offset` columns in: rows of head_size.
+  std::int64_t at(std::int64_t b, std::int64_t h, std::int64_t width, std::int64_t offset) const {
+    return b * steps * width + offset + h * head_size;
+  }
+  std::int64_t scores(std::int64_t b, std::int64_t h) const { return (b * heads + h) * steps * steps; }
+};
+
+SgemmOperand rows(const float* data, std::int64_t ld) { return {data, ld, 1}; }
+SgemmOperand transposed(const float* data, std::int64_t ld) { return {data, 1, ld}; }
+
+// x[t, 0 .. cols) *= factor for t < rows of x (leading dimension ld).
+void scale_rows(float* x, std::int64_t rows_count, std::int64_t cols, std::int64_t ld, float factor) {
+  for (std::int64_t t = 0; t < rows_count; ++t) {
+    for (std::int64_t j = 0; j < cols; ++j) x[t * ld + j] *= factor;
+  }
+}
+
+template <class Body>
+void for_each_head(const Layout& d, Body&& body) {
+  const std::int64_t pairs = d.batch * d.heads;
+#pragma omp parallel for schedule(static) if (pairs > 1 && d.steps * d.steps * d.head_size * pairs > (1 << 18))
+  for (std::int64_t pair = 0; pair < pairs; ++pair) body(pair / d.heads, pair % d.heads);
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& att, std::int64_t heads) {
+  const Layout d(qkv, heads);
+  const CpuKernels& k = cpu_kernels();
+  const std::int64_t width = 3 * d.channels, T = d.steps;
+  for_each_head(d, [&](std::int64_t b, std::int64_t h) {
+    const float* q = qkv.data<float>() + d.at(b, h, width, 0);
+    const float* key = qkv.data<float>() + d.at(b, h, width, d.channels);
+    const float* v = qkv.data<float>() + d.at(b, h, width, 2 * d.channels);
+    float* p = att.data<float>() + d.scores(b, h);
+    // S = Q K^T on and below the diagonal, then row t's softmax of scale * S over columns 0..t.
+    sgemm(T, T, d.head_size, rows(q, width), transposed(key, width), p, T, 1, k, false, SgemmCausal::c_lower);
+    for (std::int64_t t = 0; t < T; ++t) k.softmax_forward(p + t * T, p + t * T, T, t + 1, d.scale);
+    // O = P V, row t summing over the visible steps only.
+    sgemm(T, d.head_size, T, rows(p, T), rows(v, width), out.data<float>() + d.at(b, h, d.channels, 0), d.channels,
+          1, k, false, SgemmCausal::a_lower);
+  });
+}
+
+void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& att, const Tensor& dqkv,
+                        std::int64_t heads) {
+  const Layout d(qkv, heads);
+  const CpuKernels& k = cpu_kernels();
+  const std::int64_t width = 3 * d.channels, T = d.steps;
+  for_each_head(d, [&](std::int64_t b, std::int64_t h) {
+    thread_local std::vector<float> dscores;
+    if (static_cast<std::int64_t>(dscores.size()) < T * T) dscores.resize(static_cast<std::size_t>(T * T));
+    float* ds = dscores.data();
+    const float* q = qkv.data<float>() + d.at(b, h, width, 0);
+    const float* key = qkv.data<float>() + d.at(b, h, width, d.channels);
+    const float* v = qkv.data<float>() + d.at(b, h, width, 2 * d.channels);
+    const float* p = att.data<float>() + d.scores(b, h);
+    const float* dy = dout.data<float>() + d.at(b, h, d.channels, 0);
+    float* dq = dqkv.data<float>() + d.at(b, h, width, 0);
+    float* dk = dqkv.data<float>() + d.at(b, h, width, d.channels);
+    float* dv = dqkv.data<float>() + d.at(b, h, width, 2 * d.channels);
+    // dP = dO V^T on and below the diagonal; dV = P^T dO over the steps that saw each one.
+    sgemm(T, T, d.head_size, rows(dy, d.channels), transposed(v, width), ds, T, 1, k, false, SgemmCausal::c_lower);
+    sgemm(T, d.head_size, T, transposed(p, T), rows(dy, d.channels), dv, width, 1, k, false, SgemmCausal::a_upper);
+    // dS = softmax'(P) dP per row over its visible columns (zeros above the diagonal).
+    for (std::int64_t t = 0; t < T; ++t) k.softmax_backward(p + t * T, ds + t * T, ds + t * T, T, t + 1);
+    // dQ = scale dS K; dK = scale dS^T Q.
+    sgemm(T, d.head_size, T, rows(ds, T), rows(key, width), dq, width, 1, k, false, SgemmCausal::a_lower);
+    sgemm(T, d.head_size, T, transposed(ds, T), rows(q, width), dk, width, 1, k, false, SgemmCausal::a_upper);
+    scale_rows(dq, T, d.head_size, width, d.scale);
+    scale_rows(dk, T, d.head_size, width, d.scale);
+  });
+}
+
+}  // namespace loom::kernels::cpu

@@ -1,0 +1,48 @@
+// The AVX2 + FMA variant of the CPU kernel table (dispatch.hpp): the shared kernel bodies over two
+// ymm registers per Vec16, and the GEMM's 6 x 16 micro-kernel (12 ymm accumulators, one broadcast
+// of A and two loads of B per k for 12 FMAs). Everything the target region compiles is either a
+// template over avx2::Vec16 or in namespace avx2, so no symbol is shared with another variant.
+#include <cstdint>
+
+#include "kernels/cpu/dispatch.hpp"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,bmi,bmi2,lzcnt,popcnt")
+
+#include "kernels/cpu/isa_kernels.hpp"
+#include "kernels/cpu/simd/vec16_avx2.hpp"
+
+namespace loom::kernels::cpu {
+
+namespace avx2 {
+
+struct Ymm {
+  using reg = __m256;
+  static constexpr int lanes = 8;
+  static reg zero() { return _mm256_setzero_ps(); }
+  static reg load(const float* p) { return _mm256_load_ps(p); }
+  static reg loadu(const float* p) { return _mm256_loadu_ps(p); }
+  static reg broadcast(const float* p) { return _mm256_broadcast_ss(p); }
+  static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static reg add(reg a, reg b) { return _mm256_add_ps(a, b); }
+  static void storeu(float* p, reg v) { _mm256_storeu_ps(p, v); }
+  static void prefetch(const float* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
+};
+
+constexpr std::int64_t mr = 6, nr = 2 * Ymm::lanes;
+static_assert(mr * nr <= sgemm_max_tile, "the macro-kernel's scratch tile must hold a micro-tile");
+
+}  // namespace avx2
+
+const CpuKernels avx2_kernels = isa::make_table<avx2::Vec16>(
+    CpuIsa::avx2, {avx2::mr, avx2::nr, 72, 4080, isa::sgemm_micro<avx2::Vec16, avx2::Ymm, avx2::mr>,
+                   isa::pack_a<avx2::Vec16, avx2::mr>, isa::pack_b<avx2::Vec16, avx2::nr>});
+
+}  // namespace loom::kernels::cpu
+
+#pragma GCC pop_options
+
+#endif  // __x86_64__

@@ -1,0 +1,423 @@
+// The bodies of the CPU kernel table (dispatch.hpp), written once over a 16-lane float vector V
+// and compiled once per instruction set: isa_<variant>.cpp includes this header inside its
+// `#pragma GCC target` region, after every standard header, so each variant's copy is compiled for
+// its own instructions while the standard library stays baseline code.
+//
+// Rules that keep the variants apart and equal:
+// - Every template here takes V as its first parameter, so each variant's instantiations have names
+//   of their own; a non-template inline function here would be one symbol compiled for several
+//   instruction sets, and the linker could hand a baseline caller the AVX-512 copy.
+// - Every variant performs the same operations in the same order on the same 16 lanes, reduces
+//   lanes in the same tree (V::sum, V::max_lane) and fuses the same multiply-adds, so all of them
+//   produce the same bits.
+#pragma once
+
+#include "kernels/cpu/dispatch.hpp"
+
+namespace loom::kernels::cpu::isa {
+
+// Calls body(offset, count) for consecutive blocks of up to 16 elements covering [0, n).
+template <class V, class Body>
+inline void for_blocks(std::int64_t n, Body&& body) {
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) body(i, 16);
+  if (i < n) body(i, static_cast<int>(n - i));
+}
+
+template <class V>
+inline V load(const float* p, int count) {
+  return count == 16 ? V::load(p) : V::load_partial(p, count);
+}
+// As load, with lanes past the end taken from fill.
+template <class V>
+inline V load_or(const float* p, int count, const V& fill) {
+  return count == 16 ? V::load(p) : V::load_partial_or(p, count, fill);
+}
+template <class V>
+inline void store(const V& v, float* p, int count) {
+  if (count == 16) v.store(p);
+  else v.store_partial(p, count);
+}
+
+// exp(x): Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2, and Cephes' degree-7 polynomial for
+// e^r (about 1 ulp); +inf above the largest finite result, 0 below FLT_MIN's logarithm (results
+// that would be subnormal are flushed), NaN kept.
+template <class V>
+inline V exp(V x) {
+  const V hi = V::broadcast(88.72283172607422f);   // the largest float whose exp is finite
+  const V lo = V::broadcast(-87.33654022216797f);  // about log(FLT_MIN)
+  const V xc = V::min(V::max(x, lo), hi);
+  V n = V::round_even(xc * V::broadcast(1.44269504088896341f));
+  V r = V::fnma(n, V::broadcast(0.693359375f), xc);
+  r = V::fnma(n, V::broadcast(-2.12194440e-4f), r);
+  V p = V::broadcast(1.9875691500e-4f);
+  p = V::fma(p, r, V::broadcast(1.3981999507e-3f));
+  p = V::fma(p, r, V::broadcast(8.3334519073e-3f));
+  p = V::fma(p, r, V::broadcast(4.1665795894e-2f));
+  p = V::fma(p, r, V::broadcast(1.6666665459e-1f));
+  p = V::fma(p, r, V::broadcast(5.0000001201e-1f));
+  const V one = V::broadcast(1.0f);
+  const V y = V::fma(p, r * r, r) + one;
+  // n reaches 128 only near the top of the range: scale by 2 first so 2^n stays representable.
+  const V n_max = V::broadcast(127.0f);
+  const V twice = V::select_gt(n, n_max, V::broadcast(2.0f), one);
+  n = V::min(n, n_max);
+  V result = (y * twice) * V::pow2(n);
+  result = V::select_gt(x, hi, V::broadcast(__builtin_inff()), result);
+  result = V::select_lt(x, lo, V::zero(), result);
+  return V::select_nan(x, x, result);
+}
+
+template <class V>
+void exp_array(const float* x, float* out, std::int64_t n) {
+  for_blocks<V>(n, [&](std::int64_t i, int count) { store(exp<V>(load<V>(x + i, count)), out + i, count); });
+}
+
+// GELU (tanh approximation) as x sigmoid(2z), z = sqrt(2/pi) (x + 0.044715 x^3), and its
+// derivative s + 2 x s (1 - s) dz/dx with s = sigmoid(2z); the operations of loom::kernels::gelu_tanh.
+template <class V>
+inline V gelu(V x) {
+  const V z = V::broadcast(0.7978845608028654f) * (x + V::broadcast(0.044715f) * x * x * x);
+  return x / (V::broadcast(1.0f) + exp<V>(V::broadcast(-2.0f) * z));
+}
+
+template <class V>
+inline V gelu_grad(V x) {
+  const V k = V::broadcast(0.7978845608028654f), one = V::broadcast(1.0f);
+  const V z = k * (x + V::broadcast(0.044715f) * x * x * x);
+  const V s = one / (one + exp<V>(V::broadcast(-2.0f) * z));
+  const V dz = k * (one + V::broadcast(3.0f * 0.044715f) * x * x);
+  return s + V::broadcast(2.0f) * x * s * (one - s) * dz;
+}
+
+template <class V>
+void gelu_forward(const float* x, float* out, std::int64_t n) {
+  for_blocks<V>(n, [&](std::int64_t i, int count) { store(gelu<V>(load<V>(x + i, count)), out + i, count); });
+}
+
+template <class V>
+void gelu_backward(const float* x, const float* dout, float* dx, std::int64_t n) {
+  for_blocks<V>(n, [&](std::int64_t i, int count) {
+    store(load<V>(dout + i, count) * gelu_grad<V>(load<V>(x + i, count)), dx + i, count);
+  });
+}
+
+template <class V>
+void add(const float* a, const float* b, float* out, std::int64_t n) {
+  for_blocks<V>(n, [&](std::int64_t i, int count) { store(load<V>(a + i, count) + load<V>(b + i, count), out + i, count); });
+}
+
+template <class V>
+void epilogue_row(const EpilogueRow& row) {
+  const V alpha = V::broadcast(row.alpha), beta = V::broadcast(row.beta);
+  for_blocks<V>(row.n, [&](std::int64_t i, int count) {
+    V v = alpha * load<V>(row.product + i, count);
+    if (row.c) v = v + beta * load<V>(row.c + i, count);
+    if (row.bias) v = v + load<V>(row.bias + i, count);
+    if (row.gelu) {
+      if (row.pre) store(v, row.pre + i, count);
+      v = gelu<V>(v);
+    }
+    store(v, row.out + i, count);
+  });
+}
+
+// sum(x), 16 lane sums reduced in the fixed tree.
+template <class V>
+inline float sum(const float* x, std::int64_t n) {
+  V acc = V::zero();
+  for_blocks<V>(n, [&](std::int64_t i, int count) { acc = acc + load<V>(x + i, count); });
+  return acc.sum();
+}
+
+template <class V>
+void layernorm_forward(const float* x, const float* weight, const float* bias, float* out, float* mean, float* rstd,
+                       std::int64_t rows, std::int64_t channels, float eps) {
+  const auto c = static_cast<float>(channels);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * channels;
+    float* o = out + r * channels;
+    const float m = sum<V>(row, channels) / c;
+    const V mv = V::broadcast(m);
+    V squares = V::zero();
+    for_blocks<V>(channels, [&](std::int64_t i, int count) {
+      const V d = load_or<V>(row + i, count, mv) - mv;  // 0 past the row's end
+      squares = V::fma(d, d, squares);
+    });
+    const float s = 1.0f / __builtin_sqrtf(squares.sum() / c + eps);
+    const V sv = V::broadcast(s);
+    for_blocks<V>(channels, [&](std::int64_t i, int count) {
+      const V norm = (load<V>(row + i, count) - mv) * sv;
+      store(norm * load<V>(weight + i, count) + load<V>(bias + i, count), o + i, count);
+    });
+    mean[r] = m;
+    rstd[r] = s;
+  }
+}
+
+template <class V>
+void layernorm_backward(const float* dout, const float* x, const float* weight, const float* mean, const float* rstd,
+                        float* dx, std::int64_t rows, std::int64_t channels) {
+  const auto c = static_cast<float>(channels);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * channels;
+    const float* gr = dout + r * channels;
+    const V mv = V::broadcast(mean[r]), sv = V::broadcast(rstd[r]);
+    V dnorm_sum = V::zero(), dnorm_norm_sum = V::zero();
+    for_blocks<V>(channels, [&](std::int64_t i, int count) {
+      // Past the row's end the loads are 0, so dnorm is 0 and both sums gain +-0.
+      const V norm = (load<V>(xr + i, count) - mv) * sv;
+      const V dnorm = load<V>(gr + i, count) * load<V>(weight + i, count);
+      dnorm_sum = dnorm_sum + dnorm;
+      dnorm_norm_sum = V::fma(dnorm, norm, dnorm_norm_sum);
+    });
+    const V dnorm_mean = V::broadcast(dnorm_sum.sum() / c), dnorm_norm_mean = V::broadcast(dnorm_norm_sum.sum() / c);
+    float* o = dx + r * channels;
+    for_blocks<V>(channels, [&](std::int64_t i, int count) {
+      const V norm = (load<V>(xr + i, count) - mv) * sv;
+      const V dnorm = load<V>(gr + i, count) * load<V>(weight + i, count);
+      store((dnorm - dnorm_mean - norm * dnorm_norm_mean) * sv, o + i, count);
+    });
+  }
+}
+
+template <class V>
+void layernorm_param_grads(const float* dout, const float* x, const float* mean, const float* rstd, std::int64_t rows,
+                           std::int64_t stride, std::int64_t count, float* dweight, float* dbias) {
+  for_blocks<V>(count, [&](std::int64_t i, int lanes) {
+    V dw = V::zero(), db = V::zero();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const V g = load<V>(dout + r * stride + i, lanes);
+      const V norm = (load<V>(x + r * stride + i, lanes) - V::broadcast(mean[r])) * V::broadcast(rstd[r]);
+      dw = V::fma(norm, g, dw);
+      db = db + g;
+    }
+    store(dw, dweight + i, lanes);
+    store(db, dbias + i, lanes);
+  });
+}
+
+// max(scale x[0, n)), n >= 1, scale > 0, lanes past the end filled with -inf.
+template <class V>
+inline float max_of(const float* x, std::int64_t n, float scale = 1.0f) {
+  const V minus_inf = V::broadcast(-__builtin_inff()), sv = V::broadcast(scale);
+  V acc = minus_inf;
+  for_blocks<V>(n, [&](std::int64_t i, int count) { acc = V::max(acc, load_or<V>(x + i, count, minus_inf) * sv); });
+  return acc.max_lane();
+}
+
+// sum of exp(scale x[j] - m) for j < n, lanes past the end exp(-inf) = 0; each exp also stored into
+// out[j] when out is not null (out may be x). scale > 0.
+template <class V>
+inline float exp_shifted(const float* x, float* out, std::int64_t n, float m, float scale = 1.0f) {
+  const V mv = V::broadcast(m), minus_inf = V::broadcast(-__builtin_inff()), sv = V::broadcast(scale);
+  V total = V::zero();
+  for_blocks<V>(n, [&](std::int64_t i, int count) {
+    const V e = exp<V>(load_or<V>(x + i, count, minus_inf) * sv - mv);
+    if (out) store(e, out + i, count);
+    total = total + e;
+  });
+  return total.sum();
+}
+
+template <class V>
+inline void scale(float* x, std::int64_t n, float factor) {
+  const V f = V::broadcast(factor);
+  for_blocks<V>(n, [&](std::int64_t i, int count) { store(load<V>(x + i, count) * f, x + i, count); });
+}
+
+template <class V>
+void softmax_forward(const float* x, float* out, std::int64_t n, std::int64_t kept, float x_scale) {
+  if (kept > 0) {
+    const float total = exp_shifted<V>(x, out, kept, max_of<V>(x, kept, x_scale), x_scale);
+    scale<V>(out, kept, 1.0f / total);
+  }
+  for (std::int64_t j = kept; j < n; ++j) out[j] = 0.0f;
+}
+
+template <class V>
+void softmax_backward(const float* y, const float* dy, float* dx, std::int64_t n, std::int64_t kept) {
+  V dot = V::zero();
+  for_blocks<V>(kept, [&](std::int64_t i, int count) { dot = V::fma(load<V>(y + i, count), load<V>(dy + i, count), dot); });
+  const V d = V::broadcast(dot.sum());
+  for_blocks<V>(kept, [&](std::int64_t i, int count) {
+    store(load<V>(y + i, count) * (load<V>(dy + i, count) - d), dx + i, count);
+  });
+  for (std::int64_t j = kept; j < n; ++j) dx[j] = 0.0f;
+}
+
+// log(sum(exp(row))) - row[target]: the sum of exp(row - max) without storing it.
+template <class V>
+float cross_entropy_forward(const float* row, std::int64_t vocab, std::int64_t target) {
+  const float m = max_of<V>(row, vocab);
+  return m + __builtin_logf(exp_shifted<V>(row, nullptr, vocab, m)) - row[target];
+}
+
+template <class V>
+void cross_entropy_backward(const float* row, float* out, std::int64_t vocab, std::int64_t target, float dloss) {
+  const float m = max_of<V>(row, vocab);
+  const float total = exp_shifted<V>(row, out, vocab, m);
+  const float e_target = out[target];
+  scale<V>(out, vocab, dloss / total);
+  out[target] = e_target * (dloss / total) - dloss;
+}
+
+template <class V>
+void adamw(float* param, float* m, float* v, const float* grad, std::int64_t n, const AdamWConstants& c) {
+  const V beta1 = V::broadcast(c.beta1), beta2 = V::broadcast(c.beta2);
+  const V one_minus_beta1 = V::broadcast(1.0f - c.beta1), one_minus_beta2 = V::broadcast(1.0f - c.beta2);
+  const V bias1 = V::broadcast(c.bias_correction1), bias2 = V::broadcast(c.bias_correction2);
+  const V lr = V::broadcast(c.lr), eps = V::broadcast(c.eps), decay = V::broadcast(c.decay);
+  const V grad_scale = V::broadcast(c.grad_scale);
+  for_blocks<V>(n, [&](std::int64_t i, int count) {
+    const V g = load<V>(grad + i, count) * grad_scale;
+    const V mi = beta1 * load<V>(m + i, count) + one_minus_beta1 * g;
+    const V vi = beta2 * load<V>(v + i, count) + one_minus_beta2 * g * g;
+    const V p = load<V>(param + i, count);
+    store(mi, m + i, count);
+    store(vi, v + i, count);
+    store(p - decay * p - lr * (mi / bias1) / (V::sqrt(vi / bias2) + eps), param + i, count);
+  });
+}
+
+// Plain loops over 16 double lanes, which the compiler vectorizes for each variant's registers;
+// the lanes are reduced in V's tree.
+template <class V>
+double sum_of_squares(const float* x, std::int64_t n) {
+  double lanes[16] = {};
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int l = 0; l < 16; ++l) lanes[l] += static_cast<double>(x[i + l]) * static_cast<double>(x[i + l]);
+  }
+  for (int l = 0; i + l < n; ++l) lanes[l] += static_cast<double>(x[i + l]) * static_cast<double>(x[i + l]);
+  for (int l = 0; l < 8; ++l) lanes[l] += lanes[l + 8];
+  for (int l = 0; l < 4; ++l) lanes[l] += lanes[l + 4];
+  for (int l = 0; l < 2; ++l) lanes[l] += lanes[l + 2];
+  return lanes[0] + lanes[1];
+}
+
+template <class V>
+void column_sums(const float* a, std::int64_t rows, std::int64_t cols, std::int64_t ld, double* sums) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* row = a + r * ld;
+    for (std::int64_t j = 0; j < cols; ++j) sums[j] += static_cast<double>(row[j]);
+  }
+}
+
+// The GEMM engine's packing (see SgemmKernels): reads run along the operand's contiguous direction;
+// where that is across the packed layout, V::transpose_rows transposes in registers.
+template <class V, std::int64_t MR>
+void pack_a(std::int64_t rows, std::int64_t kc, const float* a, std::int64_t rs, std::int64_t cs, float* dst) {
+  if (rs == 1 && MR <= 16) {
+    // m contiguous: each depth p is one contiguous run over all the block's rows, copied into every
+    // sliver in turn. Whole 16-lane stores (lanes past the sliver's rows are zeros) run into the
+    // rows of the next `reach` depths, which are written after; the last depths store only their rows.
+    constexpr std::int64_t reach = (16 - MR + MR - 1) / MR;
+    for (std::int64_t p = 0; p < kc; ++p) {
+      const float* src = a + p * cs;
+      for (std::int64_t i0 = 0; i0 < rows; i0 += MR) {
+        const int live = static_cast<int>(rows - i0 < MR ? rows - i0 : MR);
+        const V v = V::load_partial(src + i0, live);
+        float* out = dst + i0 * kc + p * MR;
+        if (p + reach < kc) v.store(out);
+        else v.store_partial(out, static_cast<int>(MR));
+      }
+    }
+    return;
+  }
+  for (std::int64_t i0 = 0; i0 < rows; i0 += MR, dst += MR * kc) {
+    const std::int64_t live = rows - i0 < MR ? rows - i0 : MR;
+    if (cs == 1) {
+      V::template transpose_rows<MR>(live, kc, a + i0 * rs, rs, dst);
+      continue;
+    }
+    for (std::int64_t p = 0; p < kc; ++p) {
+      for (std::int64_t r = 0; r < MR; ++r) dst[p * MR + r] = r < live ? a[(i0 + r) * rs + p * cs] : 0.0f;
+    }
+  }
+}
+
+template <class V, std::int64_t NR>
+void pack_b(std::int64_t kc, std::int64_t cols, const float* b, std::int64_t rs, std::int64_t cs, float* dst) {
+  if (rs == 1 && cs != 1) {
+    V::template transpose_rows<NR>(cols, kc, b, cs, dst);
+    return;
+  }
+  for (std::int64_t p = 0; p < kc; ++p) {
+    const float* src = b + p * rs;
+    float* out = dst + p * NR;
+    if (cols == NR && cs == 1) {
+      for (std::int64_t j = 0; j < NR; ++j) out[j] = src[j];
+    } else {
+      for (std::int64_t j = 0; j < cols; ++j) out[j] = src[j * cs];
+      for (std::int64_t j = cols; j < NR; ++j) out[j] = 0.0f;
+    }
+  }
+}
+
+// The GEMM micro-kernel over a register type R (one ymm or zmm: R::lanes floats, R::zero, load,
+// broadcast, fma, add, store): an MR x (2 R::lanes) block of C in 2 MR accumulators, one broadcast of
+// A and two loads of B per k, each element summed over k in order with fused multiply-adds.
+template <class V, class R, int MR>
+void sgemm_micro(std::int64_t kc, const float* packed_a, const float* packed_b, float* c, std::int64_t ldc,
+                 bool accumulate) {
+  constexpr int lanes = R::lanes, nr = 2 * R::lanes;
+  typename R::reg acc[MR][2];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+    acc[i][0] = acc[i][1] = R::zero();
+    // Bring C towards L1 while the k loop runs; it is only touched at the end.
+    R::prefetch(c + i * ldc);
+    R::prefetch(c + i * ldc + nr - 1);
+  }
+  const float* pa = packed_a;
+  const float* pb = packed_b;
+  for (std::int64_t k = 0; k < kc; ++k) {
+    R::prefetch(pb + 8 * nr);
+    const typename R::reg b0 = R::load(pb), b1 = R::load(pb + lanes);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const typename R::reg a = R::broadcast(pa + i);
+      acc[i][0] = R::fma(a, b0, acc[i][0]);
+      acc[i][1] = R::fma(a, b1, acc[i][1]);
+    }
+    pa += MR;
+    pb += nr;
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+    float* row = c + i * ldc;
+    if (accumulate) {
+      acc[i][0] = R::add(R::loadu(row), acc[i][0]);
+      acc[i][1] = R::add(R::loadu(row + lanes), acc[i][1]);
+    }
+    R::storeu(row, acc[i][0]);
+    R::storeu(row + lanes, acc[i][1]);
+  }
+}
+
+// A variant's table: its GEMM kernels and the bodies above instantiated for its V.
+template <class V>
+constexpr CpuKernels make_table(CpuIsa isa, const SgemmKernels& sgemm) {
+  CpuKernels k;
+  k.isa = isa;
+  k.sgemm = sgemm;
+  k.exp = exp_array<V>;
+  k.gelu_forward = gelu_forward<V>;
+  k.gelu_backward = gelu_backward<V>;
+  k.add = add<V>;
+  k.epilogue_row = epilogue_row<V>;
+  k.layernorm_forward = layernorm_forward<V>;
+  k.layernorm_backward = layernorm_backward<V>;
+  k.layernorm_param_grads = layernorm_param_grads<V>;
+  k.softmax_forward = softmax_forward<V>;
+  k.softmax_backward = softmax_backward<V>;
+  k.cross_entropy_forward = cross_entropy_forward<V>;
+  k.cross_entropy_backward = cross_entropy_backward<V>;
+  k.adamw = adamw<V>;
+  k.sum_of_squares = sum_of_squares<V>;
+  k.column_sums = column_sums<V>;
+  return k;
+}
+
+}  // namespace loom::kernels::cpu::isa

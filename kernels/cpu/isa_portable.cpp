@@ -1,0 +1,39 @@
+// The portable variant of the CPU kernel table (dispatch.hpp): the shared kernel bodies over a
+// 16-float array, compiled for the build's baseline (x86-64, or any other CPU), and a 6 x 16 GEMM
+// micro-kernel of std::fma, which rounds as the FMA instructions do.
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/isa_kernels.hpp"
+#include "kernels/cpu/simd/vec16_portable.hpp"
+
+namespace loom::kernels::cpu {
+
+namespace portable {
+
+constexpr std::int64_t mr = 6, nr = 16;
+static_assert(mr * nr <= sgemm_max_tile, "the macro-kernel's scratch tile must hold a micro-tile");
+
+void sgemm_micro(std::int64_t kc, const float* packed_a, const float* packed_b, float* c, std::int64_t ldc,
+                 bool accumulate) {
+  float acc[mr][nr] = {};
+  for (std::int64_t p = 0; p < kc; ++p) {
+    const float* a = packed_a + p * mr;
+    const float* b = packed_b + p * nr;
+    for (std::int64_t i = 0; i < mr; ++i) {
+      for (std::int64_t j = 0; j < nr; ++j) acc[i][j] = std::fma(a[i], b[j], acc[i][j]);
+    }
+  }
+  for (std::int64_t i = 0; i < mr; ++i) {
+    for (std::int64_t j = 0; j < nr; ++j) c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
+  }
+}
+
+}  // namespace portable
+
+const CpuKernels portable_kernels = isa::make_table<portable::Vec16>(
+    CpuIsa::portable, {portable::mr, portable::nr, 72, 4080, portable::sgemm_micro,
+                       isa::pack_a<portable::Vec16, portable::mr>, isa::pack_b<portable::Vec16, portable::nr>});
+
+}  // namespace loom::kernels::cpu

@@ -1,0 +1,225 @@
+// The CPU kernel variants (kernels/cpu/dispatch.hpp): every variant this CPU can run computes the
+// same bits as the portable one for every table entry, on random data with every tail length and
+// on special values; the vector exp is within 2 ulp of fp64; and the variant is chosen from what the
+// CPU supports, or LOOM_CPU_ISA, with a named error for anything else.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/dispatch.hpp"
+#include "loom/core/error.hpp"
+#include "loom/kernels/cpu_isa.hpp"
+#include "support/tensor_checks.hpp"
+
+using loom::kernels::CpuIsa;
+using loom::kernels::supported_cpu_isas;
+using loom::kernels::cpu::cpu_kernels;
+using loom::kernels::cpu::CpuKernels;
+
+namespace {
+
+std::vector<float> random_floats(std::int64_t n, std::mt19937& rng, float scale = 3.0f) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Bitwise equality, so NaNs and signed zeros count.
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// The variants other than portable that this CPU runs.
+std::vector<CpuIsa> vector_variants() {
+  std::vector<CpuIsa> out;
+  for (CpuIsa isa : supported_cpu_isas()) {
+    if (isa != CpuIsa::portable) out.push_back(isa);
+  }
+  return out;
+}
+
+// Calls check(kernels, reference) for every vector variant and element counts covering every tail.
+template <class Check>
+void for_variants_and_sizes(Check&& check) {
+  const CpuKernels& reference = cpu_kernels(CpuIsa::portable);
+  for (CpuIsa isa : vector_variants()) {
+    for (std::int64_t n : {1, 2, 7, 15, 16, 17, 31, 32, 33, 47, 64, 67, 130, 768}) {
+      INFO(to_string(isa) << ", n = " << n);
+      check(cpu_kernels(isa), reference, n);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the CPU reports its kernel variants and the active one is the best unless LOOM_CPU_ISA says otherwise",
+          "[kernels][isa]") {
+  const std::vector<CpuIsa> supported = supported_cpu_isas();
+  REQUIRE(!supported.empty());
+  REQUIRE(supported.front() == CpuIsa::portable);
+  INFO("this CPU: " << to_string(supported.back()) << ", active: " << to_string(loom::kernels::active_cpu_isa()));
+  REQUIRE(loom::kernels::select_cpu_isa("") == supported.back());
+  for (CpuIsa isa : supported) {
+    REQUIRE(loom::kernels::select_cpu_isa(to_string(isa)) == isa);
+    REQUIRE(cpu_kernels(isa).isa == isa);
+  }
+  REQUIRE(loom::kernels::parse_cpu_isa("avx2") == CpuIsa::avx2);
+  REQUIRE_THROWS_MATCHES(loom::kernels::select_cpu_isa("sse9"), loom::Error,
+                         loom::test::IsError(loom::ErrorCategory::invalid_argument,
+                                             {"unknown CPU instruction set 'sse9'; use portable, avx2 or avx512"}));
+  for (CpuIsa isa : {CpuIsa::avx2, CpuIsa::avx512}) {
+    if (loom::kernels::cpu_supports(isa)) continue;
+    REQUIRE_THROWS_MATCHES(loom::kernels::select_cpu_isa(to_string(isa)), loom::Error,
+                           loom::test::IsError(loom::ErrorCategory::invalid_argument, {"this CPU supports only"}));
+    REQUIRE_THROWS_MATCHES(cpu_kernels(isa), loom::Error,
+                           loom::test::IsError(loom::ErrorCategory::invalid_argument, {"cannot run here"}));
+  }
+}
+
+TEST_CASE("the vector exp is within 2 ulp of fp64 and handles the edges of the float range", "[kernels][isa]") {
+  std::vector<float> x;
+  for (float v = -87.3f; v < 88.72f; v += 0.0137f) x.push_back(v);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> small(-1.0f, 1.0f);
+  for (int i = 0; i < 2000; ++i) x.push_back(small(rng) * 1e-3f);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> edges = {0.0f, -0.0f, 88.72283172607422f, 88.72283935546875f, 89.0f, 1e30f, inf,
+                                    -87.33654022216797f, -87.34f, -103.0f, -1e30f, -inf, nan};
+  x.insert(x.end(), edges.begin(), edges.end());
+  for (CpuIsa isa : supported_cpu_isas()) {
+    INFO(to_string(isa));
+    std::vector<float> out(x.size());
+    cpu_kernels(isa).exp(x.data(), out.data(), static_cast<std::int64_t>(x.size()));
+    for (std::size_t i = 0; i + edges.size() < x.size(); ++i) {
+      const double exact = std::exp(static_cast<double>(x[i]));
+      INFO("exp(" << x[i] << ") = " << out[i] << ", fp64 " << exact);
+      REQUIRE(std::fabs(out[i] - exact) <= 2.0 * std::ldexp(1.0, std::ilogb(exact) - 23));
+    }
+    const std::size_t e = x.size() - edges.size();
+    REQUIRE(out[e] == 1.0f);
+    REQUIRE(out[e + 1] == 1.0f);
+    REQUIRE(std::isfinite(out[e + 2]));
+    REQUIRE(out[e + 2] > 3.4e38f);
+    REQUIRE(out[e + 3] == inf);
+    REQUIRE(out[e + 4] == inf);
+    REQUIRE(out[e + 5] == inf);
+    REQUIRE(out[e + 6] == inf);
+    REQUIRE(out[e + 7] > 0.0f);
+    REQUIRE(out[e + 8] == 0.0f);  // below FLT_MIN: flushed
+    REQUIRE(out[e + 9] == 0.0f);
+    REQUIRE(out[e + 10] == 0.0f);
+    REQUIRE(out[e + 11] == 0.0f);
+    REQUIRE(std::isnan(out[e + 12]));
+  }
+}
+
+TEST_CASE("every CPU kernel variant computes the portable variant's bits: elementwise and epilogue",
+          "[kernels][isa]") {
+  std::mt19937 rng(21);
+  for_variants_and_sizes([&](const CpuKernels& k, const CpuKernels& ref, std::int64_t n) {
+    std::vector<float> x = random_floats(n, rng, 40.0f), y = random_floats(n, rng);
+    x[0] = std::numeric_limits<float>::quiet_NaN();
+    if (n > 2) x[2] = -std::numeric_limits<float>::infinity();
+    auto run = [&](const CpuKernels& kernels) {
+      std::vector<float> e(x.size()), g(x.size()), dg(x.size()), sum(x.size()), out(x.size()), pre(x.size());
+      kernels.exp(x.data(), e.data(), n);
+      kernels.gelu_forward(x.data(), g.data(), n);
+      kernels.gelu_backward(x.data(), y.data(), dg.data(), n);
+      kernels.add(x.data(), y.data(), sum.data(), n);
+      kernels.epilogue_row({x.data(), y.data(), 0.5f, 2.0f, y.data(), pre.data(), out.data(), n, true});
+      std::vector<float> plain(x.size());
+      kernels.epilogue_row({x.data(), nullptr, 1.0f, 0.0f, y.data(), nullptr, plain.data(), n, false});
+      return std::vector<std::vector<float>>{e, g, dg, sum, out, pre, plain};
+    };
+    const auto got = run(k), expected = run(ref);
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO("output " << i);
+      REQUIRE(same_bits(got[i], expected[i]));
+    }
+  });
+}
+
+TEST_CASE("every CPU kernel variant computes the portable variant's bits: LayerNorm, softmax, cross-entropy",
+          "[kernels][isa]") {
+  std::mt19937 rng(22);
+  for_variants_and_sizes([&](const CpuKernels& k, const CpuKernels& ref, std::int64_t channels) {
+    const std::int64_t rows = 5;
+    const std::vector<float> x = random_floats(rows * channels, rng), g = random_floats(rows * channels, rng);
+    const std::vector<float> w = random_floats(channels, rng), b = random_floats(channels, rng);
+    auto layernorm = [&](const CpuKernels& kernels) {
+      std::vector<float> out(x.size()), mean(rows), rstd(rows), dx(x.size()), dw(w.size()), db(w.size());
+      kernels.layernorm_forward(x.data(), w.data(), b.data(), out.data(), mean.data(), rstd.data(), rows, channels,
+                                1e-5f);
+      kernels.layernorm_backward(g.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(), rows, channels);
+      kernels.layernorm_param_grads(g.data(), x.data(), mean.data(), rstd.data(), rows, channels, channels, dw.data(),
+                                    db.data());
+      return std::vector<std::vector<float>>{out, mean, rstd, dx, dw, db};
+    };
+    const auto ln = layernorm(k), ln_ref = layernorm(ref);
+    for (std::size_t i = 0; i < ln.size(); ++i) {
+      INFO("LayerNorm output " << i);
+      REQUIRE(same_bits(ln[i], ln_ref[i]));
+    }
+    auto softmax = [&](const CpuKernels& kernels) {
+      std::vector<float> p(x.size()), dp(x.size()), scaled(x.size()), dscaled(x.size());
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::int64_t kept = channels - r > 0 ? channels - r : 1;
+        kernels.softmax_forward(x.data() + r * channels, p.data() + r * channels, channels, channels, 1.0f);
+        kernels.softmax_backward(p.data() + r * channels, g.data() + r * channels, dp.data() + r * channels, channels,
+                                 channels);
+        kernels.softmax_forward(x.data() + r * channels, scaled.data() + r * channels, channels, kept, 0.125f);
+        kernels.softmax_backward(scaled.data() + r * channels, g.data() + r * channels, dscaled.data() + r * channels,
+                                 channels, kept);
+      }
+      return std::vector<std::vector<float>>{p, dp, scaled, dscaled};
+    };
+    const auto sm = softmax(k), sm_ref = softmax(ref);
+    for (std::size_t i = 0; i < sm.size(); ++i) {
+      INFO("softmax output " << i);
+      REQUIRE(same_bits(sm[i], sm_ref[i]));
+    }
+    for (std::int64_t target : {std::int64_t{0}, channels / 2, channels - 1}) {
+      INFO("target " << target);
+      REQUIRE(same_bits(k.cross_entropy_forward(x.data(), channels, target),
+                        ref.cross_entropy_forward(x.data(), channels, target)));
+      std::vector<float> d(x.begin(), x.begin() + channels), d_ref = d;
+      k.cross_entropy_backward(d.data(), d.data(), channels, target, 0.25f);  // in place, as the model does
+      ref.cross_entropy_backward(d_ref.data(), d_ref.data(), channels, target, 0.25f);
+      REQUIRE(same_bits(d, d_ref));
+    }
+  });
+}
+
+TEST_CASE("every CPU kernel variant computes the portable variant's bits: AdamW and gradient sums",
+          "[kernels][isa]") {
+  std::mt19937 rng(23);
+  for_variants_and_sizes([&](const CpuKernels& k, const CpuKernels& ref, std::int64_t n) {
+    const std::vector<float> grad = random_floats(n, rng), p0 = random_floats(n, rng), m0 = random_floats(n, rng);
+    std::vector<float> v0 = random_floats(n, rng);
+    for (float& v : v0) v = v * v;
+    const loom::kernels::cpu::AdamWConstants c{0.9f, 0.95f, 0.19f, 0.0975f, 3e-4f, 1e-8f, 3e-5f, 0.7f};
+    auto adamw = [&](const CpuKernels& kernels) {
+      std::vector<float> p = p0, m = m0, v = v0;
+      kernels.adamw(p.data(), m.data(), v.data(), grad.data(), n, c);
+      return std::vector<std::vector<float>>{p, m, v};
+    };
+    const auto got = adamw(k), expected = adamw(ref);
+    for (std::size_t i = 0; i < got.size(); ++i) REQUIRE(same_bits(got[i], expected[i]));
+    REQUIRE(same_bits(k.sum_of_squares(grad.data(), n), ref.sum_of_squares(grad.data(), n)));
+    const std::int64_t rows = 3;
+    const std::vector<float> a = random_floats(rows * (n + 1), rng);
+    std::vector<double> sums(static_cast<std::size_t>(n), 0.5), sums_ref = sums;
+    k.column_sums(a.data(), rows, n, n + 1, sums.data());
+    ref.column_sums(a.data(), rows, n, n + 1, sums_ref.data());
+    for (std::int64_t j = 0; j < n; ++j) REQUIRE(same_bits(sums[static_cast<std::size_t>(j)], sums_ref[static_cast<std::size_t>(j)]));
+  });
+}
