@@ -6,11 +6,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <string>
 #include <thread>
 
 #include "loom/core/build_info.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/gpu_info.hpp"
+#include "loom/kernels/cpu_isa.hpp"
 
 namespace loom::bench {
 
@@ -43,6 +45,10 @@ std::vector<double> interleaved_median_seconds(const std::vector<std::function<v
   for (int r = 0; r < repeats; ++r) {
     for (std::size_t i = 0; i < contenders.size(); ++i) {
       std::this_thread::sleep_for(pause);
+      // One untimed call first: the pause put this contender's worker threads to sleep too, and on a
+      // virtual machine an idle core can take ~10 ms to wake, which one call of a few ms would
+      // measure instead of the GEMM.
+      contenders[i]();
       const auto start = std::chrono::steady_clock::now();
       contenders[i]();
       samples[i].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -51,6 +57,29 @@ std::vector<double> interleaved_median_seconds(const std::vector<std::function<v
   std::vector<double> medians;
   for (auto& s : samples) medians.push_back(median(std::move(s)));
   return medians;
+}
+
+namespace {
+
+// The CPU's model name from /proc/cpuinfo ("unknown" elsewhere).
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(std::min(line.size(), colon + 2));
+    }
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+nlohmann::json cpu_description() {
+  nlohmann::json supported = nlohmann::json::array();
+  for (kernels::CpuIsa isa : kernels::supported_cpu_isas()) supported.push_back(kernels::to_string(isa));
+  return {{"model", cpu_model()}, {"kernels", kernels::to_string(kernels::active_cpu_isa())}, {"supported", supported}};
 }
 
 nlohmann::json make_record(const std::string& benchmark, const nlohmann::json& config) {
@@ -66,7 +95,8 @@ nlohmann::json make_record(const std::string& benchmark, const nlohmann::json& c
   }
   return {{"benchmark", benchmark},
           {"commit", commit != nullptr ? commit : LOOM_CONFIGURE_COMMIT},
-          {"machine", {{"host", host}, {"cpus", std::thread::hardware_concurrency()}, {"gpus", gpus},
+          {"machine", {{"host", host}, {"cpus", std::thread::hardware_concurrency()}, {"cpu", cpu_description()},
+                       {"gpus", gpus},
                        {"build", to_string(build_info())}}},
           {"config", config},
           {"rows", nlohmann::json::array()}};

@@ -21,12 +21,16 @@ double median_seconds(const std::function<void()>& fn, int repeats, const Stream
 
 // Host-timed medians of several contenders run round-robin (one call each per round, after one
 // warm-up round), so that a noisy machine slows them all alike. Seconds, in the order given. A
-// pause before each call lets the previous contender's spinning worker threads (OpenMP, OpenBLAS)
-// go to sleep, so that they do not steal cores from the next one.
+// pause before each contender's turn lets the previous contender's spinning worker threads (OpenMP,
+// OpenBLAS) go to sleep, so that they do not steal cores from the next one; an untimed call then
+// wakes the contender's own threads before the timed one.
 std::vector<double> interleaved_median_seconds(const std::vector<std::function<void()>>& contenders, int repeats,
                                                std::chrono::milliseconds pause = std::chrono::milliseconds(0));
 
-// {"benchmark", "commit", "machine": {host, cpus, gpus, build}, "config", "rows"}
+// The CPU and its kernel variants: {"model", "kernels" (the active variant), "supported"}.
+nlohmann::json cpu_description();
+
+// {"benchmark", "commit", "machine": {host, cpus, cpu, gpus, build}, "config", "rows"}
 nlohmann::json make_record(const std::string& benchmark, const nlohmann::json& config);
 
 // Writes record to path (pretty-printed); throws an io loom::Error when it cannot.

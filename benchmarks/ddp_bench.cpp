@@ -12,13 +12,16 @@
 //
 // Run without a launcher, it starts one `mpirun -np N` job per configuration (ranks x OpenMP
 // threads, threads = cores / ranks, at least 1; --bind-to none) of itself in worker mode and
-// collects their JSON. Run under a launcher, it measures that job only.
+// collects their JSON. Run under a launcher, it measures that job only. On the CPU, each rank count
+// of the first workload is also run by PyTorch (DistributedDataParallel over gloo, the same ranks,
+// threads, model and batch; benchmarks/peers/torch_gpt.py, when python3-torch is installed; --peer).
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -26,6 +29,7 @@
 
 #include "bench_report.hpp"
 #include "ddp_worker.hpp"
+#include "torch_peer.hpp"
 #include "loom/comm/launch.hpp"
 #include "loom/comm/mpi.hpp"
 #include "loom/core/build_info.hpp"
@@ -39,7 +43,7 @@ struct Options {
   int cores = static_cast<int>(std::thread::hardware_concurrency());
   int steps = 20, warmup = 3;
   double bucket_mb = 25;
-  std::string device = "cpu", precision = "fp32", json_path, worker_json;
+  std::string device = "cpu", precision = "fp32", json_path, worker_json, peer = "auto";
   bool worker = false;
 };
 
@@ -99,19 +103,42 @@ nlohmann::json launch_job(const Options& o, const std::string& workload, int ran
   return rows;
 }
 
+// PyTorch's tokens/s for this job's configuration, into the row (torch_tokens_per_s, vs_torch).
+void add_torch_peer(const Options& o, const std::string& workload, nlohmann::json& row, std::string& why_not) {
+  loom::bench::TorchPeerRequest request;
+  const loom::bench::DdpWorkload w = workload_for(o, workload);
+  request.model = w.model;
+  request.batch = w.batch;
+  request.steps = o.steps;
+  request.warmup = o.warmup;
+  request.ranks = row["ranks"].get<int>();
+  request.threads = row["threads_per_rank"].get<int>();
+  const std::optional<nlohmann::json> peer = loom::bench::run_torch_peer(request, why_not);
+  if (!peer) return;
+  row["torch"] = (*peer)["torch"];
+  row["torch_tokens_per_s"] = (*peer)["tokens_per_s"];
+  row["vs_torch"] = row["tokens_per_s"].get<double>() / (*peer)["tokens_per_s"].get<double>();
+}
+
 void print_table(const nlohmann::json& rows, double baseline_tokens_per_s) {
-  std::printf("\n%-13s %5s %7s %9s %10s %10s %9s %10s %7s %10s %9s\n", "workload", "ranks", "threads", "step ms",
-              "compute ms", "exposed ms", "sync wait", "comm ms", "hidden", "tok/s", "vs 1 rank");
+  std::printf("\n%-13s %5s %7s %9s %10s %10s %9s %10s %7s %10s %9s %11s %8s\n", "workload", "ranks", "threads",
+              "step ms", "compute ms", "exposed ms", "sync wait", "comm ms", "hidden", "tok/s", "vs 1 rank",
+              "torch tok/s", "vs torch");
   for (const auto& r : rows) {
     const bool against_baseline = r["workload"] == rows.front()["workload"] && baseline_tokens_per_s > 0;
     const std::string versus =
         against_baseline ? std::to_string(static_cast<int>(100 * r["tokens_per_s"].get<double>() / baseline_tokens_per_s + 0.5)) + "%" : "-";
-    std::printf("%-13s %5d %7d %9.2f %10.2f %10.3f %9.3f %10.3f %6.0f%% %10.0f %9s\n",
+    char torch[32] = "-", versus_torch[32] = "-";
+    if (r.contains("torch_tokens_per_s")) {
+      std::snprintf(torch, sizeof(torch), "%.0f", r["torch_tokens_per_s"].get<double>());
+      std::snprintf(versus_torch, sizeof(versus_torch), "%.2fx", r["vs_torch"].get<double>());
+    }
+    std::printf("%-13s %5d %7d %9.2f %10.2f %10.3f %9.3f %10.3f %6.0f%% %10.0f %9s %11s %8s\n",
                 r["workload"].get<std::string>().c_str(), r["ranks"].get<int>(), r["threads_per_rank"].get<int>(),
                 r["step_ms"].get<double>(), r["compute_ms"].get<double>(), r["exposed_comm_ms"].get<double>(),
                 r["synchronize_wait_ms"].get<double>(), r["comm_only_ms"].get<double>(),
-                100 * r["hidden_fraction"].get<double>(),
-                r["tokens_per_s"].get<double>(), versus.c_str());
+                100 * r["hidden_fraction"].get<double>(), r["tokens_per_s"].get<double>(), versus.c_str(), torch,
+                versus_torch);
   }
   std::printf("\n%-13s %5s %14s %14s %9s %14s %14s\n", "workload", "ranks", "bucketed comm", "per-tensor comm",
               "speedup", "bucketed step", "per-tensor step");
@@ -129,15 +156,26 @@ int run_orchestrator(const Options& o) {
   std::printf("ddp_bench: %d cores; each configuration is one job (mpirun -np RANKS, OMP_NUM_THREADS = cores / ranks)\n",
               o.cores);
   nlohmann::json rows = nlohmann::json::array();
+  const bool want_peer = o.peer == "torch" || (o.peer == "auto" && o.device == "cpu");
+  loom::require(!(o.peer == "torch" && o.device != "cpu"), "ddp_bench: the PyTorch peer runs on the CPU only");
+  std::string peer_absent;
   for (const std::string& workload : o.workloads) {
     for (int ranks : o.ranks) {
       if (!loom::comm::mpi_built() && ranks > 1) continue;  // without MPI: one process only
       if (workload == "small-params" && ranks == 1) continue;  // nothing to compare per tensor at 1 rank
       const int threads = std::max(1, o.cores / ranks);
       std::printf("  %s: %d rank(s) x %d thread(s)...\n", workload.c_str(), ranks, threads);
-      for (auto& row : launch_job(o, workload, ranks, threads)) rows.push_back(row);
+      for (auto& row : launch_job(o, workload, ranks, threads)) {
+        if (want_peer && peer_absent.empty() && workload == o.workloads.front()) {
+          std::printf("  %s: PyTorch, %d rank(s) x %d thread(s)...\n", workload.c_str(), ranks, threads);
+          add_torch_peer(o, workload, row, peer_absent);
+        }
+        rows.push_back(row);
+      }
     }
   }
+  loom::require(o.peer != "torch" || peer_absent.empty(), "ddp_bench: --peer torch: ", peer_absent);
+  if (want_peer && !peer_absent.empty()) std::printf("  PyTorch peer: none (%s)\n", peer_absent.c_str());
   double baseline = 0;  // the default workload at 1 rank on every core
   for (const auto& r : rows) {
     if (r["workload"] == o.workloads.front() && r["ranks"] == 1) baseline = r["tokens_per_s"].get<double>();
@@ -145,7 +183,7 @@ int run_orchestrator(const Options& o) {
   print_table(rows, baseline);
   nlohmann::json record = loom::bench::make_record(
       "ddp_bench", {{"cores", o.cores}, {"steps", o.steps}, {"warmup", o.warmup}, {"bucket_mb", o.bucket_mb},
-                    {"device", o.device}, {"precision", o.precision},
+                    {"device", o.device}, {"precision", o.precision}, {"peer", o.peer},
                     {"baseline", "the first workload at 1 rank x all cores, tokens/s"}});
   record["rows"] = rows;
   if (!o.json_path.empty()) loom::bench::write_json(o.json_path, record);
@@ -167,6 +205,8 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device, "cpu or cuda");
   app.add_option("--precision", o.precision)->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16"}));
   app.add_option("--json", o.json_path, "write the JSON record here");
+  app.add_option("--peer", o.peer, "PyTorch DDP on the first workload in the same run: auto (on the CPU when "
+                 "python3-torch is installed), torch (required) or none")->check(CLI::IsMember({"auto", "torch", "none"}));
   app.add_flag("--worker", o.worker, "measure this job only (what the launched jobs run)");
   app.add_option("--worker-json", o.worker_json, "where a worker writes its rows");
   try {

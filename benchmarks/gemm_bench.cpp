@@ -1,9 +1,21 @@
 // gemm_bench: loom's GEMM in TFLOP/s against baselines measured in the same run.
-// CPU: loom's GEMM (its packed fp32 engine, with its precision handling) vs Eigen's own fp32 GEMM on the
-// same data and, when built with it, OpenBLAS sgemm, all timed round-robin. GPU: loom's GEMM (backend automatic, and loom's own kernels) vs a
-// plain cuBLASLt call with a persistent handle. Prints a table; --json writes the record.
+// CPU: loom's GEMM (its packed fp32 engine, with its precision handling) in each precision with the
+// kernel variant this CPU runs, and loom's fp32 engine with every other vector variant the CPU has
+// (--isas), vs Eigen's own fp32 GEMM on the same data and, when built with it, OpenBLAS sgemm, all
+// timed round-robin. GPU: loom's GEMM (backend automatic, and loom's own kernels) vs a plain
+// cuBLASLt call with a persistent handle. Prints a table; --json writes the record.
+//
+// Eigen is a header library compiled here for the build's target: with -march=native (the
+// LOOM_NATIVE_ARCH opt-in) on an AVX-512 CPU, GCC 12 reports -Wmaybe-uninitialized inside
+// avx512fintrin.h for the _mm512_undefined_*() operands of intrinsics Eigen inlines, a false
+// positive of that header, silenced for Eigen's lines only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <Eigen/Core>
+#pragma GCC diagnostic pop
 #include <CLI/CLI.hpp>
+#include <omp.h>
 
 #include <cstdio>
 #include <functional>
@@ -13,6 +25,8 @@
 #include <vector>
 
 #include "bench_report.hpp"
+#include "kernels/cpu/sgemm.hpp"
+#include "loom/kernels/cpu_isa.hpp"
 #include "loom/kernels/gemm.hpp"
 #include "loom/loom.hpp"
 
@@ -70,13 +84,18 @@ std::vector<GemmShape> parse_shapes(const std::vector<std::string>& specs) {
 int main(int argc, char** argv) {
   CLI::App app("gemm_bench: loom GEMM throughput against same-run baselines");
   std::string device_name = "cpu", json_path;
-  std::vector<std::string> shape_specs = {"1024", "2048", "1024x2304x768", "1024x3072x768", "1024x768x3072"};
+  // N^3, then GPT-2 small's four linear layers on 1024 tokens: qkv, attention projection, MLP up, MLP down.
+  std::vector<std::string> shape_specs = {"1024",          "2048",          "1024x2304x768",
+                                          "1024x768x768",  "1024x3072x768", "1024x768x3072"};
+  std::vector<std::string> isa_names;
   std::vector<std::string> precision_names = {"fp32", "tf32", "bf16"};
   int repeats = 5;
   int pause_ms = 200;
   app.add_option("--device", device_name, "cpu or cuda:N");
   app.add_option("--shapes", shape_specs, "N (N^3) or MxNxK (C[M,N] = A[M,K] B[K,N])")->delimiter(',');
   app.add_option("--precisions", precision_names, "fp32, tf32, fp16, bf16")->delimiter(',');
+  app.add_option("--isas", isa_names, "CPU: fp32 rows for these kernel variants besides the active one (portable, "
+                 "avx2, avx512; default: every vector variant this CPU has)")->delimiter(',');
   app.add_option("--repeats", repeats, "timed repeats; the median is reported")->check(CLI::PositiveNumber);
   app.add_option("--pause-ms", pause_ms, "CPU: idle time before each timed call, so worker threads left spinning "
                  "by the previous library sleep (OpenBLAS spins ~0.1 s)")->check(CLI::NonNegativeNumber);
@@ -86,12 +105,25 @@ int main(int argc, char** argv) {
   try {
     const loom::Device device = loom::Device::parse(device_name);
     const std::vector<GemmShape> shapes = parse_shapes(shape_specs);
+    const std::string active_isa(loom::kernels::to_string(loom::kernels::active_cpu_isa()));
+    std::vector<loom::kernels::CpuIsa> other_isas;
+    if (isa_names.empty()) {
+      for (loom::kernels::CpuIsa isa : loom::kernels::supported_cpu_isas()) {
+        if (isa != loom::kernels::CpuIsa::portable) isa_names.emplace_back(loom::kernels::to_string(isa));
+      }
+    }
+    for (const std::string& name : isa_names) {
+      const loom::kernels::CpuIsa isa = loom::kernels::select_cpu_isa(name);  // a named error if unsupported
+      if (name != active_isa) other_isas.push_back(isa);
+    }
+    const nlohmann::json cpu = loom::bench::cpu_description();
     nlohmann::json record = loom::bench::make_record(
         "gemm_bench", {{"device", device.to_string()}, {"repeats", repeats}, {"eigen_threads", Eigen::nbThreads()}});
-    std::printf("%s\nGEMM C = A B, median of %d, %d Eigen threads\n\n", loom::to_string(loom::build_info()).c_str(),
-                repeats, Eigen::nbThreads());
-    std::printf("%-16s %-6s %-10s %10s %9s %12s %12s\n", "shape", "prec", "backend", "ms", "TFLOP/s", "vs_baseline",
-                "vs_openblas");
+    std::printf("%s\nCPU %s, kernels %s (supported: %s)\nGEMM C = A B, median of %d, %d threads\n\n",
+                loom::to_string(loom::build_info()).c_str(), cpu["model"].get<std::string>().c_str(),
+                active_isa.c_str(), cpu["supported"].dump().c_str(), repeats, Eigen::nbThreads());
+    std::printf("%-16s %-6s %-10s %-8s %10s %9s %12s %12s\n", "shape", "prec", "backend", "isa", "ms", "TFLOP/s",
+                "vs_baseline", "vs_openblas");
 
     std::mt19937 rng(5);
     for (const GemmShape& shape : shapes) {
@@ -99,15 +131,16 @@ int main(int argc, char** argv) {
       const loom::Tensor c32 = loom::Tensor::empty({shape.m, shape.n}, loom::DType::f32);
       const double flops = 2.0 * static_cast<double>(shape.m) * static_cast<double>(shape.n) * static_cast<double>(shape.k);
       // baseline: Eigen (CPU) or cuBLASLt (GPU); openblas: the outside CPU reference, 0 when absent.
+      // isa: the CPU kernel variant of a loom row on the CPU, "-" otherwise.
       auto report = [&](const std::string& precision, const std::string& backend, double seconds, double baseline,
-                        double openblas = 0.0) {
+                        double openblas = 0.0, const std::string& isa = "-") {
         const double tflops = flops / seconds / 1e12;
         char versus_openblas[32] = "-";
         if (openblas > 0) std::snprintf(versus_openblas, sizeof(versus_openblas), "%.2fx", openblas / seconds);
-        std::printf("%-16s %-6s %-10s %10.3f %9.4f %11.2fx %12s\n", shape.name.c_str(), precision.c_str(),
-                    backend.c_str(), seconds * 1e3, tflops, baseline / seconds, versus_openblas);
+        std::printf("%-16s %-6s %-10s %-8s %10.3f %9.4f %11.2fx %12s\n", shape.name.c_str(), precision.c_str(),
+                    backend.c_str(), isa.c_str(), seconds * 1e3, tflops, baseline / seconds, versus_openblas);
         nlohmann::json row = {{"shape", shape.name}, {"m", shape.m}, {"n", shape.n}, {"k", shape.k},
-                              {"precision", precision}, {"backend", backend}, {"ms", seconds * 1e3},
+                              {"precision", precision}, {"backend", backend}, {"isa", isa}, {"ms", seconds * 1e3},
                               {"tflops", tflops}, {"vs_baseline", baseline / seconds}};
         if (openblas > 0) row["vs_openblas"] = openblas / seconds;
         record["rows"].push_back(row);
@@ -144,13 +177,16 @@ int main(int argc, char** argv) {
       // CPU contenders, timed round-robin: Eigen's own fp32 GEMM on the same row-major data (the
       // baseline), OpenBLAS sgemm where built with it, and loom in each precision.
       using Map = Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
-      std::vector<std::pair<std::string, std::string>> names = {{"fp32", "eigen"}};
+      struct Name {
+        std::string precision, backend, isa;
+      };
+      std::vector<Name> names = {{"fp32", "eigen", "-"}};
       std::vector<std::function<void()>> contenders = {[&] {
         Map(c32.data<float>(), shape.m, shape.n).noalias() =
             Map(a32.data<float>(), shape.m, shape.k) * Map(b32.data<float>(), shape.k, shape.n);
       }};
 #if LOOM_BENCH_HAVE_OPENBLAS
-      names.emplace_back("fp32", "openblas");
+      names.push_back({"fp32", "openblas", "-"});
       contenders.emplace_back([&] {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(shape.m), static_cast<int>(shape.n),
                     static_cast<int>(shape.k), 1.0f, a32.data<float>(), static_cast<int>(shape.k), b32.data<float>(),
@@ -165,9 +201,18 @@ int main(int argc, char** argv) {
         operands.emplace_back(cast_to(a32, input), cast_to(b32, input));
         loom::kernels::GemmOptions options;
         options.precision = precision;
-        names.emplace_back(name, "loom");
+        names.push_back({name, "loom", active_isa});
         contenders.emplace_back([&, options, i = operands.size() - 1] {
           loom::kernels::gemm(operands[i].first, operands[i].second, c32, options);
+        });
+      }
+      // loom's fp32 engine with the other variants (what kernels::gemm runs for fp32, with another table).
+      for (const loom::kernels::CpuIsa isa : other_isas) {
+        names.push_back({"fp32", "loom", std::string(loom::kernels::to_string(isa))});
+        contenders.emplace_back([&, isa] {
+          loom::kernels::cpu::sgemm(shape.m, shape.n, shape.k, {a32.data<float>(), shape.k, 1},
+                                    {b32.data<float>(), shape.n, 1}, c32.data<float>(), shape.n, omp_get_max_threads(),
+                                    loom::kernels::cpu::cpu_kernels(isa));
         });
       }
       const std::vector<double> seconds = loom::bench::interleaved_median_seconds(contenders, repeats, std::chrono::milliseconds(pause_ms));
@@ -177,7 +222,7 @@ int main(int argc, char** argv) {
       const double openblas = 0.0;
 #endif
       for (std::size_t i = 0; i < seconds.size(); ++i) {
-        report(names[i].first, names[i].second, seconds[i], seconds[0], openblas);
+        report(names[i].precision, names[i].backend, seconds[i], seconds[0], openblas, names[i].isa);
       }
     }
     if (!json_path.empty()) loom::bench::write_json(json_path, record);

@@ -9,6 +9,7 @@ packages=(
   libeigen3-dev catch2 libcli11-dev nlohmann-json3-dev
   libopenmpi-dev openmpi-bin
   libopenblas-dev
+  qemu-user
 )
 
 missing=()

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "loom/kernels/cpu_isa.hpp"
+#include "loom/kernels/gemm.hpp"
 #include "loom/loom.hpp"
 
 namespace {
@@ -80,6 +82,29 @@ Outcome check_copy(loom::Device device, std::int64_t mib) {
   return ok(detail);
 }
 
+// The CPU kernel variant this process runs, on a GEMM with ragged edges against a direct double sum.
+Outcome check_cpu_kernels() {
+  const std::int64_t m = 67, n = 45, k = 33;
+  const loom::Tensor a = loom::Tensor::empty({m, k}, loom::DType::f32), b = loom::Tensor::empty({k, n}, loom::DType::f32);
+  const loom::Tensor c = loom::Tensor::empty({m, n}, loom::DType::f32);
+  for (std::int64_t i = 0; i < m * k; ++i) a.data<float>()[i] = static_cast<float>((i * 7) % 13) - 6.0f;
+  for (std::int64_t i = 0; i < k * n; ++i) b.data<float>()[i] = static_cast<float>((i * 5) % 11) - 5.0f;
+  loom::kernels::gemm(a, b, c);
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      double exact = 0;  // small integers: every partial sum is exact in fp32
+      for (std::int64_t p = 0; p < k; ++p) exact += a.data<float>()[i * k + p] * static_cast<double>(b.data<float>()[p * n + j]);
+      if (c.data<float>()[i * n + j] != exact) return failed("GEMM element (" + std::to_string(i) + ", " + std::to_string(j) + ") is wrong");
+    }
+  }
+  std::string supported;
+  for (loom::kernels::CpuIsa isa : loom::kernels::supported_cpu_isas()) {
+    supported += (supported.empty() ? "" : ", ") + std::string(to_string(isa));
+  }
+  return ok(std::string(to_string(loom::kernels::active_cpu_isa())) + " (this CPU: " + supported + "); a " +
+            std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " GEMM is exact");
+}
+
 Outcome check_errors() {
   try {
     (void)loom::Tensor::empty({2, 3}, loom::DType::f32).view({4, 2});
@@ -121,6 +146,7 @@ int main(int argc, char** argv) {
         {"f16/bf16 conversions", check_conversions},
         {"tensor views and slices", check_views},
         {"errors name the problem", check_errors},
+        {"CPU kernels", check_cpu_kernels},
         {"caching allocator", [&] { return check_caching_allocator(device); }},
         {"copy round trip", [&] { return check_copy(device, mib); }},
     };

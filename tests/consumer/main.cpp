@@ -1,4 +1,7 @@
-// Uses the installed loom the way an application does, then prints loom-consumer-ok.
+// Uses loom the way an application does (installed, or built with add_subdirectory), then prints
+// loom-consumer-ok.
+#include <loom/kernels/cpu_isa.hpp>
+#include <loom/kernels/gemm.hpp>
 #include <loom/loom.hpp>
 
 #if LOOM_WITH_CUDA
@@ -6,6 +9,7 @@
 #endif
 
 #include <cstdio>
+#include <string>
 #include <vector>
 
 int main() {
@@ -19,9 +23,14 @@ int main() {
   } catch (const loom::Error& error) {
     if (error.category() != loom::ErrorCategory::invalid_argument) return 1;
   }
+  // A CPU kernel through the run-time dispatch: [1 2; 3 4]^2 = [7 10; 15 22].
+  const loom::Tensor square = loom::Tensor::empty({2, 2}, loom::DType::f32);
+  loom::kernels::gemm(t, t, square);
+  if (square.to_vector<float>() != std::vector<float>{7.0f, 10.0f, 15.0f, 22.0f}) return 1;
 #if LOOM_WITH_CUDA
   loom::check(cudaSuccess, "nothing");
 #endif
+  std::printf("CPU kernels: %s\n", std::string(to_string(loom::kernels::active_cpu_isa())).c_str());
   std::printf("%s\n", loom::to_string(loom::build_info()).c_str());
   std::printf("loom-consumer-ok\n");
   return 0;

@@ -1,5 +1,10 @@
-# Installs the loom build in LOOM_BUILD_DIR into WORK_DIR/prefix, builds the consumer project in
-# CONSUMER_SOURCE_DIR against it and runs it; fails unless it prints EXPECTED_LINE.
+# The two ways a project takes in loom, each built and run:
+#   MODE=find_package     installs the loom build in LOOM_BUILD_DIR into WORK_DIR/prefix, checks
+#                         that the installed package carries no instruction-set flags, and builds
+#                         CONSUMER_SOURCE_DIR against it;
+#   MODE=add_subdirectory builds CONSUMER_SOURCE_DIR/subdirectory, which adds loom's sources
+#                         (LOOM_SOURCE_DIR) as a subdirectory, with LOOM_CUDA / LOOM_MPI as given.
+# Either fails unless the consumer prints EXPECTED_LINE.
 function(run_step description)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT result EQUAL 0)
@@ -9,11 +14,29 @@ function(run_step description)
 endfunction()
 
 file(REMOVE_RECURSE "${WORK_DIR}")
-set(prefix "${WORK_DIR}/prefix")
-run_step("installing loom" ${CMAKE_COMMAND} --install "${LOOM_BUILD_DIR}" --prefix "${prefix}")
-run_step("configuring the consumer" ${CMAKE_COMMAND} -S "${CONSUMER_SOURCE_DIR}" -B "${WORK_DIR}/build"
-         -G "${GENERATOR}" -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_PREFIX_PATH=${prefix})
-run_step("building the consumer" ${CMAKE_COMMAND} --build "${WORK_DIR}/build")
+if(MODE STREQUAL "find_package")
+  set(prefix "${WORK_DIR}/prefix")
+  run_step("installing loom" ${CMAKE_COMMAND} --install "${LOOM_BUILD_DIR}" --prefix "${prefix}")
+  file(GLOB_RECURSE package_files "${prefix}/*.cmake")
+  foreach(file IN LISTS package_files)
+    file(STRINGS "${file}" isa_flags REGEX "-march|-mtune|-mavx|-mfma|-msse")
+    if(isa_flags)
+      message(FATAL_ERROR "consumer test: the installed ${file} passes instruction-set flags to users: ${isa_flags}")
+    endif()
+  endforeach()
+  run_step("configuring the consumer" ${CMAKE_COMMAND} -S "${CONSUMER_SOURCE_DIR}" -B "${WORK_DIR}/build"
+           -G "${GENERATOR}" -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_PREFIX_PATH=${prefix})
+elseif(MODE STREQUAL "add_subdirectory")
+  run_step("configuring the consumer" ${CMAKE_COMMAND} -S "${CONSUMER_SOURCE_DIR}/subdirectory"
+           -B "${WORK_DIR}/build" -G "${GENERATOR}" -DCMAKE_CXX_COMPILER=${CXX_COMPILER}
+           -DCMAKE_BUILD_TYPE=Release -DLOOM_SOURCE_DIR=${LOOM_SOURCE_DIR} -DLOOM_CUDA=${LOOM_CUDA}
+           -DLOOM_MPI=${LOOM_MPI} -DCMAKE_CUDA_ARCHITECTURES=80)
+else()
+  message(FATAL_ERROR "consumer test: MODE must be find_package or add_subdirectory, got '${MODE}'")
+endif()
+include(ProcessorCount)
+ProcessorCount(jobs)
+run_step("building the consumer" ${CMAKE_COMMAND} --build "${WORK_DIR}/build" --target loom_consumer --parallel ${jobs})
 run_step("running the consumer" "${WORK_DIR}/build/loom_consumer")
 message(STATUS "${step_output}")
 if(NOT step_output MATCHES "${EXPECTED_LINE}")
