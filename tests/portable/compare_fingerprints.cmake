@@ -1,0 +1,47 @@
+# Runs gpt_fingerprint (FINGERPRINT) under every CPU kernel variant it reports and THREADS thread
+# counts (the portable variant, which is slow, with the first and last count only), and, when QEMU
+# is given, its small model as an emulated CPU without AVX (QEMU_CPU) against the same model on this
+# CPU; fails unless the runs of each model print the same fingerprint.
+function(fingerprint out_var description)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  string(STRIP "${out}" out)
+  if(NOT result EQUAL 0 OR NOT out MATCHES "^fingerprint ")
+    message(FATAL_ERROR "determinism: ${description} failed (${result}):\n${out}\n${err}")
+  endif()
+  message(STATUS "${description}: ${out}")
+  set(${out_var} "${out}" PARENT_SCOPE)
+endfunction()
+
+execute_process(COMMAND ${FINGERPRINT} --isas OUTPUT_VARIABLE isas RESULT_VARIABLE result)
+if(NOT result EQUAL 0)
+  message(FATAL_ERROR "determinism: ${FINGERPRINT} --isas failed (${result})")
+endif()
+string(REGEX REPLACE "\n$" "" isas "${isas}")
+string(REPLACE "\n" ";" isas "${isas}")
+set(reference "")
+list(GET THREADS 0 first_threads)
+list(GET THREADS -1 last_threads)
+foreach(isa IN LISTS isas)
+  foreach(threads IN LISTS THREADS)
+    if(isa STREQUAL "portable" AND NOT threads EQUAL first_threads AND NOT threads EQUAL last_threads)
+      continue()
+    endif()
+    fingerprint(got "${isa} kernels, ${threads} threads"
+                ${CMAKE_COMMAND} -E env LOOM_CPU_ISA=${isa} OMP_NUM_THREADS=${threads} ${FINGERPRINT})
+    if(reference STREQUAL "")
+      set(reference "${got}")
+      set(reference_run "${isa} kernels, ${threads} threads")
+    elseif(NOT got STREQUAL reference)
+      message(FATAL_ERROR "determinism: ${isa} kernels with ${threads} threads printed\n  ${got}\n"
+                          "but ${reference_run} printed\n  ${reference}")
+    endif()
+  endforeach()
+endforeach()
+if(QEMU)
+  fingerprint(native "the small model on this CPU" ${FINGERPRINT} --small)
+  fingerprint(emulated "the small model on an emulated ${QEMU_CPU}"
+              ${CMAKE_COMMAND} -E env OMP_NUM_THREADS=2 ${QEMU} -cpu ${QEMU_CPU} ${FINGERPRINT} --small)
+  if(NOT emulated STREQUAL native)
+    message(FATAL_ERROR "determinism: an emulated ${QEMU_CPU} printed\n  ${emulated}\nbut this CPU printed\n  ${native}")
+  endif()
+endif()
