@@ -37,7 +37,8 @@ static_assert(mr * nr <= sgemm_max_tile, "the macro-kernel's scratch tile must h
 
 }  // namespace avx2
 
-const CpuKernels avx2_kernels = isa::make_table<avx2::Vec16>(
+// constinit: built at compile time, so no constructor is compiled for this target.
+constinit const CpuKernels avx2_kernels = isa::make_table<avx2::Vec16>(
     CpuIsa::avx2, {avx2::mr, avx2::nr, 72, 4080, isa::sgemm_micro<avx2::Vec16, avx2::Ymm, avx2::mr>,
                    isa::pack_a<avx2::Vec16, avx2::mr>, isa::pack_b<avx2::Vec16, avx2::nr>});
 

@@ -32,7 +32,8 @@ void sgemm_micro(std::int64_t kc, const float* packed_a, const float* packed_b, 
 
 }  // namespace portable
 
-const CpuKernels portable_kernels = isa::make_table<portable::Vec16>(
+// constinit: built at compile time, so no constructor is compiled for this target.
+constinit const CpuKernels portable_kernels = isa::make_table<portable::Vec16>(
     CpuIsa::portable, {portable::mr, portable::nr, 72, 4080, portable::sgemm_micro,
                        isa::pack_a<portable::Vec16, portable::mr>, isa::pack_b<portable::Vec16, portable::nr>});
 

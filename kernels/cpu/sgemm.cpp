@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
 #include <memory>
 #include <new>
 
@@ -115,15 +116,33 @@ void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a, Sgemm
   const std::int64_t nc_max = std::min(g.nc, round_up(n, g.nr));
   float* const pb = packed_b_buffer.reserve(kc_max * nc_max);
   const std::int64_t mc_max = std::min(g.mc, round_up(m, g.mr));
+  if (causal == SgemmCausal::a_upper && m > k && !accumulate) {
+    // Rows at or past k of an upper-triangular A are zero: so are their products.
+    for (std::int64_t i = k; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);
+  }
 
+  // Each thread's A buffer may have to grow, which can throw: no exception may leave an OpenMP
+  // region, so a failure is kept, every thread skips the work, and it is rethrown after.
+  std::exception_ptr failure;
+  bool any_failed = false;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     const int t = omp_get_thread_num(), parts = omp_get_num_threads();
     // This thread's rows of C, whole mr slivers.
     const std::int64_t row_begin = std::min(m, slivers * t / parts * g.mr);
     const std::int64_t row_end = std::min(m, slivers * (t + 1) / parts * g.mr);
-    float* const pa = packed_a_buffer.reserve(mc_max * kc_max);
-    for (std::int64_t jc = 0; jc < n; jc += g.nc) {
+    float* pa = nullptr;
+    try {
+      pa = packed_a_buffer.reserve(mc_max * kc_max);
+    } catch (...) {
+#pragma omp critical(loom_sgemm_failure)
+      {
+        if (!failure) failure = std::current_exception();
+        any_failed = true;
+      }
+    }
+#pragma omp barrier
+    for (std::int64_t jc = 0; jc < n && !any_failed; jc += g.nc) {
       const std::int64_t nc = std::min(g.nc, n - jc);
       const std::int64_t b_slivers = (nc + g.nr - 1) / g.nr;
       for (std::int64_t pc = 0; pc < k; pc += sgemm_kc) {
@@ -143,6 +162,7 @@ void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a, Sgemm
       }
     }
   }
+  if (failure) std::rethrow_exception(failure);
 }
 
 }  // namespace loom::kernels::cpu

@@ -27,8 +27,9 @@ struct SgemmOperand {
 //   a_lower  A is lower triangular (A[i, p] = 0 for p > i): the depths past a sliver's last row are
 //            skipped.
 //   a_upper  A is upper triangular (A[i, p] = 0 for p < i): the depths before a sliver's first row
-//            are skipped.
-// Skipping a zero term changes no sum (fma(0, b, s) = s for finite b).
+//            are skipped (rows at or past k are zero).
+// Skipping a zero term changes no sum (fma(0, b, s) = s for finite b); with an inf or NaN in B, which
+// products of it with the zeros count as NaN depends on the micro-tile.
 enum class SgemmCausal { none, c_lower, a_lower, a_upper };
 
 // C[m x n] (row-major, leading dimension ldc) = A[m x k] B[k x n], or C += A B when accumulate

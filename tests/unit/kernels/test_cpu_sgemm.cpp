@@ -119,6 +119,43 @@ TEST_CASE("packed fp32 GEMM gives bit-identical results for any thread count and
   }
 }
 
+TEST_CASE("causal GEMM modes skip only what the triangle makes zero", "[gemm][sgemm]") {
+  // c_lower: the lower triangle of C (j <= i) as the dense product; a_lower / a_upper: A with zeros
+  // above / below its diagonal gives the dense product everywhere, rows past k of an upper A are 0.
+  using loom::kernels::cpu::SgemmCausal;
+  std::mt19937 rng(13);
+  struct Size {
+    std::int64_t m, n, k;
+  };
+  for (const Size& s : {Size{150, 37, 130}, Size{400, 33, 400}, Size{131, 140, 131}, Size{20, 9, 13}}) {
+    for (const SgemmCausal causal : {SgemmCausal::c_lower, SgemmCausal::a_lower, SgemmCausal::a_upper}) {
+      Problem p = make_problem(s.m, s.n, s.k, false, false, rng);
+      if (causal != SgemmCausal::c_lower) {
+        for (std::int64_t i = 0; i < p.m; ++i) {
+          for (std::int64_t q = 0; q < p.k; ++q) {
+            const bool zero = causal == SgemmCausal::a_lower ? q > i : q < i;
+            if (zero) p.a[static_cast<std::size_t>(i * p.k + q)] = 0.0f;
+          }
+        }
+      }
+      for (const CpuIsa isa : supported_cpu_isas()) {
+        INFO(to_string(isa) << " m=" << s.m << " n=" << s.n << " k=" << s.k << " mode " << static_cast<int>(causal));
+        std::vector<float> dense(static_cast<std::size_t>(p.m * p.n)), got(dense.size(), std::nanf(""));
+        sgemm(p.m, p.n, p.k, p.lhs(), p.rhs(), dense.data(), p.n, 2, cpu_kernels(isa));
+        sgemm(p.m, p.n, p.k, p.lhs(), p.rhs(), got.data(), p.n, 2, cpu_kernels(isa), false, causal);
+        for (std::int64_t i = 0; i < p.m; ++i) {
+          for (std::int64_t j = 0; j < p.n; ++j) {
+            if (causal == SgemmCausal::c_lower && j > i) continue;  // unspecified above the diagonal
+            const std::size_t at = static_cast<std::size_t>(i * p.n + j);
+            INFO("C[" << i << "," << j << "]");
+            REQUIRE(got[at] == dense[at]);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("packed fp32 GEMM with k = 0 writes zeros and m or n = 0 writes nothing", "[gemm][sgemm]") {
   std::vector<float> c(6, 7.0f);
   const float dummy = 1.0f;
