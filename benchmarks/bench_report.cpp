@@ -61,17 +61,23 @@ std::vector<double> interleaved_median_seconds(const std::vector<std::function<v
 
 namespace {
 
-// The CPU's model name from /proc/cpuinfo ("unknown" elsewhere).
+// The CPU as /proc/cpuinfo names it: "model name (vendor, family F, model M)" ("unknown" elsewhere);
+// virtual machines often report only a generic model name, which the family and model pin down.
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(std::min(line.size(), colon + 2));
-    }
+  std::string line, name = "unknown", vendor, family, model;
+  auto value = [&line] {
+    const auto colon = line.find(':');
+    return colon == std::string::npos ? std::string() : line.substr(std::min(line.size(), colon + 2));
+  };
+  while (std::getline(in, line) && !line.empty()) {
+    if (line.rfind("model name", 0) == 0) name = value();
+    else if (line.rfind("vendor_id", 0) == 0) vendor = value();
+    else if (line.rfind("cpu family", 0) == 0) family = value();
+    else if (line.rfind("model\t", 0) == 0) model = value();
   }
-  return "unknown";
+  if (vendor.empty()) return name;
+  return name + " (" + vendor + ", family " + family + ", model " + model + ")";
 }
 
 }  // namespace
