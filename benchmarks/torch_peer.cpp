@@ -19,10 +19,14 @@ bool runs(const std::string& command) { return std::system((command + " > /dev/n
 }  // namespace
 
 std::optional<std::string> torch_python() {
-  for (const std::string python : {"/usr/bin/python3", "python3"}) {
-    if (runs(python + " -c 'import torch'")) return python;
-  }
-  return std::nullopt;
+  // Importing torch takes seconds: look once per process, not once per peer run.
+  static const std::optional<std::string> found = []() -> std::optional<std::string> {
+    for (const std::string python : {"/usr/bin/python3", "python3"}) {
+      if (runs(python + " -c 'import torch'")) return python;
+    }
+    return std::nullopt;
+  }();
+  return found;
 }
 
 std::optional<nlohmann::json> run_torch_peer(const TorchPeerRequest& r, std::string& why_not) {

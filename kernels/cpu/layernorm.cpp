@@ -69,25 +69,19 @@ void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weigh
   const CpuKernels& k = cpu_kernels();
   std::vector<float> dw(static_cast<std::size_t>(channels)), db(dw.size());
   visit_float_dtype(x.dtype(), [&]<class T>() {
-    // fp32 views of x and dout (copies for f16/bf16).
-    std::vector<float> x_copy, g_copy;
-    const float* xs = nullptr;
-    const float* gs = nullptr;
+    // fp32 views of x, dout and the weight (copies for f16/bf16).
+    std::vector<float> x_copy, g_copy, w_copy;
+    const float *xs = nullptr, *gs = nullptr, *w = nullptr;
     if constexpr (std::is_same_v<T, float>) {
       xs = x.data<float>();
       gs = dout.data<float>();
+      w = weight.data<float>();
     } else {
       x_copy = as_f32<T>(x);
       g_copy = as_f32<T>(dout);
+      w_copy = as_f32<T>(weight);
       xs = x_copy.data();
       gs = g_copy.data();
-    }
-    std::vector<float> w_copy;
-    const float* w = nullptr;
-    if constexpr (std::is_same_v<T, float>) {
-      w = weight.data<float>();
-    } else {
-      w_copy = as_f32<T>(weight);
       w = w_copy.data();
     }
     const bool threaded = parallel(rows, channels);
