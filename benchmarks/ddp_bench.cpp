@@ -16,11 +16,8 @@
 // of the first workload is also run by PyTorch (DistributedDataParallel over gloo, the same ranks,
 // threads, model and batch; benchmarks/peers/torch_gpt.py, when python3-torch is installed; --peer).
 #include <CLI/CLI.hpp>
-#include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -29,6 +26,7 @@
 
 #include "bench_report.hpp"
 #include "ddp_worker.hpp"
+#include "self_launch.hpp"
 #include "torch_peer.hpp"
 #include "loom/comm/launch.hpp"
 #include "loom/comm/mpi.hpp"
@@ -46,13 +44,6 @@ struct Options {
   std::string device = "cpu", precision = "fp32", json_path, worker_json, peer = "auto";
   bool worker = false;
 };
-
-std::string self_path() {
-  std::vector<char> buffer(4096);
-  const ssize_t n = readlink("/proc/self/exe", buffer.data(), buffer.size() - 1);
-  loom::require(n > 0, "ddp_bench: cannot read /proc/self/exe to relaunch itself");
-  return std::string(buffer.data(), static_cast<std::size_t>(n));
-}
 
 loom::bench::DdpWorkload workload_for(const Options& o, const std::string& name) {
   loom::bench::DdpWorkload w = loom::bench::named_workload(name);
@@ -81,26 +72,10 @@ int run_worker(const Options& o, loom::InitOptions init, int argc, char** argv) 
 
 // One job of `ranks` processes x `threads` OpenMP threads; returns its rows.
 nlohmann::json launch_job(const Options& o, const std::string& workload, int ranks, int threads) {
-  char scratch[] = "/tmp/ddp_bench_XXXXXX";
-  const int fd = mkstemp(scratch);
-  loom::require(fd >= 0, "ddp_bench: cannot create a scratch file in /tmp");
-  close(fd);
-  std::ostringstream command;
-  const bool mpi = loom::comm::mpi_built();
-  command << "env OMP_NUM_THREADS=" << threads << " ";
-  if (mpi) command << "mpirun -np " << ranks << " --oversubscribe --bind-to none -x OMP_NUM_THREADS ";
-  command << "'" << self_path() << "' --worker --worker-json " << scratch << " --workloads " << workload
-          << " --steps " << o.steps << " --warmup " << o.warmup << " --bucket-mb " << o.bucket_mb << " --device "
-          << o.device << " --precision " << o.precision;
-  std::fflush(stdout);
-  const int status = std::system(command.str().c_str());
-  std::ifstream in(scratch);
-  nlohmann::json rows;
-  if (status == 0 && in) rows = nlohmann::json::parse(in);
-  std::remove(scratch);
-  loom::require(status == 0 && rows.is_array(), "ddp_bench: the job `", command.str(), "` failed (status ", status, ")");
-  for (auto& row : rows) row["threads_per_rank"] = threads;
-  return rows;
+  std::ostringstream arguments;
+  arguments << "--workloads " << workload << " --steps " << o.steps << " --warmup " << o.warmup << " --bucket-mb "
+            << o.bucket_mb << " --device " << o.device << " --precision " << o.precision;
+  return loom::bench::launch_self_job("ddp_bench", ranks, threads, arguments.str());
 }
 
 // PyTorch's tokens/s for this job's configuration, into the row (torch_tokens_per_s, vs_torch).

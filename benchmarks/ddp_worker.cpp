@@ -13,9 +13,10 @@ namespace loom::bench {
 
 namespace {
 
-train::TrainerOptions step_options() {
+train::TrainerOptions step_options(ddp::ReducerOptions reducer = {}) {
   train::TrainerOptions options;
   options.schedule = {.max_lr = 1e-4f, .min_lr = 1e-5f, .warmup = 0, .total = 1000000};
+  options.reducer = std::move(reducer);
   return options;
 }
 
@@ -26,9 +27,9 @@ struct StepTimes {
 // Data-parallel steps alternating with the same step without communication (its backward inside
 // no_sync(), every rank at once: the same contention for the cores), so that the machine's drift
 // affects both alike. Medians of `steps` of each after `warmup`.
-StepTimes time_steps(nn::GPT& model, data::BatchSource& data, const DdpWorkload& w, ddp::GradientReducer& reducer) {
-  train::Trainer alone(model, data, step_options());
-  train::Trainer parallel(model, data, step_options(), &reducer);
+StepTimes time_steps(nn::GPT& model, data::BatchSource& data, const DdpWorkload& w, train::Trainer& parallel) {
+  train::Trainer alone(model, data, step_options());  // after `parallel`, which laid the space out
+  ddp::GradientReducer& reducer = *parallel.reducer();
   auto alone_step = [&] {
     const auto skip = reducer.no_sync();
     return alone.step().seconds;
@@ -102,8 +103,9 @@ nlohmann::json measure_ddp(const DdpWorkload& w, World& world) {
 
   nlohmann::json row;
   {
-    ddp::GradientReducer reducer(comm, model.parameters(), reducer_options(w.bucket_mb));
-    const StepTimes parallel = time_steps(model, data, w, reducer);
+    train::Trainer trainer(model, data, step_options(reducer_options(w.bucket_mb)), &comm);
+    ddp::GradientReducer& reducer = *trainer.reducer();
+    const StepTimes parallel = time_steps(model, data, w, trainer);
     const double comm_only = time_comm_only(model, reducer, w);
     const double tokens = static_cast<double>(w.batch * w.model.context * world.size());
     row = {{"ranks", world.size()},
@@ -122,8 +124,9 @@ nlohmann::json measure_ddp(const DdpWorkload& w, World& world) {
            {"tokens_per_s", tokens / parallel.step}};
   }
   if (w.compare_per_tensor) {
-    ddp::GradientReducer per_tensor(comm, model.parameters(), reducer_options(0));
-    row["per_tensor_step_ms"] = time_steps(model, data, w, per_tensor).step * 1e3;
+    train::Trainer trainer(model, data, step_options(reducer_options(0)), &comm);
+    ddp::GradientReducer& per_tensor = *trainer.reducer();
+    row["per_tensor_step_ms"] = time_steps(model, data, w, trainer).step * 1e3;
     row["per_tensor_comm_only_ms"] = time_comm_only(model, per_tensor, w) * 1e3;
     row["per_tensor_buckets"] = per_tensor.stats().buckets;
   }

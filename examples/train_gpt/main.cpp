@@ -1,11 +1,13 @@
 // train_gpt: trains a GPT-2 style model with loom, on the CPU or GPUs, in fp32/tf32/fp16/bf16, in
 // one process or data-parallel under a launcher (mpirun, srun, torchrun): each rank reads its own
-// part of the data and a GradientReducer averages the gradients while backward runs. By default it
+// part of the data and the gradients are averaged while backward runs (DDP), or reduce-scattered
+// with optimizer state and gradients sharded over the ranks (--zero 1, --zero 2). By default it
 // learns 2-digit addition (built in, nothing to download) and reports exact-match accuracy;
 // --data text:FILE trains on any text file, --data shards:... on llm.c token shards. One log line
 // per step (rank 0; tokens/s of the whole job); checkpoints with --checkpoint-dir, --resume.
 //   build/examples/train_gpt/train_gpt --steps 400
 //   mpirun -np 2 build/examples/train_gpt/train_gpt --batch 4          (2 CPU processes)
+//   mpirun -np 2 build/examples/train_gpt/train_gpt --batch 4 --zero 2 (ZeRO-2)
 //   mpirun -np 8 build/examples/train_gpt/train_gpt --device cuda ...  (one GPU per rank)
 #include <CLI/CLI.hpp>
 
@@ -20,6 +22,7 @@
 #include "loom/ddp/gradient_reducer.hpp"
 #include "loom/ddp/replicas.hpp"
 #include "loom/io/checkpoint.hpp"
+#include "loom/shard/memory.hpp"
 #include "loom/topo/detect.hpp"
 #include "loom/topo/hierarchical.hpp"
 #include "loom/loom.hpp"
@@ -62,16 +65,20 @@ class Log {
 };
 
 // Data parallelism: the world communicator made topology-aware (hierarchical collectives where
-// the planner predicts they pay), and the reducer over it.
+// the planner predicts they pay), and the reducer's options.
 struct DataParallel {
   std::unique_ptr<loom::comm::Communicator> comm;
-  std::unique_ptr<loom::ddp::GradientReducer> reducer;
+  loom::ddp::ReducerOptions reducer;
   std::string summary;
 };
 
-DataParallel make_data_parallel(const train_gpt::RunConfig& config, loom::World& world, loom::nn::GPT& model) {
+DataParallel make_data_parallel(const train_gpt::RunConfig& config, loom::World& world) {
   DataParallel dp;
-  if (world.size() == 1) return dp;
+  if (world.size() == 1) {
+    loom::require(config.zero == 0, "--zero ", config.zero, " shards over the ranks of a data-parallel job; this is "
+                  "one process (launch it with mpirun -np N)");
+    return dp;
+  }
   const loom::topo::Detection detected = loom::topo::detect_topology(&world.comm());
   dp.comm = loom::topo::make_topology_aware(world.comm(), detected.topology,
                                             loom::topo::parse_algorithm_choice(config.algo));
@@ -79,12 +86,26 @@ DataParallel make_data_parallel(const train_gpt::RunConfig& config, loom::World&
   options.bucket_bytes = config.bucket_mb > 0 ? static_cast<std::int64_t>(config.bucket_mb * (1 << 20))
                                               : loom::topo::Planner(detected.topology).recommended_bucket_bytes();
   if (config.grad_reduction != "fp32") {
+    loom::require(config.zero == 0, "--grad-reduction ", config.grad_reduction, " compresses DDP's all-reduce; ZeRO "
+                  "reduce-scatters fp32 gradients (use --zero 0)");
     options.hook = loom::ddp::compression_hook(config.grad_reduction == "bf16" ? loom::DType::bf16 : loom::DType::f16);
   }
-  dp.reducer = std::make_unique<loom::ddp::GradientReducer>(*dp.comm, model.parameters(), options);
+  dp.reducer = options;
   dp.summary = std::to_string(detected.topology.hosts.size()) + " host(s) (" + detected.source + "), collectives " +
-               config.algo + ", " + std::to_string(options.bucket_bytes >> 20) + " MiB buckets";
+               config.algo;
+  if (config.zero == 0) dp.summary += ", " + std::to_string(options.bucket_bytes >> 20) + " MiB buckets";
   return dp;
+}
+
+// "ZeRO-2, model state 1.23 MiB per rank (predicted 1.23 MiB)".
+std::string model_state_line(const loom::train::Trainer& trainer) {
+  const int stage = trainer.zero_stage();
+  char line[160];
+  std::snprintf(line, sizeof(line), "%s, model state %.2f MiB per rank (predicted %.2f MiB)",
+                stage == 0 ? "DDP" : (stage == 1 ? "ZeRO-1" : "ZeRO-2"),
+                static_cast<double>(trainer.held_model_state().total()) / (1 << 20),
+                static_cast<double>(trainer.predicted_model_state().total()) / (1 << 20));
+  return line;
 }
 
 int run(const train_gpt::RunConfig& config, loom::World& world) {
@@ -94,10 +115,12 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
   loom::nn::GPTConfig model_config = config.model;
   if (config.data == "addition" || config.data.starts_with("text:")) model_config.vocab_size = 256;
   loom::nn::GPT model(model_config, loom::nn::Precision::parse(config.precision), device, config.seed);
-  const DataParallel dp = make_data_parallel(config, world, model);
-  loom::ddp::GradientReducer* const reducer = dp.reducer.get();
+  const DataParallel dp = make_data_parallel(config, world);
   train_gpt::RunData data(config, {.rank = world.rank(), .world = world.size()});
-  loom::train::Trainer trainer(model, data.train(), config.trainer_options(), reducer);
+  loom::train::TrainerOptions options = config.trainer_options();
+  options.reducer = dp.reducer;
+  loom::train::Trainer trainer(model, data.train(), options, dp.comm.get());
+  loom::ddp::GradientReducer* const reducer = dp.comm ? trainer.reducer() : nullptr;
   log.line("%s\n", loom::to_string(loom::build_info()).c_str());
   log.line("model: %lld layers, %lld heads, width %lld, context %lld, vocab %lld (%lld parameters), %s on %s\n",
            static_cast<long long>(model_config.layers), static_cast<long long>(model_config.heads),
@@ -112,28 +135,23 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
              static_cast<long long>(config.batch), static_cast<long long>(config.grad_accumulation),
              static_cast<int>(reducer->bucket_layout().size()), config.grad_reduction.c_str(), dp.summary.c_str());
   }
+  log.line("%s\n", model_state_line(trainer).c_str());
   if (config.resume) {
     loom::require(!config.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
-    if (loom::io::latest_checkpoint(config.checkpoint_dir)) {
-      const loom::io::TrainingProgress progress = loom::io::load_checkpoint(config.checkpoint_dir, model, trainer.optimizer());
-      trainer.restore(progress);
+    if (trainer.resume(config.checkpoint_dir)) {
       log.line("resumed from %s at step %lld\n", loom::io::latest_checkpoint(config.checkpoint_dir)->c_str(),
-               static_cast<long long>(progress.step));
+               static_cast<long long>(trainer.steps_done()));
     } else {
       log.line("no checkpoint in %s yet: starting from scratch\n", config.checkpoint_dir.c_str());
-    }
-    if (reducer) {  // every rank must have found the same checkpoint
-      loom::ddp::verify_same_value(*dp.comm, trainer.steps_done(),
-                                   "the step this job resumes at (is --checkpoint-dir on a file system every rank sees?)");
     }
   }
   const std::int64_t steps_per_seq = config.seq_len > 0 ? config.seq_len : model_config.context;
   const double peak = peak_tflops(device, config.precision) * world.size();
   const double flops_per_token = model_config.training_flops_per_token(steps_per_seq);
   std::int64_t saved_step = trainer.steps_done();  // nothing new to save before a step has run
-  auto save = [&] {  // the replicas are identical: rank 0 writes
-    if (!log.leader() || config.checkpoint_dir.empty() || trainer.steps_done() == saved_step) return;
-    const std::string where = loom::io::save_checkpoint(config.checkpoint_dir, model, trainer.optimizer(), trainer.progress());
+  auto save = [&] {  // every rank takes part (ZeRO gathers the optimizer state); rank 0 writes
+    if (config.checkpoint_dir.empty() || trainer.steps_done() == saved_step) return;
+    const std::string where = trainer.save(config.checkpoint_dir);
     saved_step = trainer.steps_done();
     log.line("saved checkpoint %s\n", where.c_str());
   };

@@ -46,6 +46,9 @@ void RunConfig::add_to(CLI::App& app) {
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--bucket-mb", bucket_mb, "data-parallel gradient bucket size in MiB (0: the topology planner's)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--zero", zero, "ZeRO stage when data-parallel: 0 (DDP), 1 (optimizer state sharded) or 2 (and "
+                 "gradients)")
+      ->check(CLI::Range(0, 2));
   app.add_option("--algo", algo, "data-parallel collectives: flat, hier (inside hosts, then across) or auto (planner)")
       ->check(CLI::IsMember({"flat", "hier", "auto"}));
 }
@@ -61,6 +64,7 @@ loom::train::TrainerOptions RunConfig::trainer_options() const {
   o.sgd.momentum = momentum;
   o.sgd.weight_decay = weight_decay;
   o.data_seed = seed;
+  o.zero = zero;
   return o;
 }
 

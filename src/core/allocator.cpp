@@ -1,5 +1,6 @@
 #include "loom/core/allocator.hpp"
 
+#include <atomic>
 #include <new>
 
 #include "cuda_runtime.hpp"
@@ -13,18 +14,39 @@ class CpuAllocator final : public Allocator {
  public:
   Device device() const noexcept override { return Device::cpu(); }
 
+  // Each block starts with one alignment unit that records its size (for the live count).
   void* allocate(std::size_t bytes, StreamRef stream) override {
     require(stream.device().is_cpu(), "the CPU allocator was given a stream on ", stream.device());
     if (bytes == 0) return nullptr;
-    void* ptr = ::operator new(bytes, std::align_val_t(cpu_alignment), std::nothrow);
-    if (ptr == nullptr) fail(ErrorCategory::out_of_memory, "cannot allocate ", bytes, " bytes on the CPU");
-    return ptr;
+    auto* base = static_cast<unsigned char*>(::operator new(bytes + cpu_alignment, std::align_val_t(cpu_alignment),
+                                                            std::nothrow));
+    if (base == nullptr) fail(ErrorCategory::out_of_memory, "cannot allocate ", bytes, " bytes on the CPU");
+    *reinterpret_cast<std::size_t*>(base) = bytes;
+    const std::int64_t live = live_.fetch_add(static_cast<std::int64_t>(bytes)) + static_cast<std::int64_t>(bytes);
+    std::int64_t peak = peak_.load();
+    while (live > peak && !peak_.compare_exchange_weak(peak, live)) {
+    }
+    return base + cpu_alignment;
   }
 
   void deallocate(void* ptr) override {
-    if (ptr != nullptr) ::operator delete(ptr, std::align_val_t(cpu_alignment));
+    if (ptr == nullptr) return;
+    auto* base = static_cast<unsigned char*>(ptr) - cpu_alignment;
+    live_.fetch_sub(static_cast<std::int64_t>(*reinterpret_cast<std::size_t*>(base)));
+    ::operator delete(base, std::align_val_t(cpu_alignment));
   }
+
+  CpuMemoryStats stats() const noexcept { return {live_.load(), peak_.load()}; }
+  void reset_peak() noexcept { peak_.store(live_.load()); }
+
+ private:
+  std::atomic<std::int64_t> live_{0}, peak_{0};
 };
+
+std::shared_ptr<CpuAllocator> shared_cpu_allocator() {
+  static const std::shared_ptr<CpuAllocator> instance = std::make_shared<CpuAllocator>();
+  return instance;
+}
 
 class CudaDirectAllocator final : public Allocator {
  public:
@@ -53,10 +75,11 @@ class CudaDirectAllocator final : public Allocator {
 
 }  // namespace
 
-std::shared_ptr<Allocator> cpu_allocator() {
-  static const std::shared_ptr<Allocator> instance = std::make_shared<CpuAllocator>();
-  return instance;
-}
+std::shared_ptr<Allocator> cpu_allocator() { return shared_cpu_allocator(); }
+
+CpuMemoryStats cpu_memory_stats() noexcept { return shared_cpu_allocator()->stats(); }
+
+void reset_cpu_memory_peak() noexcept { shared_cpu_allocator()->reset_peak(); }
 
 std::shared_ptr<Allocator> cuda_direct_allocator(int device_index) {
   return std::make_shared<CudaDirectAllocator>(device_index);

@@ -8,31 +8,25 @@
 #include "loom/core/tensor_ops.hpp"
 #include "loom/ddp/replicas.hpp"
 #include "src/ddp/bucket_plan.hpp"
-#include "src/comm/host_values.hpp"
+#include "loom/comm/agreement.hpp"
 
 namespace loom::ddp {
 
 struct GradientReducer::Bucket {
-  Tensor buffer;
-  std::vector<std::size_t> parameters;
+  std::int64_t begin = 0, end = 0;  // elements of the space
+  std::size_t unit = 0;
+  std::vector<std::size_t> parameters;  // slots of the space
   std::vector<std::string> names;
   std::size_t pending = 0;  // gradients not ready yet this iteration
   std::optional<PendingReduction> reduction;
+  bool finished = false;  // its reduction completed early (complete_oldest_reduction)
 };
 
 namespace {
 
-void validate(const comm::Communicator& comm, const std::vector<nn::Parameter*>& parameters,
-              const ReducerOptions& options) {
-  require(!parameters.empty(), "gradient reducer: no parameters to reduce");
-  std::set<const nn::Parameter*> seen;
-  for (const nn::Parameter* p : parameters) {
-    require(p != nullptr, "gradient reducer: a null parameter");
-    require(seen.insert(p).second, "gradient reducer: parameter '", p->name(), "' is listed twice");
-    require(p->grad().dtype() == DType::f32 && p->grad().device() == comm.device(), "gradient reducer: parameter '",
-            p->name(), "' has its gradient ", p->grad(), "; the ", comm.backend(), " communicator needs f32 on ",
-            comm.device());
-  }
+void validate(const comm::Communicator& comm, const model::ParameterSpace& space, const ReducerOptions& options) {
+  require(space.device() == comm.device(), "gradient reducer: the parameters live on ", space.device(), " but the ",
+          comm.backend(), " communicator on ", comm.device());
   require(options.bucket_bytes >= 0 && options.first_bucket_bytes >= 0, "gradient reducer: bucket sizes must be >= 0, "
           "got bucket_bytes ", options.bucket_bytes, " and first_bucket_bytes ", options.first_bucket_bytes);
 }
@@ -41,40 +35,38 @@ void validate(const comm::Communicator& comm, const std::vector<nn::Parameter*>&
 // unrelated gradients, a different mode a different number of collectives).
 std::string describe(const ReducerOptions& o) {
   return loom::detail::concat("bucket_bytes ", o.bucket_bytes, ", first_bucket_bytes ", o.first_bucket_bytes,
-                              ", rebuild_buckets ", o.rebuild_buckets, ", unused_parameters ",
+                              ", bucketing ", o.bucketing == Bucketing::by_unit ? "by_unit" : "by_size",
+                              ", unused_parameters ",
                               o.unused_parameters == UnusedParameters::error ? "error" : "reduce_zero",
                               ", broadcast_parameters ", o.broadcast_parameters);
 }
 
 }  // namespace
 
-GradientReducer::GradientReducer(comm::Communicator& comm, std::vector<nn::Parameter*> parameters,
-                                 ReducerOptions options)
-    : comm_(comm), parameters_(std::move(parameters)), options_(std::move(options)), stream_(options_.stream) {
+GradientReducer::GradientReducer(comm::Communicator& comm, model::ParameterSpace& space, ReducerOptions options)
+    : comm_(comm), space_(space), parameters_(space.parameters()), options_(std::move(options)), stream_(options_.stream) {
   std::exception_ptr invalid;
   try {
-    validate(comm_, parameters_, options_);
+    validate(comm_, space_, options_);
+    space_.repartition(comm_.size());
   } catch (...) {
     invalid = std::current_exception();
   }
-  comm::detail::throw_if_any_failed(comm_, invalid, "gradient reducer");
+  comm::throw_if_any_failed(comm_, invalid, "gradient reducer");
   verify_same_parameters(comm_, parameters_);
-  if (const auto d = comm::detail::first_difference(comm_, {describe(options_)})) {
-    fail(ErrorCategory::invalid_argument, "gradient reducer: the options differ across ranks: rank 0 has ",
-         d->on_rank_0, " but rank ", d->rank, " has ", d->on_that_rank);
+  if (const auto d = comm::first_difference(comm_, {describe(options_), space_.describe()})) {
+    fail(ErrorCategory::invalid_argument, "gradient reducer: ", d->index == 0 ? "the options" : "the parameter spaces",
+         " differ across ranks: rank 0 has ", d->on_rank_0, " but rank ", d->rank, " has ", d->on_that_rank);
   }
   if (!options_.hook) options_.hook = average_hook();
-  if (options_.broadcast_parameters) broadcast_parameters(comm_, parameters_, 0);
+  if (options_.broadcast_parameters) comm_.broadcast(space_.values(), 0).wait();
   const std::size_t n = parameters_.size();
   ready_.assign(n, false);
   used_.assign(n, false);
   bucket_of_.assign(n, 0);
-  std::vector<std::size_t> reverse_registration;
-  for (std::size_t i = n; i-- > 0;) reverse_registration.push_back(i);
-  install_buckets(reverse_registration);
-  order_learned_ = !options_.rebuild_buckets;
+  install_buckets();
   for (std::size_t i = 0; i < n; ++i) {
-    hook_ids_.push_back(parameters_[i]->add_grad_ready_hook([this, i](nn::Parameter&) { on_grad_ready(i); }));
+    hook_ids_.push_back(parameters_[i]->add_grad_ready_hook([this, i](model::Parameter&) { on_grad_ready(i); }));
   }
 }
 
@@ -83,37 +75,32 @@ GradientReducer::~GradientReducer() {
   abandon_iteration();
 }
 
-void GradientReducer::install_buckets(const std::vector<std::size_t>& order) {
-  std::vector<std::int64_t> numels;
-  for (const nn::Parameter* p : parameters_) numels.push_back(p->value().numel());
-  const auto plan = detail::plan_buckets(order, numels, static_cast<std::int64_t>(sizeof(float)),
-                                         options_.bucket_bytes, options_.first_bucket_bytes);
-  // Everything that can fail (allocation above all: the rebuild briefly holds two copies of the
-  // gradients) happens before the first parameter is moved, so a failure leaves the old buckets.
-  std::vector<std::unique_ptr<Bucket>> buckets;
-  std::vector<std::size_t> bucket_of(parameters_.size(), 0);
-  std::vector<Tensor> views(parameters_.size());
+void GradientReducer::install_buckets() {
+  const auto plan = detail::plan_buckets(space_, options_.bucket_bytes, options_.first_bucket_bytes,
+                                         options_.bucketing == Bucketing::by_unit);
   for (const detail::PlannedBucket& planned : plan) {
     auto bucket = std::make_unique<Bucket>();
-    bucket->buffer = Tensor::zeros({planned.elements}, DType::f32, comm_.device());
-    bucket->parameters = planned.parameters;
-    bucket->pending = planned.parameters.size();
-    for (std::size_t k = 0; k < planned.parameters.size(); ++k) {
-      const std::size_t index = planned.parameters[k];
-      const nn::Parameter& p = *parameters_[index];
-      const std::int64_t begin = planned.offsets[k];
-      views[index] = bucket->buffer.slice(begin, begin + p.value().numel()).view(p.value().shape());
-      copy(views[index], p.grad(), stream_);  // keeps whatever the gradient holds (an average, after a rebuild)
-      bucket->names.push_back(p.name());
-      bucket_of[index] = buckets.size();
+    bucket->begin = planned.begin;
+    bucket->end = planned.end;
+    bucket->unit = planned.unit;
+    bucket->parameters = planned.slots;
+    bucket->pending = planned.slots.size();
+    for (const std::size_t slot : planned.slots) {
+      bucket->names.push_back(parameters_[slot]->name());
+      bucket_of_[slot] = buckets_.size();
     }
-    buckets.push_back(std::move(bucket));
+    buckets_.push_back(std::move(bucket));
   }
-  loom::synchronize(stream_);  // the copies read the old buffers, released below
-  for (std::size_t i = 0; i < parameters_.size(); ++i) parameters_[i]->set_grad(views[i]);
-  bucket_of_ = std::move(bucket_of);
-  buckets_ = std::move(buckets);
   stats_.buckets = static_cast<int>(buckets_.size());
+}
+
+Tensor GradientReducer::bucket_gradients(const Bucket& bucket) const {
+  if (space_.grads_allocated()) return space_.grads().slice(bucket.begin, bucket.end);
+  // Released gradients (ZeRO-2): a by_unit bucket's gradients are the buffer bound to its unit.
+  const Tensor& bound = space_.bound_unit_grads(bucket.unit);
+  require(bound.defined() && options_.bucketing == Bucketing::by_unit, "gradient reducer: unit '",
+          space_.units()[bucket.unit].name, "' has no gradient buffer to reduce");
+  return bound;
 }
 
 GradientReducer::NoSync GradientReducer::no_sync() {
@@ -135,7 +122,6 @@ void GradientReducer::on_grad_ready(std::size_t index) {
 void GradientReducer::mark_ready(std::size_t index) {
   ready_[index] = true;
   ++ready_count_;
-  if (!order_learned_) observed_.push_back(index);
   --buckets_[bucket_of_[index]]->pending;
 }
 
@@ -145,15 +131,18 @@ void GradientReducer::start_ready_buckets() {
   while (next_to_start_ < buckets_.size() && buckets_[next_to_start_]->pending == 0) {
     Bucket& bucket = *buckets_[next_to_start_];
     comm_.set_stream(stream_);
-    const GradBucket view{static_cast<int>(next_to_start_), bucket.buffer, bucket.names, stream_};
+    Tensor gradients;
     try {
+      gradients = bucket_gradients(bucket);
+      const GradBucket view{static_cast<int>(next_to_start_), gradients, bucket.names, stream_, bucket.begin};
       bucket.reduction = options_.hook(comm_, view);
     } catch (...) {
       // Kept for synchronize(), which fails every rank with it. Backward goes on, and the plain
       // average stands in, so this rank still issues the collective the others wait for.
       if (!hook_failure_) hook_failure_ = std::current_exception();
       try {
-        bucket.reduction = PendingReduction{comm_.all_reduce(bucket.buffer, bucket.buffer, comm::ReduceOp::avg), {}};
+        if (!gradients.defined()) gradients = Tensor::zeros({bucket.end - bucket.begin}, DType::f32, comm_.device());
+        bucket.reduction = PendingReduction{comm_.all_reduce(gradients, gradients, comm::ReduceOp::avg), {}};
       } catch (...) {  // the communicator itself failed: its timeout or abort reaches every rank
       }
     }
@@ -162,16 +151,30 @@ void GradientReducer::start_ready_buckets() {
   }
 }
 
+namespace {
+
+// Waits for a started reduction and runs its finish step; returns what failed, if anything.
+template <class Bucket>
+std::exception_ptr complete(Bucket& bucket) noexcept {
+  std::exception_ptr failure;
+  try {
+    bucket.reduction->work.wait();
+    if (bucket.reduction->finish) bucket.reduction->finish();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  bucket.finished = true;
+  return failure;
+}
+
+}  // namespace
+
 std::exception_ptr GradientReducer::wait_for_buckets() noexcept {
   // Every started reduction is waited for, even after a failure: nothing stays in flight.
   std::exception_ptr failure;
   for (auto& bucket : buckets_) {
-    if (!bucket->reduction) continue;
-    try {
-      bucket->reduction->work.wait();
-      if (bucket->reduction->finish) bucket->reduction->finish();
-    } catch (...) {
-      if (!failure) failure = std::current_exception();
+    if (bucket->reduction && !bucket->finished) {
+      if (std::exception_ptr f = complete(*bucket); f && !failure) failure = f;
     }
     bucket->reduction.reset();
   }
@@ -193,14 +196,13 @@ void GradientReducer::synchronize() {
   if (std::exception_ptr waited = wait_for_buckets(); waited && !failure) failure = waited;
   ++stats_.iteration;
   stats_.started_during_backward = started_early;
-  const bool first_iteration = !order_learned_;
   reset_iteration();
   // One agreement per iteration, whatever happened: the lowest failed rank (as size - rank, so that
   // max finds it) and whether any rank left a parameter unused.
   const auto size = static_cast<std::int64_t>(comm_.size());
   std::vector<std::int64_t> agreed;
   try {
-    agreed = comm::detail::all_reduce_values(
+    agreed = comm::all_reduce_values(
         comm_, {failure ? size - comm_.rank() : 0, static_cast<std::int64_t>(never_used.size())}, comm::ReduceOp::max);
   } catch (...) {
     if (failure) std::rethrow_exception(failure);  // the communicator itself is broken: report the cause
@@ -208,10 +210,9 @@ void GradientReducer::synchronize() {
   }
   stats_.synchronize_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (agreed[0] > 0) {
-    comm::detail::throw_failure_of(comm_, static_cast<int>(size - agreed[0]), failure, "gradient reducer: synchronize()");
+    comm::throw_failure_of(comm_, static_cast<int>(size - agreed[0]), failure, "gradient reducer: synchronize()");
   }
   if (agreed[1] > 0 && options_.unused_parameters == UnusedParameters::error) throw_unused(never_used);
-  if (first_iteration) learn_order();
   stats_.synchronize_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -220,7 +221,7 @@ void GradientReducer::throw_unused(const std::vector<std::size_t>& never_used) {
   const auto size = static_cast<std::int64_t>(comm_.size());
   std::vector<std::int64_t> missing(parameters_.size(), size);
   for (const std::size_t i : never_used) missing[i] = comm_.rank();
-  missing = comm::detail::all_reduce_values(comm_, missing, comm::ReduceOp::min);
+  missing = comm::all_reduce_values(comm_, missing, comm::ReduceOp::min);
   std::string names;
   for (std::size_t i = 0; i < missing.size(); ++i) {
     if (missing[i] == size) continue;
@@ -247,19 +248,13 @@ void GradientReducer::settle_unready(std::vector<std::size_t>& never_used) {
   }
 }
 
-void GradientReducer::learn_order() {
-  // Rank 0's observation decides, so every rank builds the same buckets.
-  std::vector<std::int64_t> order(observed_learned_.begin(), observed_learned_.end());
-  order = comm::detail::broadcast_values(comm_, order, 0);
-  std::exception_ptr failure;
-  try {
-    install_buckets(std::vector<std::size_t>(order.begin(), order.end()));
-  } catch (...) {
-    failure = std::current_exception();
+bool GradientReducer::complete_oldest_reduction() noexcept {
+  for (auto& bucket : buckets_) {
+    if (!bucket->reduction || bucket->finished) continue;
+    if (std::exception_ptr f = complete(*bucket); f && !hook_failure_) hook_failure_ = f;
+    return true;
   }
-  // All rebuild or none does: mismatched bucket plans would pair unrelated gradients.
-  comm::detail::throw_if_any_failed(comm_, failure, "gradient reducer: rebuilding the buckets");
-  order_learned_ = true;
+  return false;
 }
 
 void GradientReducer::abandon_iteration() noexcept {
@@ -268,22 +263,21 @@ void GradientReducer::abandon_iteration() noexcept {
 }
 
 void GradientReducer::reset_iteration() {
-  if (!order_learned_) observed_learned_ = observed_;
   ready_.assign(parameters_.size(), false);
   used_.assign(parameters_.size(), false);
-  observed_.clear();
   ready_count_ = 0;
   next_to_start_ = 0;
   hook_failure_ = nullptr;
   for (auto& bucket : buckets_) {
     bucket->pending = bucket->parameters.size();
     bucket->reduction.reset();
+    bucket->finished = false;
   }
 }
 
 std::vector<BucketLayout> GradientReducer::bucket_layout() const {
   std::vector<BucketLayout> layout;
-  for (const auto& bucket : buckets_) layout.push_back({bucket->buffer.numel(), bucket->names});
+  for (const auto& bucket : buckets_) layout.push_back({bucket->begin, bucket->end - bucket->begin, bucket->names});
   return layout;
 }
 

@@ -6,13 +6,13 @@
 
 #include "loom/core/error.hpp"
 #include "loom/core/tensor_ops.hpp"
-#include "src/comm/host_values.hpp"
+#include "loom/comm/agreement.hpp"
 
 namespace loom::ddp {
 
 namespace {
 
-std::string describe(const nn::Parameter& p) {
+std::string describe(const model::Parameter& p) {
   std::ostringstream out;
   out << "'" << p.name() << "' " << p.value().shape() << " " << p.value().dtype();
   return out.str();
@@ -20,10 +20,10 @@ std::string describe(const nn::Parameter& p) {
 
 }  // namespace
 
-void verify_same_parameters(comm::Communicator& comm, std::span<nn::Parameter* const> parameters) {
+void verify_same_parameters(comm::Communicator& comm, std::span<model::Parameter* const> parameters) {
   std::vector<std::string> mine;
-  for (const nn::Parameter* p : parameters) mine.push_back(describe(*p));
-  const auto difference = comm::detail::first_difference(comm, mine);
+  for (const model::Parameter* p : parameters) mine.push_back(describe(*p));
+  const auto difference = comm::first_difference(comm, mine);
   if (!difference) return;
   auto named = [](const std::string& line) {
     return line.starts_with("nothing (") ? line.substr(0, line.size() - 7) + " parameters)" : line;
@@ -36,15 +36,15 @@ void verify_same_parameters(comm::Communicator& comm, std::span<nn::Parameter* c
               comm.rank());
 }
 
-void broadcast_parameters(comm::Communicator& comm, std::span<nn::Parameter* const> parameters, int root) {
+void broadcast_parameters(comm::Communicator& comm, std::span<model::Parameter* const> parameters, int root) {
   std::vector<comm::Work> works;
   works.reserve(parameters.size());
-  for (nn::Parameter* p : parameters) works.push_back(comm.broadcast(p->value(), root));
+  for (model::Parameter* p : parameters) works.push_back(comm.broadcast(p->value(), root));
   for (const comm::Work& work : works) work.wait();
 }
 
 void verify_same_value(comm::Communicator& comm, std::int64_t value, std::string_view what) {
-  const std::vector<std::int64_t> extremes = comm::detail::all_reduce_values(comm, {value, -value}, comm::ReduceOp::max);
+  const std::vector<std::int64_t> extremes = comm::all_reduce_values(comm, {value, -value}, comm::ReduceOp::max);
   const std::int64_t highest = extremes[0], lowest = -extremes[1];
   if (highest == lowest) return;
   throw Error(ErrorCategory::invalid_argument,

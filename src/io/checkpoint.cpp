@@ -9,10 +9,12 @@
 #include <span>
 #include <vector>
 
+#include "loom/comm/agreement.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/tensor_ops.hpp"
 #include "loom/io/files.hpp"
 #include "loom/io/safetensors.hpp"
+#include "loom/optim/state_io.hpp"
 
 namespace loom::io {
 
@@ -24,9 +26,10 @@ namespace {
 constexpr const char* format_name = "loom-checkpoint-1";
 const char* const data_files[] = {"model.safetensors", "optimizer.safetensors"};
 
-json config_json(const nn::GPTConfig& c) {
-  return {{"vocab_size", c.vocab_size}, {"context", c.context}, {"layers", c.layers}, {"heads", c.heads},
-          {"channels", c.channels}};
+json config_json(const model::Model& model) {
+  json config = json::object();
+  for (const auto& [field, value] : model.architecture()) config[field] = value;
+  return config;
 }
 
 std::string step_name(std::int64_t step) {
@@ -35,8 +38,12 @@ std::string step_name(std::int64_t step) {
   return name;
 }
 
-void require_matching_config(const json& saved, const nn::GPT& model, const std::string& where) {
-  const json mine = config_json(model.config());
+void require_matching_config(const json& manifest, const model::Model& model, const std::string& where) {
+  const std::string architecture = manifest.value("architecture", "gpt");  // absent: written before other models
+  require(architecture == model.architecture_name(), "checkpoint '", where, "' holds a ", architecture,
+          " model but the run trains a ", model.architecture_name());
+  const json& saved = manifest.at("config");
+  const json mine = config_json(model);
   for (const auto& [field, value] : mine.items()) {
     if (!saved.contains(field) || saved[field] != value) {
       fail(ErrorCategory::invalid_argument, "checkpoint '", where, "' has ", field, " = ",
@@ -45,21 +52,28 @@ void require_matching_config(const json& saved, const nn::GPT& model, const std:
   }
 }
 
-// The file holds exactly the named tensors, each with its target's shape and dtype.
-void require_same_tensors(const std::map<std::string, Tensor>& loaded,
-                          const std::vector<std::pair<Tensor, std::string>>& targets, const std::string& file) {
-  for (const auto& [tensor, name] : targets) {
-    const auto it = loaded.find(name);
+struct Expected {
+  std::string name;
+  Shape shape;
+  DType dtype;
+};
+
+// The file holds exactly the named tensors, each with its expected shape and dtype.
+void require_same_tensors(const std::map<std::string, Tensor>& loaded, const std::vector<Expected>& targets,
+                          const std::string& file) {
+  for (const Expected& expected : targets) {
+    const auto it = loaded.find(expected.name);
     if (it == loaded.end()) {
-      fail(ErrorCategory::invalid_argument, "checkpoint file '", file, "' has no tensor '", name,
+      fail(ErrorCategory::invalid_argument, "checkpoint file '", file, "' has no tensor '", expected.name,
            "' (saved with other model or optimizer settings?)");
     }
-    require(it->second.shape() == tensor.shape() && it->second.dtype() == tensor.dtype(), "checkpoint tensor '", name,
-            "' in '", file, "' is ", it->second, " but the run expects ", tensor);
+    require(it->second.shape() == expected.shape && it->second.dtype() == expected.dtype, "checkpoint tensor '",
+            expected.name, "' in '", file, "' is ", it->second, " but the run expects ", expected.dtype, " ",
+            expected.shape);
   }
   if (loaded.size() != targets.size()) {
     for (const auto& [name, tensor] : loaded) {
-      const bool used = std::any_of(targets.begin(), targets.end(), [&](const auto& t) { return t.second == name; });
+      const bool used = std::any_of(targets.begin(), targets.end(), [&](const Expected& t) { return t.name == name; });
       if (!used) {
         fail(ErrorCategory::invalid_argument, "checkpoint file '", file, "' holds tensor '", name,
              "' that this run has no place for (saved with other model or optimizer settings?)");
@@ -70,8 +84,10 @@ void require_same_tensors(const std::map<std::string, Tensor>& loaded,
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& run_dir, const nn::GPT& model, const optim::Optimizer& optimizer,
-                            const TrainingProgress& progress) {
+namespace {
+
+std::string write_checkpoint(const std::string& run_dir, const model::Model& model, const optim::Optimizer& optimizer,
+                             const std::vector<optim::StateTensor>& optimizer_state, const TrainingProgress& progress) {
   std::error_code error;
   fs::create_directories(run_dir, error);
   if (error) fail(ErrorCategory::io, "cannot create checkpoint directory '", run_dir, "': ", error.message());
@@ -82,9 +98,9 @@ std::string save_checkpoint(const std::string& run_dir, const nn::GPT& model, co
   if (error) fail(ErrorCategory::io, "cannot create '", temporary.string(), "': ", error.message());
 
   std::vector<NamedTensor> weights, state;
-  for (const nn::Parameter* p : model.parameters()) weights.push_back({p->name(), p->value()});
-  for (const optim::StateTensor& t : optimizer.state_tensors()) state.push_back({t.name, t.tensor});
-  const std::string config = config_json(model.config()).dump();
+  for (const model::Parameter* p : model.parameter_space().parameters()) weights.push_back({p->name(), p->value()});
+  for (const optim::StateTensor& t : optimizer_state) state.push_back({t.name, t.tensor});
+  const std::string config = config_json(model).dump();
   write_safetensors((temporary / data_files[0]).string(), weights,
                     {{"format", "pt"}, {"loom_config", config}, {"loom_precision", model.precision().name()}});
   write_safetensors((temporary / data_files[1]).string(), state,
@@ -99,14 +115,14 @@ std::string save_checkpoint(const std::string& run_dir, const nn::GPT& model, co
                          {"step", progress.step},
                          {"optimizer", optimizer.name()},
                          {"optimizer_steps", optimizer.steps_taken()},
-                         {"data_position", progress.data_position},
+                         {"batches_consumed", progress.batches_consumed},
                          {"data_seed", progress.data_seed},
-                         {"data_ranks", progress.data_ranks},
                          {"loss_scaler",
                           {{"scale", progress.loss_scale},
                            {"clean_steps", progress.loss_scale_clean_steps},
                            {"skipped_steps", progress.skipped_steps}}},
-                         {"config", config_json(model.config())},
+                         {"architecture", model.architecture_name()},
+                         {"config", config_json(model)},
                          {"precision", model.precision().name()},
                          {"files", files}};
   write_file_atomically((temporary / "state.json").string(), manifest.dump(2) + "\n");
@@ -129,6 +145,28 @@ std::string save_checkpoint(const std::string& run_dir, const nn::GPT& model, co
   return final_dir.string();
 }
 
+}  // namespace
+
+std::string save_checkpoint(const std::string& run_dir, const model::Model& model, const optim::Optimizer& optimizer,
+                            const TrainingProgress& progress, comm::Communicator* comm) {
+  require(comm != nullptr || !optimizer.sharded(), "save_checkpoint: the optimizer holds one rank's shard; pass the "
+          "data-parallel communicator so the state can be gathered");
+  // Every rank takes part in the gather; rank 0 writes.
+  const std::vector<optim::StateTensor> state = optim::gather_state(optimizer, comm);
+  if (comm == nullptr) return write_checkpoint(run_dir, model, optimizer, state, progress);
+  std::exception_ptr failure;
+  std::string where = (fs::path(run_dir) / step_name(progress.step)).string();
+  if (comm->rank() == 0) {
+    try {
+      where = write_checkpoint(run_dir, model, optimizer, state, progress);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  comm::throw_if_any_failed(*comm, failure, "saving a checkpoint");
+  return where;
+}
+
 std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
   const fs::path pointer = fs::path(run_dir) / "latest";
   if (!fs::exists(pointer)) return std::nullopt;
@@ -140,7 +178,7 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
   return (fs::path(run_dir) / name).string();
 }
 
-TrainingProgress load_checkpoint(const std::string& path, nn::GPT& model, optim::Optimizer& optimizer) {
+TrainingProgress load_checkpoint(const std::string& path, model::Model& model, optim::Optimizer& optimizer) {
   std::string dir = path;
   if (!fs::exists(fs::path(path) / "state.json")) {
     const std::optional<std::string> latest = latest_checkpoint(path);
@@ -159,7 +197,7 @@ TrainingProgress load_checkpoint(const std::string& path, nn::GPT& model, optim:
     if (manifest.value("format", "") != format_name) {
       fail(ErrorCategory::corrupt_data, "'", state_path, "' is not a ", format_name, " checkpoint");
     }
-    require_matching_config(manifest.at("config"), model, dir);
+    require_matching_config(manifest, model, dir);
     const std::string precision = manifest.at("precision").get<std::string>();
     require(precision == model.precision().name(), "checkpoint '", dir, "' was trained in ", precision,
             " but the model is ", model.precision().name());
@@ -182,20 +220,25 @@ TrainingProgress load_checkpoint(const std::string& path, nn::GPT& model, optim:
     }
     const SafetensorsContents& weights = contents[0];
     const SafetensorsContents& state = contents[1];
-    std::vector<std::pair<Tensor, std::string>> model_targets, state_targets;
-    for (nn::Parameter* p : model.parameters()) model_targets.emplace_back(p->value(), p->name());
-    for (const optim::StateTensor& t : optimizer.state_tensors()) state_targets.emplace_back(t.tensor, t.name);
+    const std::vector<model::Parameter*> parameters = model.parameter_space().parameters();
+    std::vector<Expected> model_targets, state_targets;
+    for (const model::Parameter* p : parameters) {
+      model_targets.push_back({p->name(), p->value().shape(), p->value().dtype()});
+    }
+    for (const auto& [name, shape] : optim::state_layout(optimizer)) state_targets.push_back({name, shape, DType::f32});
     // Everything is checked before anything is copied: a refused checkpoint leaves the run as it was.
     require_same_tensors(weights.tensors, model_targets, (fs::path(dir) / data_files[0]).string());
     require_same_tensors(state.tensors, state_targets, (fs::path(dir) / data_files[1]).string());
-    for (const auto& [tensor, name] : model_targets) copy(tensor, weights.tensors.at(name));
-    for (const auto& [tensor, name] : state_targets) copy(tensor, state.tensors.at(name));
+    for (model::Parameter* p : parameters) copy(p->value(), weights.tensors.at(p->name()));
+    optim::scatter_state(optimizer, state.tensors);
     optimizer.set_steps_taken(manifest.at("optimizer_steps").get<std::int64_t>());
     TrainingProgress progress;
     progress.step = manifest.at("step").get<std::int64_t>();
-    progress.data_position = manifest.at("data_position").get<std::int64_t>();
+    // Written before ZeRO: each rank's position in a stream partitioned over data_ranks ranks.
+    progress.batches_consumed = manifest.contains("batches_consumed")
+                                    ? manifest.at("batches_consumed").get<std::int64_t>()
+                                    : manifest.at("data_position").get<std::int64_t>() * manifest.value("data_ranks", 1);
     progress.data_seed = manifest.at("data_seed").get<std::uint64_t>();
-    progress.data_ranks = manifest.value("data_ranks", 1);  // absent before data parallelism: one process
     const json& scaler = manifest.at("loss_scaler");
     progress.loss_scale = scaler.at("scale").get<float>();
     progress.loss_scale_clean_steps = scaler.at("clean_steps").get<std::int64_t>();

@@ -58,6 +58,20 @@ GPT::GPT(const GPTConfig& config, const Precision& precision, Device device, std
   }
   ln_f_.collect_parameters(parameters_);
   initialize(seed);
+  std::vector<model::UnitSpec> units{{"embeddings", {&wte_, &wpe_}}};
+  ln_f_.collect_parameters(units[0].parameters);
+  for (std::size_t l = 0; l < blocks_.size(); ++l) {
+    std::string name = "h";
+    name += std::to_string(l);
+    units.push_back({std::move(name), {}});
+    blocks_[l]->collect_parameters(units.back().parameters);
+  }
+  space_ = std::make_unique<model::ParameterSpace>(std::move(units));
+}
+
+std::vector<std::pair<std::string, std::int64_t>> GPT::architecture() const {
+  return {{"vocab_size", config_.vocab_size}, {"context", config_.context}, {"layers", config_.layers},
+          {"heads", config_.heads}, {"channels", config_.channels}};
 }
 
 void GPT::initialize(std::uint64_t seed) {
@@ -92,9 +106,13 @@ float GPT::forward(const Tensor& tokens, const Tensor& targets, StreamRef stream
   tokens_ = tokens.to(device_, stream);
   const std::int64_t c = config_.channels, vp = config_.padded_vocab(), rows = batch * steps;
   detail::ensure_buffer(embedded_, {batch, steps, c}, precision_.storage, device_);
+  before_forward(0);
   kernels::embedding_forward(tokens_, wte_.value(), wpe_.value(), embedded_, stream);
   Tensor x = embedded_;
-  for (auto& block : blocks_) x = block->forward(x, stream);
+  for (std::size_t l = 0; l < blocks_.size(); ++l) {
+    before_forward(1 + l);
+    x = blocks_[l]->forward(x, stream);
+  }
   final_norm_ = ln_f_.forward(x, stream);
   // logits = ln_f(x) wte^T over the padded vocabulary.
   detail::ensure_buffer(logits_, {batch, steps, vp}, precision_.storage, device_);
@@ -129,6 +147,7 @@ float GPT::forward(const Tensor& tokens, const Tensor& targets, StreamRef stream
 
 void GPT::backward(float loss_scale, StreamRef stream) {
   require(targets_.defined(), "GPT: backward needs a forward with targets first");
+  before_backward(0);
   const std::int64_t rows = tokens_.numel(), vp = config_.padded_vocab();
   const Shape hidden_shape = final_norm_.shape();
   // d(mean loss)/d(loss_i) = 1 / counted for every counted row; ignored rows get 0 in the kernel.
@@ -152,15 +171,16 @@ void GPT::backward(float loss_scale, StreamRef stream) {
   dx.precision = precision_.gemm;
   kernels::gemm(logits_rows, wte_.value(), dresidual_.view({rows, config_.channels}), dx, stream);
   Tensor d = ln_f_.backward(dresidual_, stream);
-  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) d = (*it)->backward(d, stream);
+  for (std::size_t l = blocks_.size(); l-- > 0;) {
+    before_backward(1 + l);
+    d = blocks_[l]->backward(d, stream);
+  }
   kernels::embedding_backward(tokens_, d, wte_.grad(), wpe_.grad(), stream);
   wpe_.mark_grad_ready();
   wte_.mark_grad_ready();  // tied: final only after both the head and the embedding
   targets_ = Tensor();     // the logits now hold their gradient: another backward needs a forward
 }
 
-void GPT::zero_grad() {
-  for (Parameter* p : parameters_) p->zero_grad();
-}
+void GPT::zero_grad() { space_->zero_grads(); }
 
 }  // namespace loom::nn

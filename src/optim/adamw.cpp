@@ -7,34 +7,23 @@
 
 namespace loom::optim {
 
-AdamW::AdamW(std::vector<nn::Parameter*> parameters, const AdamWOptions& options)
-    : Optimizer(std::move(parameters)), options_(options) {
+AdamW::AdamW(model::ParameterSpace& space, const AdamWOptions& options, std::vector<model::ShardRange> ranges)
+    : Optimizer(space, std::move(ranges)), options_(options) {
   require(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,
           "AdamW: betas must lie in [0, 1), got ", options.beta1, " and ", options.beta2);
   require(options.eps > 0 && options.weight_decay >= 0, "AdamW: eps must be positive and weight_decay >= 0, got ",
           options.eps, " and ", options.weight_decay);
-  for (const nn::Parameter* p : this->parameters()) {
-    m_.push_back(Tensor::zeros(p->value().shape(), DType::f32, p->value().device()));
-    v_.push_back(Tensor::zeros(p->value().shape(), DType::f32, p->value().device()));
-  }
-}
-
-std::vector<StateTensor> AdamW::state_tensors() const {
-  std::vector<StateTensor> out;
-  for (std::size_t i = 0; i < parameters().size(); ++i) {
-    out.push_back({parameters()[i]->name() + ".exp_avg", m_[i]});
-    out.push_back({parameters()[i]->name() + ".exp_avg_sq", v_[i]});
-  }
-  append_masters(out);
-  return out;
+  m_ = add_state("exp_avg");
+  v_ = add_state("exp_avg_sq");
+  add_masters();
 }
 
 void AdamW::step(float lr, float grad_scale, StreamRef stream) {
   std::vector<kernels::AdamWTensor> tensors;
-  tensors.reserve(parameters().size());
-  for (std::size_t i = 0; i < parameters().size(); ++i) {
-    const nn::Parameter& p = *parameters()[i];
-    tensors.push_back({updated(i), p.grad(), m_[i], v_[i], low_precision_copy(i), p.weight_decay()});
+  require_current_layout();
+  tensors.reserve(segments().size());
+  for (const Segment& s : segments()) {
+    tensors.push_back({updated(s), grad(s), local(m_, s), local(v_, s), low_precision_copy(s), s.decay});
   }
   kernels::AdamWHyperparameters hp;
   hp.lr = lr;

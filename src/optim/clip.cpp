@@ -1,19 +1,56 @@
 #include "loom/optim/clip.hpp"
 
 #include <cmath>
+#include <vector>
+
+#include "loom/core/error.hpp"
 
 #include "loom/kernels/grad_utils.hpp"
 
 namespace loom::optim {
 
-float global_grad_norm(const std::vector<nn::Parameter*>& parameters, float pre_scale, StreamRef stream) {
-  if (parameters.empty()) return 0.0f;
-  std::vector<Tensor> grads;
-  for (nn::Parameter* p : parameters) grads.push_back(p->grad());
-  const Tensor out = Tensor::empty({1}, DType::f32, grads.front().device());
-  kernels::global_l2_norm(grads, out, stream);
+float global_grad_norm(std::span<const Tensor> grads, comm::Communicator* comm, float pre_scale, StreamRef stream) {
+  if (comm == nullptr) {
+    if (grads.empty()) return 0.0f;
+    const Tensor out = Tensor::empty({1}, DType::f32, grads.front().device());
+    kernels::global_l2_norm(grads, out, stream);
+    synchronize(stream);
+    return out.item<float>() * std::fabs(pre_scale);
+  }
+  const Tensor squares = Tensor::zeros({1}, DType::f32, comm->device());
+  if (!grads.empty()) kernels::sum_of_squares(grads, squares, stream);
+  comm->set_stream(stream);
+  comm->all_reduce(squares, squares, comm::ReduceOp::sum).wait();
   synchronize(stream);
-  return out.item<float>() * std::fabs(pre_scale);
+  return std::sqrt(squares.to(Device::cpu()).item<float>()) * std::fabs(pre_scale);
+}
+
+float space_grad_norm(const Optimizer& optimizer, comm::Communicator* shards, StreamRef stream) {
+  const model::ParameterSpace& space = optimizer.space();
+  const int ranks = space.ranks();
+  require(!optimizer.sharded() || (shards != nullptr && shards->size() == ranks), optimizer.name(), ": the norm of "
+          "a gradient sharded over ", ranks, " ranks needs their communicator");
+  const auto units = static_cast<std::int64_t>(space.units().size());
+  const Tensor partials = Tensor::zeros({units * ranks}, DType::f32, space.device());
+  const std::vector<Tensor> grads = optimizer.gradients();
+  const int first_slice = optimizer.sharded() ? shards->rank() : 0;
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    const model::ShardRange& range = optimizer.ranges()[i];
+    const std::int64_t slice = space.units()[range.unit].elements / ranks;
+    for (std::int64_t k = 0; k * slice < grads[i].numel(); ++k) {
+      const std::int64_t at = static_cast<std::int64_t>(range.unit) * ranks + first_slice + k;
+      const Tensor part = grads[i].slice(k * slice, (k + 1) * slice);
+      kernels::sum_of_squares(std::span<const Tensor>(&part, 1), partials.slice(at, at + 1), stream);
+    }
+  }
+  if (optimizer.sharded()) {  // each slot is written by one rank and zero elsewhere: the sum is exact
+    shards->set_stream(stream);
+    shards->all_reduce(partials, partials, comm::ReduceOp::sum).wait();
+  }
+  synchronize(stream);
+  double sum = 0;
+  for (const float p : partials.to(Device::cpu()).to_vector<float>()) sum += p;
+  return static_cast<float>(std::sqrt(sum));
 }
 
 float clip_factor(float norm, float max_norm) {

@@ -15,14 +15,16 @@ DynamicLossScaler::DynamicLossScaler(const LossScalerOptions& options)
           "and min_scale > 0");
 }
 
-bool DynamicLossScaler::unscale_and_update(const std::vector<nn::Parameter*>& parameters, StreamRef stream) {
-  if (!options_.enabled || parameters.empty()) return true;
-  std::vector<Tensor> grads;
-  for (nn::Parameter* p : parameters) grads.push_back(p->grad());
-  const Tensor flag = Tensor::zeros({1}, DType::f32, grads.front().device());
-  kernels::unscale_and_check_finite(grads, 1.0f / scale_, flag, stream);
+bool DynamicLossScaler::unscale_and_update(std::span<const Tensor> grads, comm::Communicator* comm, StreamRef stream) {
+  if (!options_.enabled || (grads.empty() && comm == nullptr)) return true;
+  const Tensor flag = Tensor::zeros({1}, DType::f32, comm != nullptr ? comm->device() : grads.front().device());
+  if (!grads.empty()) kernels::unscale_and_check_finite(grads, 1.0f / scale_, flag, stream);
+  if (comm != nullptr) {
+    comm->set_stream(stream);
+    comm->all_reduce(flag, flag, comm::ReduceOp::max).wait();
+  }
   synchronize(stream);
-  const bool finite = flag.item<float>() == 0.0f;
+  const bool finite = flag.to(Device::cpu()).item<float>() == 0.0f;
   update(finite);
   return finite;
 }

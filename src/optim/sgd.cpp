@@ -7,34 +7,24 @@
 
 namespace loom::optim {
 
-SGD::SGD(std::vector<nn::Parameter*> parameters, const SgdOptions& options)
-    : Optimizer(std::move(parameters)), options_(options) {
+SGD::SGD(model::ParameterSpace& space, const SgdOptions& options, std::vector<model::ShardRange> ranges)
+    : Optimizer(space, std::move(ranges)), options_(options) {
   require(options.momentum >= 0 && options.dampening >= 0 && options.weight_decay >= 0,
           "SGD: momentum, dampening and weight_decay must be >= 0, got ", options.momentum, ", ", options.dampening,
           " and ", options.weight_decay);
   require(!options.nesterov || (options.momentum > 0 && options.dampening == 0),
           "SGD: Nesterov momentum needs momentum > 0 and no dampening");
-  for (const nn::Parameter* p : this->parameters()) {
-    buffers_.push_back(options.momentum > 0 ? Tensor::zeros(p->value().shape(), DType::f32, p->value().device())
-                                            : Tensor());
-  }
-}
-
-std::vector<StateTensor> SGD::state_tensors() const {
-  std::vector<StateTensor> out;
-  for (std::size_t i = 0; i < parameters().size(); ++i) {
-    if (buffers_[i].defined()) out.push_back({parameters()[i]->name() + ".momentum_buffer", buffers_[i]});
-  }
-  append_masters(out);
-  return out;
+  if (options.momentum > 0) buffer_ = add_state("momentum_buffer");
+  add_masters();
 }
 
 void SGD::step(float lr, float grad_scale, StreamRef stream) {
   std::vector<kernels::SgdTensor> tensors;
-  tensors.reserve(parameters().size());
-  for (std::size_t i = 0; i < parameters().size(); ++i) {
-    const nn::Parameter& p = *parameters()[i];
-    tensors.push_back({updated(i), p.grad(), buffers_[i], low_precision_copy(i), p.weight_decay()});
+  require_current_layout();
+  tensors.reserve(segments().size());
+  for (const Segment& s : segments()) {
+    tensors.push_back({updated(s), grad(s), buffer_.defined() ? local(buffer_, s) : Tensor(), low_precision_copy(s),
+                       s.decay});
   }
   kernels::SgdHyperparameters hp;
   hp.lr = lr;

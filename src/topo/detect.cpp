@@ -15,7 +15,7 @@
 #include "loom/core/gpu_info.hpp"
 #include "loom/core/tensor.hpp"
 #include "loom/topo/topology_json.hpp"
-#include "src/comm/host_values.hpp"
+#include "loom/comm/agreement.hpp"
 #include "src/topo/nvml.hpp"
 
 namespace loom::topo {
@@ -201,7 +201,7 @@ Detection detect_topology(comm::Communicator* world) {
   }
   // Every rank takes part in the same collectives whatever it finds, so that no rank waits alone.
   // Each says which topology file it was given; all must agree.
-  const std::vector<std::string> files = comm::detail::all_gather_texts(*world, file_name);
+  const std::vector<std::string> files = comm::all_gather_texts(*world, file_name);
   for (int r = 0; r < world->size(); ++r) {
     require(files[static_cast<std::size_t>(r)] == files[0], "LOOM_TOPO_FILE is '", files[0], "' on rank 0 but '",
             files[static_cast<std::size_t>(r)], "' on rank ", r, ": set it for every rank (mpirun -x LOOM_TOPO_FILE)");
@@ -221,7 +221,7 @@ Detection detect_topology(comm::Communicator* world) {
   const std::string gpu_bus =
       world->device().is_cuda() ? short_bus_id(cuda_device_properties(world->device().index()).pci_bus_id) : "";
   const std::vector<std::string> records =
-      comm::detail::all_gather_texts(*world, lines({machine_identity(), gpu_bus, notes}) + topology_to_json(local));
+      comm::all_gather_texts(*world, lines({machine_identity(), gpu_bus, notes}) + topology_to_json(local));
   std::map<std::string, int> host_of;
   for (int r = 0; r < world->size(); ++r) {
     const std::string& record = records[static_cast<std::size_t>(r)];

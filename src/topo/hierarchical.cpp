@@ -9,7 +9,7 @@
 #include "loom/topo/topology_json.hpp"
 #include "src/comm/call_checks.hpp"
 #include "src/comm/call_queue.hpp"
-#include "src/comm/host_values.hpp"
+#include "loom/comm/agreement.hpp"
 
 namespace loom::topo {
 
@@ -21,7 +21,7 @@ using comm::Work;
 
 // Throws on every rank unless every rank passes the same value.
 void require_same_everywhere(Communicator& flat, std::int64_t value, const std::string& what) {
-  const std::vector<std::int64_t> extremes = comm::detail::all_reduce_values(flat, {value, -value}, ReduceOp::max);
+  const std::vector<std::int64_t> extremes = comm::all_reduce_values(flat, {value, -value}, ReduceOp::max);
   require(extremes[0] == -extremes[1], "topology-aware communicator: ", what, " differs between the ranks; every rank "
           "must use the same topology (set LOOM_TOPO_FILE for all of them, or let detect_topology agree on one)");
 }

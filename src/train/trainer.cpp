@@ -1,9 +1,11 @@
 #include "loom/train/trainer.hpp"
 
 #include <chrono>
+#include <filesystem>
 #include <cmath>
 #include <optional>
 
+#include "loom/comm/agreement.hpp"
 #include "loom/core/error.hpp"
 #include "loom/ddp/replicas.hpp"
 #include "loom/optim/clip.hpp"
@@ -11,74 +13,111 @@
 namespace loom::train {
 
 namespace {
-std::unique_ptr<optim::Optimizer> make_optimizer(const nn::GPT& model, const TrainerOptions& options) {
+
+std::unique_ptr<optim::Optimizer> make_optimizer(model::ParameterSpace& space, const TrainerOptions& options,
+                                                 std::vector<model::ShardRange> ranges) {
   if (options.optimizer == TrainerOptions::OptimizerKind::sgd) {
-    return std::make_unique<optim::SGD>(model.parameters(), options.sgd);
+    return std::make_unique<optim::SGD>(space, options.sgd, std::move(ranges));
   }
-  return std::make_unique<optim::AdamW>(model.parameters(), options.adamw);
+  return std::make_unique<optim::AdamW>(space, options.adamw, std::move(ranges));
 }
 
-optim::LossScalerOptions scaler_options(const nn::Precision& precision) {
+optim::LossScalerOptions scaler_options(const model::Precision& precision) {
   optim::LossScalerOptions options;
   options.enabled = precision.loss_scaling;
   return options;
 }
+
+const TrainerOptions& validated(const TrainerOptions& options, const comm::Communicator* comm) {
+  require(options.grad_accumulation >= 1, "trainer: grad_accumulation must be >= 1, got ", options.grad_accumulation);
+  require(options.zero >= 0 && options.zero <= 2, "trainer: zero must be 0, 1 or 2, got ", options.zero);
+  require(options.zero == 0 || comm != nullptr, "trainer: ZeRO stage ", options.zero, " shards over the ranks of a "
+          "communicator; none was given");
+  options.schedule.at(0);  // validates the schedule now rather than at the first step
+  return options;
+}
+
 }  // namespace
 
-Trainer::Trainer(nn::GPT& model, data::BatchSource& data, const TrainerOptions& options,
-                 ddp::GradientReducer* reducer)
+Trainer::Trainer(model::Model& model, data::BatchSource& data, const TrainerOptions& options, comm::Communicator* comm)
     : model_(model),
       data_(data),
-      options_(options),
-      reducer_(reducer),
-      optimizer_(make_optimizer(model, options)),
+      options_(validated(options, comm)),
+      comm_(comm),
       scaler_(scaler_options(model.precision())) {
-  require(options.grad_accumulation >= 1, "trainer: grad_accumulation must be >= 1, got ", options.grad_accumulation);
-  require(data.vocab_size() <= model.config().vocab_size, "trainer: the data has a vocabulary of ", data.vocab_size(),
-          " tokens but the model only ", model.config().vocab_size);
-  options.schedule.at(0);  // validates the schedule now rather than at the first step
-  if (reducer != nullptr) {
-    require(reducer->communicator().device() == model.device(), "trainer: the model lives on ", model.device(),
-            " but the gradient reducer's communicator on ", reducer->communicator().device());
+  model::ParameterSpace& space = model.parameter_space();
+  if (comm_ != nullptr) {
+    require(comm_->device() == model.device(), "trainer: the model lives on ", model.device(),
+            " but the communicator on ", comm_->device());
   }
+  if (options_.zero > 0) {
+    zero_ = std::make_unique<shard::ZeroEngine>(*comm_, model, options_.zero, options_.reducer);
+    optimizer_ = make_optimizer(space, options_, zero_->ranges());
+    zero_->attach(*optimizer_);
+  } else {
+    if (comm_ != nullptr) ddp_ = std::make_unique<ddp::GradientReducer>(*comm_, space, options_.reducer);
+    optimizer_ = make_optimizer(space, options_, {});
+  }
+}
+
+Trainer::~Trainer() = default;
+
+ddp::GradientReducer* Trainer::reducer() noexcept { return zero_ ? &zero_->reducer() : ddp_.get(); }
+
+void Trainer::run_micro_batches(StepResult& result, double& loss_sum, StreamRef stream) {
+  const float micro = static_cast<float>(options_.grad_accumulation);
+  for (std::int64_t i = 0; i < options_.grad_accumulation; ++i) {
+    const data::Batch batch = data_.next();
+    const bool last = i + 1 == options_.grad_accumulation;
+    std::optional<ddp::GradientReducer::NoSync> accumulate_only;
+    if (!last && ddp_) accumulate_only.emplace(ddp_->no_sync());
+    if (!last && zero_ && zero_->stage() == 1) accumulate_only.emplace(zero_->no_sync());
+    loss_sum += model_.forward(batch.tokens, batch.targets, stream);
+    model_.backward(scaler_.scale() / micro, stream);
+    result.tokens += batch.tokens.numel();
+    if (zero_ && (last || zero_->stage() == 2)) zero_->synchronize();  // ZeRO-2: every micro-batch
+  }
+  if (ddp_) ddp_->synchronize();
 }
 
 StepResult Trainer::step(StreamRef stream) {
   const auto start = std::chrono::steady_clock::now();
   StepResult result;
   result.step = steps_done_ + 1;
-  model_.zero_grad();
-  const float micro = static_cast<float>(options_.grad_accumulation);
   double loss_sum = 0;
-  if (reducer_ != nullptr) reducer_->set_stream(stream);  // its reductions wait for this step's backward
+  if (zero_) {
+    zero_->begin_step();
+  } else {
+    model_.parameter_space().zero_grads();
+  }
+  if (ddp_) ddp_->set_stream(stream);  // its reductions wait for this step's backward
+  if (zero_) zero_->reducer().set_stream(stream);
   try {
-    for (std::int64_t i = 0; i < options_.grad_accumulation; ++i) {
-      const data::Batch batch = data_.next();
-      std::optional<ddp::GradientReducer::NoSync> accumulate_only;
-      if (reducer_ != nullptr && i + 1 < options_.grad_accumulation) accumulate_only.emplace(reducer_->no_sync());
-      loss_sum += model_.forward(batch.tokens, batch.targets, stream);
-      model_.backward(scaler_.scale() / micro, stream);
-      result.tokens += batch.tokens.numel();
-    }
+    run_micro_batches(result, loss_sum, stream);
   } catch (...) {
-    if (reducer_ != nullptr) reducer_->abandon_iteration();  // nothing stays in flight into the next step
+    if (ddp_) ddp_->abandon_iteration();  // nothing stays in flight into the next step
+    if (zero_) zero_->abandon_iteration();
     throw;
   }
   double loss = loss_sum / static_cast<double>(options_.grad_accumulation);
-  if (reducer_ != nullptr) {
-    reducer_->synchronize();
-    loss = ddp::mean_across_ranks(reducer_->communicator(), loss);
-    result.tokens *= reducer_->communicator().size();  // every rank's micro-batches have the same shape
+  if (comm_ != nullptr) {
+    loss = ddp::mean_across_ranks(*comm_, loss);
+    result.tokens *= comm_->size();  // every rank's micro-batches have the same shape
   }
   result.loss = static_cast<float>(loss);
   result.lr = options_.schedule.at(steps_done_);
-  const bool finite = scaler_.unscale_and_update(model_.parameters(), stream);
-  result.grad_norm = optim::global_grad_norm(model_.parameters(), 1.0f, stream);
+  // Under ZeRO each rank holds its slice of the reduced gradient: the verdict and the norm are
+  // agreed over the ranks. Under DDP every rank holds the whole average and decides alone, the same.
+  comm::Communicator* const shards = zero_ ? comm_ : nullptr;
+  const std::vector<Tensor> grads = optimizer_->gradients();
+  const bool finite = scaler_.unscale_and_update(grads, shards, stream);
+  result.grad_norm = optim::space_grad_norm(*optimizer_, shards, stream);
   // An inf/NaN gradient never reaches the weights, in any precision (fp16: the scaler backs off).
   result.skipped = !finite || !std::isfinite(result.grad_norm);
   if (result.skipped) ++skipped_steps_;
   if (!result.skipped) {
     optimizer_->step(result.lr, optim::clip_factor(result.grad_norm, options_.max_grad_norm), stream);
+    if (zero_) zero_->gather_values(stream);
     synchronize(stream);
   }
   ++steps_done_;
@@ -86,14 +125,35 @@ StepResult Trainer::step(StreamRef stream) {
   return result;
 }
 
-int Trainer::ranks() const noexcept { return reducer_ != nullptr ? reducer_->communicator().size() : 1; }
+shard::ModelStateBytes Trainer::held_model_state() const {
+  const model::ParameterSpace& space = model_.parameter_space();
+  shard::ModelStateBytes held;
+  held.values = static_cast<std::int64_t>(space.values().nbytes());
+  held.gradients = static_cast<std::int64_t>(
+      space.grads_allocated() ? space.grads().nbytes() : (zero_ ? zero_->shard_gradients().nbytes() : 0));
+  for (const std::string& kind : optimizer_->state_kinds()) {
+    const auto bytes = static_cast<std::int64_t>(optimizer_->state(kind).nbytes());
+    (kind == "master" ? held.masters : held.moments) += bytes;
+  }
+  return held;
+}
+
+shard::ModelStateBytes Trainer::predicted_model_state() const {
+  optim::OptimizerKind kind = optim::OptimizerKind::adamw;
+  if (options_.optimizer == TrainerOptions::OptimizerKind::sgd) {
+    kind = options_.sgd.momentum > 0 ? optim::OptimizerKind::sgd_momentum : optim::OptimizerKind::sgd;
+  }
+  const model::ParameterSpace& space = model_.parameter_space();
+  return shard::model_state_bytes(space, space.storage(), kind, options_.zero, ranks());
+}
+
+int Trainer::ranks() const noexcept { return comm_ != nullptr ? comm_->size() : 1; }
 
 io::TrainingProgress Trainer::progress() const {
   io::TrainingProgress p;
   p.step = steps_done_;
-  p.data_position = data_.position();
+  p.batches_consumed = data_.position() * ranks();  // every rank has taken as many
   p.data_seed = options_.data_seed;
-  p.data_ranks = ranks();
   p.loss_scale = scaler_.scale();
   p.loss_scale_clean_steps = scaler_.clean_steps_in_a_row();
   p.skipped_steps = skipped_steps_;
@@ -103,15 +163,36 @@ io::TrainingProgress Trainer::progress() const {
 void Trainer::restore(const io::TrainingProgress& progress) {
   require(progress.data_seed == options_.data_seed, "trainer: the checkpoint's data seed ", progress.data_seed,
           " differs from this run's ", options_.data_seed);
-  // Each rank's data position counts batches of a stream partitioned over the job's ranks: with
-  // another number of ranks the same position would skip or repeat data.
-  require(progress.data_ranks == ranks(), "trainer: the checkpoint was written by a job of ", progress.data_ranks,
-          " rank(s), whose data is partitioned ", progress.data_ranks, " ways; this job has ", ranks(),
-          ". Resume with ", progress.data_ranks, " rank(s)");
+  // Global batch g is batch g / N of rank g % N: after G batches every rank is at G / N.
+  require(progress.batches_consumed % ranks() == 0, "trainer: the checkpoint's job consumed ",
+          progress.batches_consumed, " batches, which do not divide over this job's ", ranks(), " ranks; resume with "
+          "a number of ranks that divides them (and keep ranks x accumulation x batch, the global batch, the same)");
   steps_done_ = progress.step;
-  data_.seek(progress.data_position);
+  data_.seek(progress.batches_consumed / ranks());
   scaler_.restore(progress.loss_scale, progress.loss_scale_clean_steps, progress.skipped_steps);
   skipped_steps_ = progress.skipped_steps;
+}
+
+std::string Trainer::save(const std::string& run_dir) {
+  return io::save_checkpoint(run_dir, model_, *optimizer_, progress(), comm_);
+}
+
+bool Trainer::resume(const std::string& path) {
+  bool found = false;
+  std::exception_ptr failure;
+  try {
+    found = std::filesystem::exists(std::filesystem::path(path) / "state.json") || io::latest_checkpoint(path);
+    if (found) restore(io::load_checkpoint(path, model_, *optimizer_));
+  } catch (...) {
+    if (comm_ == nullptr) throw;
+    failure = std::current_exception();
+  }
+  if (comm_ != nullptr) {
+    comm::throw_if_any_failed(*comm_, failure, "resuming from a checkpoint");  // every rank must have found the same checkpoint
+    ddp::verify_same_value(*comm_, steps_done_,
+                           "the step this job resumes at (is the checkpoint directory on a file system every rank sees?)");
+  }
+  return found;
 }
 
 }  // namespace loom::train

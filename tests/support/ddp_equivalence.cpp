@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "loom/core/tensor_ops.hpp"
 #include "loom/data/batch_source.hpp"
 #include "loom/ddp/gradient_reducer.hpp"
 #include "loom/nn/gpt.hpp"
@@ -38,19 +39,20 @@ namespace {
 train::TrainerOptions trainer_options(const EquivalenceCase& c) {
   train::TrainerOptions options;
   options.grad_accumulation = c.accumulation;
-  options.max_grad_norm = 1.0f;  // clipping sees the averaged gradients: the same on every rank
+  options.max_grad_norm = c.max_grad_norm;  // clipping sees the averaged gradients: the same on every rank
   // SGD with momentum: the weights are linear in the gradients, so the comparison measures the
   // reduction itself. (AdamW divides by sqrt(v): a gradient that cancels to ~0 across the batch
   // turns summation-order noise into a full +-lr step in either direction.)
-  options.optimizer = train::TrainerOptions::OptimizerKind::sgd;
-  options.schedule = {.max_lr = 0.5f, .min_lr = 0.05f, .warmup = 1, .total = c.steps};
+  options.optimizer = c.adamw ? train::TrainerOptions::OptimizerKind::adamw : train::TrainerOptions::OptimizerKind::sgd;
+  options.schedule = c.adamw ? optim::CosineSchedule{.max_lr = 1e-2f, .min_lr = 1e-3f, .warmup = 1, .total = c.steps}
+                             : optim::CosineSchedule{.max_lr = 0.5f, .min_lr = 0.05f, .warmup = 1, .total = c.steps};
   return options;
 }
 
-std::vector<float> weights(const nn::GPT& model) {
-  std::vector<float> all;
+std::vector<double> weights(const nn::GPT& model) {
+  std::vector<double> all;
   for (const nn::Parameter* p : model.parameters()) {
-    const auto values = p->value().to(Device::cpu()).to_vector<float>();
+    const auto values = to_doubles(p->value().to(Device::cpu()));
     all.insert(all.end(), values.begin(), values.end());
   }
   return all;
@@ -63,23 +65,24 @@ EquivalenceResult run_ddp_equivalence(comm::Communicator& comm, const Equivalenc
   try {
     const std::int64_t world = comm.size(), b = c.batch_per_rank;
     // The reference: one process, batch N x B, seed 7.
-    nn::GPT reference(tiny_gpt(vocab, steps_per_row), nn::Precision::fp32(), Device::cpu(), 7);
-    const std::vector<float> initial = weights(reference);
+    nn::GPT reference(tiny_gpt(vocab, steps_per_row), nn::Precision::parse(c.precision), Device::cpu(), 7);
+    const std::vector<double> initial = weights(reference);
     GlobalBatchSlice everything(world * b, 0, world * b);
     train::Trainer single(reference, everything, trainer_options(c));
     std::vector<train::StepResult> expected;
     for (int s = 0; s < c.steps; ++s) expected.push_back(single.step());
     // Data-parallel: each rank initialises differently; the reducer gives every rank rank 0's weights.
-    nn::GPT model(tiny_gpt(vocab, steps_per_row), nn::Precision::fp32(), comm.device(), 7 + static_cast<std::uint64_t>(comm.rank()) * 100);
-    ddp::ReducerOptions options;
-    options.bucket_bytes = c.bucket_bytes;
-    options.first_bucket_bytes = c.first_bucket_bytes;
-    if (c.reduction != DType::f32) options.hook = ddp::compression_hook(c.reduction);
-    ddp::GradientReducer reducer(comm, model.parameters(), options);
+    nn::GPT model(tiny_gpt(vocab, steps_per_row), nn::Precision::parse(c.precision), comm.device(), 7 + static_cast<std::uint64_t>(comm.rank()) * 100);
+    train::TrainerOptions options = trainer_options(c);
+    options.zero = c.zero;
+    options.reducer.bucket_bytes = c.bucket_bytes;
+    options.reducer.first_bucket_bytes = c.first_bucket_bytes;
+    if (c.reduction != DType::f32) options.reducer.hook = ddp::compression_hook(c.reduction);
     GlobalBatchSlice mine(world * b, comm.rank() * b, b);
-    train::Trainer parallel(model, mine, trainer_options(c), &reducer);
+    train::Trainer parallel(model, mine, options, &comm);
     for (std::size_t s = 0; s < expected.size(); ++s) {
       const train::StepResult step = parallel.step();
+      if (step.grad_norm > c.max_grad_norm) ++result.clipped_steps;
       // The norm before clipping: a sum instead of a mean, or a double division, shows here even
       // where clipping would hide it in the weights.
       result.max_norm_rel_diff = std::max(
@@ -89,11 +92,24 @@ EquivalenceResult run_ddp_equivalence(comm::Communicator& comm, const Equivalenc
         result.tokens_per_step = step.tokens;
       }
     }
-    result.buckets = reducer.stats().buckets;
-    const std::vector<float> got = weights(model), want = weights(reference);
+    result.buckets = parallel.reducer()->stats().buckets;
+    const std::vector<double> got = weights(model), want = weights(reference);
     for (std::size_t i = 0; i < want.size(); ++i) {
       result.max_weight_diff = std::max(result.max_weight_diff, std::fabs(static_cast<double>(got[i]) - want[i]));
       result.max_update = std::max(result.max_update, std::fabs(static_cast<double>(want[i]) - initial[i]));
+    }
+    if (c.zero > 0) {  // the same job with DDP
+      nn::GPT ddp_model(tiny_gpt(vocab, steps_per_row), nn::Precision::parse(c.precision), comm.device(), 7);
+      train::TrainerOptions ddp_options = options;
+      ddp_options.zero = 0;
+      GlobalBatchSlice same(world * b, comm.rank() * b, b);
+      train::Trainer ddp(ddp_model, same, ddp_options, &comm);
+      for (int s = 0; s < c.steps; ++s) ddp.step();
+      const std::vector<double> ddp_weights = weights(ddp_model);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        result.max_ddp_weight_diff =
+            std::max(result.max_ddp_weight_diff, std::fabs(static_cast<double>(got[i]) - ddp_weights[i]));
+      }
     }
   } catch (const std::exception& e) {
     result.error = e.what();

@@ -1,6 +1,7 @@
 // The data-parallel equivalence every communicator backend must pass: N ranks training a small GPT
-// with per-rank batch B (gradients averaged by a GradientReducer) reach the same weights as one
-// process training with batch N x B, after k optimizer steps. Each rank also trains that one-process
+// with per-rank batch B (gradients averaged by a GradientReducer, or reduce-scattered by ZeRO)
+// reach the same weights as one process training with batch N x B, after k optimizer steps; ZeRO
+// also reaches DDP's weights. Each rank also trains that one-process
 // reference itself and compares. Rank threads must not use Catch2 assertions, hence a result.
 #pragma once
 
@@ -20,6 +21,10 @@ struct EquivalenceCase {
   DType reduction = DType::f32;     // f32: average_hook; f16/bf16: compression_hook
   std::int64_t bucket_bytes = 8192;  // small, so the tiny model spans several buckets
   std::int64_t first_bucket_bytes = 2048;
+  int zero = 0;                     // 1, 2: ZeRO, also compared with DDP on the same ranks
+  bool adamw = false;               // AdamW instead of SGD with momentum
+  float max_grad_norm = 1.0f;
+  std::string precision = "fp32";   // of the models (storage, GEMMs)
 };
 
 struct EquivalenceResult {
@@ -30,6 +35,8 @@ struct EquivalenceResult {
   double max_norm_rel_diff = 0;  // max over steps of |job grad norm / reference grad norm - 1|
   std::int64_t tokens_per_step = 0;
   int buckets = 0;
+  int clipped_steps = 0;          // steps whose norm exceeded max_grad_norm
+  double max_ddp_weight_diff = 0;  // ZeRO: max |ZeRO - DDP| over every weight, same ranks and data
 };
 
 // Rows [begin, begin + rows) of global batch p, which has `total` rows of 8 random tokens (vocabulary

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "loom/core/device.hpp"
@@ -24,8 +25,17 @@ class Allocator {
 // Alignment of every CPU allocation: a cache line, and enough for any SIMD load.
 inline constexpr std::size_t cpu_alignment = 64;
 
-// The CPU allocator (aligned operator new). Stateless: one shared instance serves everyone.
+// The CPU allocator (aligned operator new). One shared instance serves everyone and counts the
+// bytes it has handed out, as the CUDA caching allocator does on the GPU (the memory a model
+// state needs is measured with it).
 std::shared_ptr<Allocator> cpu_allocator();
+
+struct CpuMemoryStats {
+  std::int64_t live_bytes = 0;  // allocated and not yet released, over the whole process
+  std::int64_t peak_bytes = 0;  // the most live bytes since the start or reset_cpu_memory_peak()
+};
+CpuMemoryStats cpu_memory_stats() noexcept;
+void reset_cpu_memory_peak() noexcept;  // peak := live
 
 // Plain cudaMalloc/cudaFree on one device, without caching.
 std::shared_ptr<Allocator> cuda_direct_allocator(int device_index);

@@ -29,6 +29,7 @@ struct GradBucket {
   Tensor gradients;      // flat f32 on the communicator's device: this rank's gradients, padding zero
   std::vector<std::string> parameter_names{};  // the parameters whose gradients it holds, in order
   StreamRef stream{};    // where the gradients were produced (CUDA); CPU: unused
+  std::int64_t begin = 0;  // its first element in the parameter space
 };
 
 // A reduction in flight.

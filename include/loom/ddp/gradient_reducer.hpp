@@ -1,12 +1,12 @@
-// Data-parallel gradient reduction, overlapped with backward. The reducer moves every parameter's
-// gradient into flat communication buckets (the gradients become views into them: no copy at
-// reduction time) and subscribes to the parameters' gradient-ready hooks. When the last gradient
-// of a bucket is ready, and every earlier bucket has started, it starts that bucket's reduction
-// asynchronously (through the communication hook), so communication runs while the rest of
-// backward computes. synchronize() waits for what is left and leaves the average over the ranks in
-// every gradient.
+// Data-parallel gradient reduction, overlapped with backward. The reducer works on a model's
+// parameter space: each bucket is a contiguous range of the space's flat gradient buffer (the
+// gradients already live there: nothing is copied), and it subscribes to the parameters'
+// gradient-ready hooks. When the last gradient of a bucket is ready, and every earlier bucket has
+// started, it starts that bucket's reduction asynchronously (through the communication hook), so
+// communication runs while the rest of backward computes. synchronize() waits for what is left
+// and leaves the average over the ranks in every gradient.
 //
-//   loom::ddp::GradientReducer ddp(world.comm(), model.parameters());  // before the optimizer
+//   loom::ddp::GradientReducer ddp(world.comm(), model.parameter_space());  // before the optimizer
 //   for (...) {
 //     model.zero_grad();
 //     { auto skip = ddp.no_sync(); model.forward(a); model.backward(); }  // accumulate only
@@ -15,10 +15,11 @@
 //     optimizer.step(...);
 //   }
 //
-// Buckets start in reverse registration order (the usual backward order; the first one small so
-// communication starts early) and are rebuilt once, from the order rank 0 observed in the first
-// synchronized backward, identically on every rank. Construction verifies that every rank has the
-// same parameters (names, shapes, dtypes) and copies rank 0's values to the others.
+// Buckets follow the reverse of the space's order (backward order; the first one small so
+// communication starts early). The plan depends only on the layout, never on the order observed
+// at run time. Construction lays the space out for the communicator's ranks, verifies that every
+// rank has the same space (parameters, shapes, dtypes, units) and copies rank 0's values to the
+// others. With Bucketing::by_unit every bucket is one whole unit (what ZeRO reduce-scatters).
 //
 // A parameter that received no gradient since the last synchronize() is an error on every rank,
 // naming it and the rank (after the reductions finished, so no rank hangs), unless
@@ -36,16 +37,17 @@
 
 #include "loom/comm/communicator.hpp"
 #include "loom/ddp/comm_hook.hpp"
-#include "loom/nn/parameter.hpp"
+#include "loom/model/parameter_space.hpp"
 
 namespace loom::ddp {
 
 enum class UnusedParameters { error, reduce_zero };
+enum class Bucketing { by_size, by_unit };
 
 struct ReducerOptions {
   std::int64_t bucket_bytes = std::int64_t{25} << 20;
   std::int64_t first_bucket_bytes = std::int64_t{1} << 20;  // small, so communication starts early
-  bool rebuild_buckets = true;  // re-plan once from the order observed in the first backward
+  Bucketing bucketing = Bucketing::by_size;  // by_unit ignores the two sizes above
   UnusedParameters unused_parameters = UnusedParameters::error;
   CommHook hook{};              // empty: average_hook(); see comm_hook.hpp for the others
   StreamRef stream{};           // the stream backward runs on (CUDA), until set_stream changes it
@@ -64,14 +66,16 @@ struct ReducerStats {
 };
 
 struct BucketLayout {
+  std::int64_t begin = 0;                     // first element in the parameter space
   std::int64_t elements = 0;                  // f32 elements, alignment padding included
   std::vector<std::string> parameter_names;  // in bucket order
 };
 
 class GradientReducer {
  public:
-  // parameters: the model's, in registration order; their gradients must be f32 on comm's device.
-  GradientReducer(comm::Communicator& comm, std::vector<nn::Parameter*> parameters, ReducerOptions options = {});
+  // space: the model's, on comm's device. It is laid out for comm.size() ranks here, so build
+  // the optimizer after the reducer. The space must outlive the reducer.
+  GradientReducer(comm::Communicator& comm, model::ParameterSpace& space, ReducerOptions options = {});
   // Waits for reductions still in flight (their errors are dropped) and detaches from the hooks.
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
@@ -102,6 +106,10 @@ class GradientReducer {
 
   // The stream the next backward runs on (CUDA): bucket reductions wait for it. CPU: unused.
   void set_stream(StreamRef stream) noexcept { stream_ = stream; }
+  // Waits for the oldest reduction still in flight and runs its finish step (a ZeRO-2 gradient
+  // pool reuses that bucket's buffer next). Returns false when none is in flight. A failure is
+  // kept for synchronize(), which reports it on every rank.
+  bool complete_oldest_reduction() noexcept;
   // After backward failed part-way: waits for the reductions it started (their errors dropped) and
   // forgets the iteration, so the next step starts clean. Every rank must do the same (a rank
   // whose backward failed cannot take part in this iteration's collectives).
@@ -116,28 +124,27 @@ class GradientReducer {
   void on_grad_ready(std::size_t index);
   void mark_ready(std::size_t index);
   void start_ready_buckets();
-  void install_buckets(const std::vector<std::size_t>& order);
+  void install_buckets();
+  Tensor bucket_gradients(const Bucket& bucket) const;
   void settle_unready(std::vector<std::size_t>& never_used);
   std::exception_ptr wait_for_buckets() noexcept;
   void throw_unused(const std::vector<std::size_t>& never_used);
-  void learn_order();
   void reset_iteration();
 
   comm::Communicator& comm_;
-  std::vector<nn::Parameter*> parameters_;
+  model::ParameterSpace& space_;
+  std::vector<model::Parameter*> parameters_;  // the space's slots, in order
   ReducerOptions options_;
-  std::vector<nn::Parameter::HookId> hook_ids_;
+  std::vector<model::Parameter::HookId> hook_ids_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
   std::vector<std::size_t> bucket_of_;  // per parameter
-  // This iteration: gradient final (outside no_sync), gradient touched at all, observed order.
+  // This iteration: gradient final (outside no_sync), gradient touched at all.
   std::vector<bool> ready_, used_;
-  std::vector<std::size_t> observed_, observed_learned_;  // this iteration's ready order; kept for the rebuild
   std::size_t ready_count_ = 0;
   std::size_t next_to_start_ = 0;
   StreamRef stream_;
   std::exception_ptr hook_failure_;  // a communication hook that threw during this backward
   int no_sync_depth_ = 0;
-  bool order_learned_ = false;
   ReducerStats stats_;
 };
 

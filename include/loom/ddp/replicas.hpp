@@ -7,16 +7,16 @@
 #include <string_view>
 
 #include "loom/comm/communicator.hpp"
-#include "loom/nn/parameter.hpp"
+#include "loom/model/parameter.hpp"
 
 namespace loom::ddp {
 
 // Throws an invalid_argument Error on every rank unless every rank has the same parameters (count,
 // names, shapes, dtypes, in order); the message names the first difference and both ranks.
-void verify_same_parameters(comm::Communicator& comm, std::span<nn::Parameter* const> parameters);
+void verify_same_parameters(comm::Communicator& comm, std::span<model::Parameter* const> parameters);
 
 // Every rank's parameter values <- root's.
-void broadcast_parameters(comm::Communicator& comm, std::span<nn::Parameter* const> parameters, int root = 0);
+void broadcast_parameters(comm::Communicator& comm, std::span<model::Parameter* const> parameters, int root = 0);
 
 // Throws on every rank unless `value` is the same on all of them, naming `what` and the range seen
 // (for example the step every rank resumed at).

@@ -1,40 +1,47 @@
 // Training checkpoints. A checkpoint is a directory <run>/step_<8 digits>/ holding
 //   model.safetensors      the parameters as the model stores them (metadata: the model config)
-//   optimizer.safetensors  the optimizer's named state (e.g. "<param>.exp_avg", "<param>.master")
-//   state.json             progress (step, data position and seed, loss scaler), config,
-//                          precision, and the size and CRC-32 of both files
+//   optimizer.safetensors  the optimizer's full state per parameter (e.g. "<param>.exp_avg",
+//                          "<param>.master"), whatever the ranks and ZeRO stage that wrote it
+//   state.json             progress (step, global batches consumed, data seed, loss scaler),
+//                          architecture, precision, and the size and CRC-32 of both files
 // It is written as <run>/.step_<N>.tmp/ (every file fsync'ed), renamed into place, and then
 // <run>/latest is replaced atomically to name it: a crash at any point leaves the previous
 // checkpoint, and `latest`, intact. Loading verifies sizes and checksums before reading, and
-// refuses a checkpoint whose config, precision or optimizer differs from the run's, naming it.
+// refuses a checkpoint whose architecture, precision or optimizer differs from the run's, naming
+// it. A checkpoint loads at any number of ranks and any ZeRO stage: each rank takes its part.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 
-#include "loom/nn/gpt.hpp"
+#include "loom/comm/communicator.hpp"
+#include "loom/model/model.hpp"
 #include "loom/optim/optimizer.hpp"
 
 namespace loom::io {
 
 struct TrainingProgress {
   std::int64_t step = 0;           // optimizer steps completed (the schedule's position)
-  std::int64_t data_position = 0;  // batches taken from this rank's data source
+  // Micro-batches taken from the job's data stream by all ranks together: a job of N ranks
+  // resumes with each rank at batches_consumed / N of its partition (data/batch_source.hpp).
+  std::int64_t batches_consumed = 0;
   std::uint64_t data_seed = 0;     // the data stream's seed (all randomness of a run)
-  int data_ranks = 1;              // ranks the data stream is partitioned over (data parallelism)
   float loss_scale = 1.0f;
   std::int64_t loss_scale_clean_steps = 0;
   std::int64_t skipped_steps = 0;
 };
 
-// Returns the new checkpoint's directory.
-std::string save_checkpoint(const std::string& run_dir, const nn::GPT& model, const optim::Optimizer& optimizer,
-                            const TrainingProgress& progress);
+// Returns the new checkpoint's directory. comm: the data-parallel group, or null for one process.
+// With a communicator it is a collective: a sharded optimizer's state is gathered, rank 0 writes,
+// and a failure on rank 0 is an error on every rank.
+std::string save_checkpoint(const std::string& run_dir, const model::Model& model, const optim::Optimizer& optimizer,
+                            const TrainingProgress& progress, comm::Communicator* comm = nullptr);
 
 // path: a checkpoint directory, or a run directory (its `latest` checkpoint). Restores the
-// model's parameters and the optimizer's state and step count; returns the progress.
-TrainingProgress load_checkpoint(const std::string& path, nn::GPT& model, optim::Optimizer& optimizer);
+// model's parameters and this rank's part of the optimizer's state and its step count; returns
+// the progress. Every rank reads the files itself (no communication).
+TrainingProgress load_checkpoint(const std::string& path, model::Model& model, optim::Optimizer& optimizer);
 
 // The checkpoint `latest` names in run_dir, if there is one.
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/model/model.hpp"
 #include "loom/nn/block.hpp"
 #include "loom/nn/layernorm.hpp"
 
@@ -32,7 +33,9 @@ struct GPTConfig {
   double training_flops_per_token(std::int64_t steps) const;
 };
 
-class GPT {
+// Its parameter space has one unit for the embeddings and the final LayerNorm (unit 0) and one per
+// block (unit 1 + l), so the reverse of the space's order is the order backward finishes them.
+class GPT final : public model::Model {
  public:
   GPT(const GPTConfig& config, const Precision& precision, Device device, std::uint64_t seed = 1337);
   GPT(const GPT&) = delete;
@@ -42,18 +45,22 @@ class GPT {
   // the model) and, when targets ([B, T] i32, -1 = ignore) are given, the mean cross-entropy over
   // the counted positions, which it returns (NaN without targets). Activations are kept for
   // backward.
-  float forward(const Tensor& tokens, const Tensor& targets = {}, StreamRef stream = {});
+  float forward(const Tensor& tokens, const Tensor& targets = {}, StreamRef stream = {}) override;
   // Backpropagates loss_scale x the mean loss of the last forward (which needs targets).
   // Gradients are accumulated (+=): call zero_grad() between optimizer steps. Every parameter's
   // gradient-ready hooks run as soon as its gradient is final, in backward order.
-  void backward(float loss_scale = 1.0f, StreamRef stream = {});
+  void backward(float loss_scale = 1.0f, StreamRef stream = {}) override;
   void zero_grad();
 
   // The last forward's logits (after backward they hold the logits' gradient).
   const Tensor& logits() const noexcept { return logits_; }
   const GPTConfig& config() const noexcept { return config_; }
-  const Precision& precision() const noexcept { return precision_; }
-  Device device() const noexcept { return device_; }
+  const Precision& precision() const noexcept override { return precision_; }
+  Device device() const noexcept override { return device_; }
+  model::ParameterSpace& parameter_space() noexcept override { return *space_; }
+  const model::ParameterSpace& parameter_space() const noexcept override { return *space_; }
+  std::string architecture_name() const override { return "gpt"; }
+  std::vector<std::pair<std::string, std::int64_t>> architecture() const override;
   // Every parameter, in registration order (embeddings, blocks in order, final LayerNorm).
   const std::vector<Parameter*>& parameters() const noexcept { return parameters_; }
 
@@ -67,6 +74,7 @@ class GPT {
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;
   LayerNorm ln_f_;
   std::vector<Parameter*> parameters_;
+  std::unique_ptr<model::ParameterSpace> space_;
 
   Tensor tokens_, targets_, embedded_, final_norm_, logits_, losses_, dlosses_, dresidual_;
   std::int64_t counted_targets_ = 0;

@@ -1,54 +1,8 @@
-// A trainable tensor: its name (the checkpoint key), its value in the model's storage dtype, its
-// fp32 gradient, whether weight decay applies, and "gradient ready" hooks. Layers accumulate into
-// grad() during backward and call mark_grad_ready() the moment a parameter's gradient is final for
-// this backward pass, in backward order; a gradient all-reduce engine subscribes to start
-// communicating while the rest of backward still runs.
+// nn's name for the model-level parameter description (loom/model/parameter.hpp).
 #pragma once
 
-#include <cstdint>
-#include <functional>
-#include <string>
-#include <utility>
-#include <vector>
-
-#include "loom/core/tensor.hpp"
+#include "loom/model/parameter.hpp"
 
 namespace loom::nn {
-
-class Parameter {
- public:
-  using GradReadyHook = std::function<void(Parameter&)>;
-  using HookId = std::uint64_t;
-
-  // value: the parameter as the model stores it; the gradient is allocated zeroed, in grad_dtype,
-  // on the value's device.
-  Parameter(std::string name, Tensor value, DType grad_dtype, bool weight_decay);
-  Parameter(const Parameter&) = delete;
-  Parameter& operator=(const Parameter&) = delete;
-
-  const std::string& name() const noexcept { return name_; }
-  const Tensor& value() const noexcept { return value_; }
-  const Tensor& grad() const noexcept { return grad_; }
-  bool weight_decay() const noexcept { return weight_decay_; }
-
-  // Replaces the gradient storage (for example with a view into a communication bucket); it
-  // must have the value's shape and device and dtype f32.
-  void set_grad(Tensor grad);
-  void zero_grad();
-
-  // Returns an id for remove_grad_ready_hook (a reducer detaches itself when destroyed).
-  HookId add_grad_ready_hook(GradReadyHook hook);
-  void remove_grad_ready_hook(HookId id) noexcept;
-  // Runs the hooks, in the order they were added. Called by layers during backward.
-  void mark_grad_ready();
-
- private:
-  std::string name_;
-  Tensor value_;
-  Tensor grad_;
-  bool weight_decay_;
-  std::vector<std::pair<HookId, GradReadyHook>> hooks_;
-  HookId next_hook_id_ = 1;
-};
-
+using model::Parameter;
 }  // namespace loom::nn

@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "loom/model/parameter_space.hpp"
+
 #include "loom/optim/optimizer.hpp"
 
 namespace loom::optim {
@@ -17,20 +19,16 @@ struct AdamWOptions {
 
 class AdamW : public Optimizer {
  public:
-  AdamW(std::vector<nn::Parameter*> parameters, const AdamWOptions& options);
+  // ranges: see Optimizer (empty: the whole space).
+  AdamW(model::ParameterSpace& space, const AdamWOptions& options, std::vector<model::ShardRange> ranges = {});
 
   void step(float lr, float grad_scale = 1.0f, StreamRef stream = {}) override;
   std::string name() const override { return "adamw"; }
-  // "<param>.exp_avg", "<param>.exp_avg_sq", and "<param>.master" where there is one.
-  std::vector<StateTensor> state_tensors() const override;
-
-  const Tensor& exp_avg(std::size_t i) const { return m_.at(i); }
-  const Tensor& exp_avg_sq(std::size_t i) const { return v_.at(i); }
   const AdamWOptions& options() const noexcept { return options_; }
 
  private:
   AdamWOptions options_;
-  std::vector<Tensor> m_, v_;
+  Tensor m_, v_;  // "exp_avg", "exp_avg_sq"
 };
 
 }  // namespace loom::optim

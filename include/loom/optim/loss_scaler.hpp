@@ -5,10 +5,11 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
+#include <span>
 
+#include "loom/comm/communicator.hpp"
 #include "loom/core/stream.hpp"
-#include "loom/nn/parameter.hpp"
+#include "loom/core/tensor.hpp"
 
 namespace loom::optim {
 
@@ -28,7 +29,9 @@ class DynamicLossScaler {
   float scale() const noexcept { return scale_; }
   // Multiplies every gradient by 1 / scale() in place and returns whether all of them are
   // finite; updates the scale and the counters. The caller skips the optimizer step on false.
-  bool unscale_and_update(const std::vector<nn::Parameter*>& parameters, StreamRef stream = {});
+  // With a communicator, grads are this rank's part of a sharded gradient and the verdict is the
+  // ranks' (a collective): every rank skips, or none does.
+  bool unscale_and_update(std::span<const Tensor> grads, comm::Communicator* comm = nullptr, StreamRef stream = {});
   // The state machine alone, for a step whose gradients were found (non-)finite elsewhere.
   void update(bool finite);
 

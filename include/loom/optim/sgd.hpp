@@ -18,16 +18,15 @@ struct SgdOptions {
 
 class SGD : public Optimizer {
  public:
-  SGD(std::vector<nn::Parameter*> parameters, const SgdOptions& options);
+  // ranges: see Optimizer (empty: the whole space).
+  SGD(model::ParameterSpace& space, const SgdOptions& options, std::vector<model::ShardRange> ranges = {});
 
   void step(float lr, float grad_scale = 1.0f, StreamRef stream = {}) override;
   std::string name() const override { return "sgd"; }
-  // "<param>.momentum_buffer" (with momentum), and "<param>.master" where there is one.
-  std::vector<StateTensor> state_tensors() const override;
 
  private:
   SgdOptions options_;
-  std::vector<Tensor> buffers_;
+  Tensor buffer_;  // "momentum_buffer", with momentum
 };
 
 }  // namespace loom::optim

@@ -1,25 +1,34 @@
-// One optimizer step of GPT training, the way mixed-precision trainers do it: gradient
-// accumulation over micro-batches (the loss of each divided by their number), dynamic loss
+// One optimizer step of training any model::Model, the way mixed-precision trainers do it:
+// gradient accumulation over micro-batches (the loss of each divided by their number), dynamic loss
 // scaling for fp16 (unscale + inf/NaN check in one pass; a bad step is skipped and counted),
 // clipping by global norm (folded into the optimizer's gradient scale), the learning rate from a
-// cosine schedule, and AdamW or SGD with momentum. Everything a checkpoint needs is in progress()/restore().
-// With a GradientReducer it trains data-parallel: every micro-batch but the last runs inside
-// no_sync(), the reducer averages the gradients over the ranks before the loss scaler, clipping
-// and the optimizer see them (so every rank takes the same decisions), and the step's loss and
-// token count are the job's.
+// cosine schedule, and AdamW or SGD with momentum. Everything a checkpoint needs is in
+// progress()/restore().
+//
+// With a communicator it trains data-parallel over its ranks:
+//   zero 0 (DDP): a GradientReducer averages the gradients while backward runs (every micro-batch
+//                 but the last inside no_sync()); every rank updates the whole model.
+//   zero 1, 2:    a shard::ZeroEngine reduce-scatters them unit by unit; each rank updates its
+//                 slice with optimizer state for that slice only, and the values are all-gathered.
+// Either way the loss scaler's verdict and the clipping norm are the whole gradient's (computed
+// over the shards with an all-reduce under ZeRO), so every rank takes the same decisions, and the
+// step's loss and token count are the job's.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 
+#include "loom/comm/communicator.hpp"
 #include "loom/data/batch_source.hpp"
 #include "loom/ddp/gradient_reducer.hpp"
 #include "loom/io/checkpoint.hpp"
-#include "loom/nn/gpt.hpp"
+#include "loom/model/model.hpp"
 #include "loom/optim/adamw.hpp"
-#include "loom/optim/sgd.hpp"
 #include "loom/optim/loss_scaler.hpp"
 #include "loom/optim/schedule.hpp"
+#include "loom/optim/sgd.hpp"
+#include "loom/shard/memory.hpp"
+#include "loom/shard/zero.hpp"
 
 namespace loom::train {
 
@@ -31,6 +40,8 @@ struct TrainerOptions {
   optim::AdamWOptions adamw{};
   optim::SgdOptions sgd{};
   std::uint64_t data_seed = 0;         // recorded in checkpoints
+  int zero = 0;                        // 0 (DDP), 1 or 2; needs a communicator when > 0
+  ddp::ReducerOptions reducer{};       // the data-parallel reducer's options (ZeRO: see ZeroEngine)
 };
 
 struct StepResult {
@@ -39,16 +50,18 @@ struct StepResult {
   float grad_norm = 0;     // before clipping (NaN/inf on a skipped step)
   float lr = 0;
   bool skipped = false;    // a non-finite gradient (fp16 overflow, or inf/NaN anywhere): no update
-  std::int64_t tokens = 0; // tokens processed (inputs of every micro-batch, on every rank)
+  std::int64_t tokens = 0; // elements of the inputs of every micro-batch, on every rank
   double seconds = 0;      // wall time of the step, synchronized
 };
 
 class Trainer {
  public:
-  // reducer: nullptr for one process; otherwise built over model.parameters() before this trainer
-  // (its construction gives every rank rank 0's weights, which the optimizer then copies).
-  Trainer(nn::GPT& model, data::BatchSource& data, const TrainerOptions& options,
-          ddp::GradientReducer* reducer = nullptr);
+  // comm: the data-parallel group (null: one process). Building the trainer builds the reducer or
+  // the ZeRO engine (every rank gets rank 0's weights) and then the optimizer, so it is a
+  // collective. The model, data and comm must outlive the trainer.
+  Trainer(model::Model& model, data::BatchSource& data, const TrainerOptions& options,
+          comm::Communicator* comm = nullptr);
+  ~Trainer();
 
   StepResult step(StreamRef stream = {});
 
@@ -56,20 +69,39 @@ class Trainer {
   std::int64_t skipped_steps() const noexcept { return skipped_steps_; }
   io::TrainingProgress progress() const;
   // Continues a run from a loaded checkpoint's progress (the model and optimizer state are
-  // restored by io::load_checkpoint): step counter, data position, loss scaler.
+  // restored by io::load_checkpoint): step counter, data position, loss scaler. A checkpoint of
+  // any number of ranks resumes here as long as its consumed batches divide over this job's ranks.
   void restore(const io::TrainingProgress& progress);
+  // save_checkpoint / load_checkpoint for this trainer's model, optimizer and communicator
+  // (collective when data-parallel; rank 0 writes). load returns whether a checkpoint was found.
+  std::string save(const std::string& run_dir);
+  bool resume(const std::string& path);
 
-  // The data-parallel ranks (1 without a reducer).
+  // The model state this rank holds (values, gradients, masters, moments), and what
+  // shard::model_state_bytes predicts for this model, precision, optimizer, stage and ranks.
+  shard::ModelStateBytes held_model_state() const;
+  shard::ModelStateBytes predicted_model_state() const;
+
+  // The data-parallel ranks (1 without a communicator).
   int ranks() const noexcept;
-  nn::GPT& model() noexcept { return model_; }
+  int zero_stage() const noexcept { return options_.zero; }
+  model::Model& model() noexcept { return model_; }
   optim::Optimizer& optimizer() noexcept { return *optimizer_; }
   const optim::DynamicLossScaler& loss_scaler() const noexcept { return scaler_; }
+  // The reducer whose statistics describe the overlap (DDP's, or the one inside ZeRO); null alone.
+  ddp::GradientReducer* reducer() noexcept;
+  shard::ZeroEngine* zero_engine() noexcept { return zero_.get(); }
+  comm::Communicator* communicator() const noexcept { return comm_; }
 
  private:
-  nn::GPT& model_;
+  void run_micro_batches(StepResult& result, double& loss_sum, StreamRef stream);
+
+  model::Model& model_;
   data::BatchSource& data_;
   TrainerOptions options_;
-  ddp::GradientReducer* reducer_;
+  comm::Communicator* comm_;
+  std::unique_ptr<ddp::GradientReducer> ddp_;
+  std::unique_ptr<shard::ZeroEngine> zero_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::DynamicLossScaler scaler_;
   std::int64_t steps_done_ = 0, skipped_steps_ = 0;

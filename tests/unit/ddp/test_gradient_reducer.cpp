@@ -1,5 +1,5 @@
 // GradientReducer on in-process communicators (ranks as threads): exact averages on crafted
-// gradients, buckets and their rebuild from the observed order, reductions started during
+// gradients, buckets as ranges of the parameter space whatever the ready order, reductions started during
 // backward, accumulation with no_sync, unused parameters, replicas that differ, the compression
 // and user hooks. Rank threads only record what they saw; the test thread asserts (Catch2's
 // assertions are not thread-safe).
@@ -40,6 +40,7 @@ const std::vector<Shape> shapes{{3}, {64}, {5, 7}, {100}, {1}, {40, 3}};
 struct Params {
   std::vector<std::unique_ptr<Parameter>> owned;
   std::vector<Parameter*> list;
+  std::unique_ptr<loom::model::ParameterSpace> space;  // one unit holding them all
   Params(int rank, const std::vector<Shape>& layout = shapes) {
     for (std::size_t j = 0; j < layout.size(); ++j) {
       std::string name = "p";  // (not "p" + to_string: GCC 12 warns falsely about that, -Wrestrict)
@@ -49,6 +50,7 @@ struct Params {
                                                   DType::f32, false));
       list.push_back(owned.back().get());
     }
+    space = std::make_unique<loom::model::ParameterSpace>(std::vector<loom::model::UnitSpec>{{"all", list}});
   }
 };
 
@@ -94,7 +96,7 @@ TEST_CASE("the reducer averages gradients exactly, bucket by bucket, starting du
       ReducerOptions options;
       options.first_bucket_bytes = 64;
       options.bucket_bytes = 256;
-      GradientReducer reducer(comm, params.list, options);
+      GradientReducer reducer(comm, *params.space, options);
       for (int iteration = 0; iteration < 2; ++iteration) {
         for (Parameter* p : params.list) p->zero_grad();
         for (std::size_t j = shapes.size(); j-- > 0;) backward_one(*params.list[j], comm.rank(), j);
@@ -121,13 +123,13 @@ TEST_CASE("the reducer gives every rank rank 0's parameter values", "[ddp]") {
   std::vector<std::vector<double>> seen(3);
   loom::comm::run_in_process(3, [&](Communicator& comm) {
     Params params(comm.rank());
-    GradientReducer reducer(comm, params.list);
+    GradientReducer reducer(comm, *params.space);
     for (Parameter* p : params.list) seen[static_cast<std::size_t>(comm.rank())].push_back(loom::to_doubles(p->value())[0]);
   });
   for (const auto& values : seen) CHECK(values == std::vector<double>{0, 1, 2, 3, 4, 5});
 }
 
-TEST_CASE("buckets are rebuilt once, from the order rank 0 observed, identically everywhere", "[ddp]") {
+TEST_CASE("buckets are ranges of the space, the same on every rank whatever order gradients arrive in", "[ddp]") {
   std::vector<std::vector<loom::ddp::BucketLayout>> before(2), after(2);
   std::vector<double> errors(2, -1);
   loom::comm::run_in_process(2, [&](Communicator& comm) {
@@ -135,26 +137,32 @@ TEST_CASE("buckets are rebuilt once, from the order rank 0 observed, identically
     ReducerOptions options;
     options.first_bucket_bytes = 64;
     options.bucket_bytes = 256;
-    GradientReducer reducer(comm, params.list, options);
+    GradientReducer reducer(comm, *params.space, options);
     const auto r = static_cast<std::size_t>(comm.rank());
     before[r] = reducer.bucket_layout();
-    // Rank 0 produces gradients in registration order, rank 1 in reverse: rank 0's order wins.
+    // Rank 0 produces gradients in registration order, rank 1 in reverse.
     for (std::size_t k = 0; k < shapes.size(); ++k) {
       const std::size_t j = comm.rank() == 0 ? k : shapes.size() - 1 - k;
       backward_one(*params.list[j], comm.rank(), j);
     }
     reducer.synchronize();
     after[r] = reducer.bucket_layout();
-    const double first = max_error(params.list, 2, 1);  // the averages survive the move to new buckets
+    const double first = max_error(params.list, 2, 1);
     for (std::size_t j = 0; j < shapes.size(); ++j) backward_one(*params.list[j], comm.rank(), j);
     reducer.synchronize();
     errors[r] = std::max(first, max_error(params.list, 2, 2));  // average + average
   });
-  // Initially reverse registration order; then registration order (rank 0's).
-  CHECK(before[0].front().parameter_names.front() == "p5");
-  CHECK(after[0].front().parameter_names == std::vector<std::string>{"p0", "p1"});
-  REQUIRE(after[0].size() == after[1].size());
-  for (std::size_t b = 0; b < after[0].size(); ++b) CHECK(after[0][b].parameter_names == after[1][b].parameter_names);
+  // Reverse space order; each bucket one range of the space: p5 at 384, then p4 (at 320) and p3 (at 192).
+  REQUIRE(before[0].size() == 4);
+  CHECK(before[0].front().parameter_names == std::vector<std::string>{"p5"});
+  CHECK((before[0][1].begin == 192 && before[0][1].elements == 129));
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(after[static_cast<std::size_t>(r)].size() == before[0].size());
+    for (std::size_t b = 0; b < before[0].size(); ++b) {
+      CHECK(after[static_cast<std::size_t>(r)][b].parameter_names == before[0][b].parameter_names);
+      CHECK(after[static_cast<std::size_t>(r)][b].begin == before[0][b].begin);
+    }
+  }
   CHECK(errors[0] == 0);
   CHECK(errors[1] == 0);
 }
@@ -164,7 +172,7 @@ TEST_CASE("no_sync accumulates locally; the last micro-batch reduces the sum onc
   std::vector<int> started_in_no_sync(3, -1);
   loom::comm::run_in_process(3, [&](Communicator& comm) {
     Params params(comm.rank());
-    GradientReducer reducer(comm, params.list);
+    GradientReducer reducer(comm, *params.space);
     const auto r = static_cast<std::size_t>(comm.rank());
     {
       auto skip = reducer.no_sync();
@@ -190,7 +198,7 @@ TEST_CASE("a parameter without a gradient is an error on every rank, naming it, 
   std::vector<std::string> first(3), second(3);
   loom::comm::run_in_process(3, [&](Communicator& comm) {
     Params params(comm.rank());
-    GradientReducer reducer(comm, params.list);
+    GradientReducer reducer(comm, *params.space);
     for (std::size_t j = shapes.size(); j-- > 0;) {
       if (!(comm.rank() == 1 && j == 2)) backward_one(*params.list[j], comm.rank(), j);
     }
@@ -215,7 +223,7 @@ TEST_CASE("reduce_zero reduces unused parameters as zero gradients", "[ddp]") {
     Params params(comm.rank());
     ReducerOptions options;
     options.unused_parameters = loom::ddp::UnusedParameters::reduce_zero;
-    GradientReducer reducer(comm, params.list, options);
+    GradientReducer reducer(comm, *params.space, options);
     loom::fill(params.list[5]->grad(), 7.0);  // stale: an unused gradient is zeroed, not reduced as it was
     for (std::size_t j = 0; j < 5; ++j) {
       if (!(comm.rank() == 1 && j == 2)) backward_one(*params.list[j], comm.rank(), j);  // p2 unused on rank 1
@@ -237,7 +245,7 @@ TEST_CASE("replicas that differ are refused on every rank, naming the first diff
     std::vector<Shape> layout = shapes;
     if (comm.rank() == 2) layout[3] = Shape{101};
     Params params(comm.rank(), layout);
-    shape_errors[static_cast<std::size_t>(comm.rank())] = error_of([&] { GradientReducer reducer(comm, params.list); });
+    shape_errors[static_cast<std::size_t>(comm.rank())] = error_of([&] { GradientReducer reducer(comm, *params.space); });
   });
   for (const std::string& what : shape_errors) {
     INFO(what);
@@ -248,7 +256,7 @@ TEST_CASE("replicas that differ are refused on every rank, naming the first diff
     std::vector<Shape> layout = shapes;
     if (comm.rank() == 1) layout.pop_back();
     Params params(comm.rank(), layout);
-    count_errors[static_cast<std::size_t>(comm.rank())] = error_of([&] { GradientReducer reducer(comm, params.list); });
+    count_errors[static_cast<std::size_t>(comm.rank())] = error_of([&] { GradientReducer reducer(comm, *params.space); });
   });
   for (const std::string& what : count_errors) {
     INFO(what);
@@ -266,7 +274,7 @@ TEST_CASE("fp16 and bf16 compression average crafted gradients exactly and rando
       ReducerOptions options;
       options.hook = loom::ddp::compression_hook(wire);
       options.bucket_bytes = 256;
-      GradientReducer reducer(comm, params.list, options);
+      GradientReducer reducer(comm, *params.space, options);
       for (std::size_t j = shapes.size(); j-- > 0;) backward_one(*params.list[j], comm.rank(), j);
       reducer.synchronize();
       const auto r = static_cast<std::size_t>(comm.rank());
@@ -326,7 +334,7 @@ TEST_CASE("a user hook reduces each bucket once, in bucket order, and its finish
       };
       return pending;
     };
-    GradientReducer reducer(comm, params.list, options);
+    GradientReducer reducer(comm, *params.space, options);
     for (std::size_t j = shapes.size(); j-- > 0;) backward_one(*params.list[j], comm.rank(), j);
     reducer.synchronize();
     errors[r] = max_error(params.list, 2, 1);
@@ -341,16 +349,12 @@ TEST_CASE("the reducer refuses misuse with clear errors", "[ddp]") {
   auto comms = loom::comm::make_in_process_communicators(1);
   Communicator& comm = *comms[0];
   Params params(0);
-  std::vector<Parameter*> twice{params.list[0], params.list[0]};
-  CHECK_THROWS_MATCHES(GradientReducer(comm, twice), loom::Error,
-                       IsError(ErrorCategory::invalid_argument, {"'p0' is listed twice"}));
-  CHECK_THROWS_MATCHES(GradientReducer(comm, {}), loom::Error, IsError(ErrorCategory::invalid_argument, {"no parameters"}));
   ReducerOptions negative;
   negative.bucket_bytes = -1;
-  CHECK_THROWS_MATCHES(GradientReducer(comm, params.list, negative), loom::Error,
+  CHECK_THROWS_MATCHES(GradientReducer(comm, *params.space, negative), loom::Error,
                        IsError(ErrorCategory::invalid_argument, {"bucket sizes must be >= 0"}));
   {
-    GradientReducer reducer(comm, params.list);
+    GradientReducer reducer(comm, *params.space);
     {
       auto skip = reducer.no_sync();
       CHECK_THROWS_MATCHES(reducer.synchronize(), loom::Error,
@@ -380,7 +384,7 @@ TEST_CASE("a hook failing on one rank fails synchronize() on every rank, naming 
       if (rank == 1 && calls++ == 0) loom::fail(ErrorCategory::cuda, "injected failure in bucket ", bucket.index);
       return loom::ddp::average_hook()(c, bucket);
     };
-    GradientReducer reducer(comm, params.list, options);
+    GradientReducer reducer(comm, *params.space, options);
     const auto r = static_cast<std::size_t>(comm.rank());
     for (std::size_t j = shapes.size(); j-- > 0;) backward_one(*params.list[j], comm.rank(), j);  // does not throw
     first[r] = error_of([&] { reducer.synchronize(); });
@@ -411,10 +415,9 @@ TEST_CASE("a non-finite gradient on one rank makes every rank skip the step", "[
     if (comm.rank() == 1) {
       model.parameters().back()->add_grad_ready_hook([](Parameter& p) { loom::fill(p.grad(), INFINITY); });
     }
-    GradientReducer reducer(comm, model.parameters());
     loom::test::GlobalBatchSlice data(4, 2 * comm.rank(), 2);
     loom::train::TrainerOptions options;
-    loom::train::Trainer trainer(model, data, options, &reducer);
+    loom::train::Trainer trainer(model, data, options, &comm);
     const auto r = static_cast<std::size_t>(comm.rank());
     for (const Parameter* p : model.parameters()) for (float v : p->value().to_vector<float>()) before[r].push_back(v);
     skipped[r] = trainer.step().skipped;
@@ -431,7 +434,7 @@ TEST_CASE("no_sync after a synchronized backward, and options that differ across
   loom::comm::run_in_process(2, [&](Communicator& comm) {
     Params params(comm.rank());
     {
-      GradientReducer reducer(comm, params.list);
+      GradientReducer reducer(comm, *params.space);
       for (std::size_t j = shapes.size(); j-- > 0;) backward_one(*params.list[j], comm.rank(), j);
       late[static_cast<std::size_t>(comm.rank())] = error_of([&] { auto skip = reducer.no_sync(); });
       reducer.synchronize();
@@ -439,7 +442,7 @@ TEST_CASE("no_sync after a synchronized backward, and options that differ across
     ReducerOptions options;
     if (comm.rank() == 1) options.bucket_bytes = 1 << 20;
     options_differ[static_cast<std::size_t>(comm.rank())] =
-        error_of([&] { GradientReducer reducer(comm, params.list, options); });
+        error_of([&] { GradientReducer reducer(comm, *params.space, options); });
   });
   for (int r = 0; r < 2; ++r) {
     INFO(late[static_cast<std::size_t>(r)] << "\n" << options_differ[static_cast<std::size_t>(r)]);

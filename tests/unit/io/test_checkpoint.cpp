@@ -135,7 +135,7 @@ TEST_CASE("checkpoints restore every tensor, refuse damage and other configs, su
   loom::train::Trainer other(restored, *other_data, trainer_options());
   const loom::io::TrainingProgress progress = loom::io::load_checkpoint(run.string(), restored, other.optimizer());
   REQUIRE(progress.step == 2);
-  REQUIRE(progress.data_position == 4);  // 2 steps x 2 micro-batches
+  REQUIRE(progress.batches_consumed == 4);  // 2 steps x 2 micro-batches
   for (std::size_t i = 0; i < model.parameters().size(); ++i) {
     const Tensor& a = model.parameters()[i]->value();
     const Tensor& b = restored.parameters()[i]->value();
@@ -159,14 +159,14 @@ TEST_CASE("checkpoints restore every tensor, refuse damage and other configs, su
   loom::nn::GPTConfig wider = tiny();
   wider.channels = 32;
   loom::nn::GPT mismatched(wider, loom::nn::Precision::bf16(), loom::Device::cpu());
-  loom::optim::AdamW mismatched_optimizer(mismatched.parameters(), {});
+  loom::optim::AdamW mismatched_optimizer(mismatched.parameter_space(), {});
   REQUIRE_THROWS_MATCHES(loom::io::load_checkpoint(saved, mismatched, mismatched_optimizer), loom::Error,
                          IsError(ErrorCategory::invalid_argument, {"channels = 16", "the model has 32"}));
   loom::nn::GPT fp32(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu());
-  loom::optim::AdamW fp32_optimizer(fp32.parameters(), {});
+  loom::optim::AdamW fp32_optimizer(fp32.parameter_space(), {});
   REQUIRE_THROWS_MATCHES(loom::io::load_checkpoint(saved, fp32, fp32_optimizer), loom::Error,
                          IsError(ErrorCategory::invalid_argument, {"trained in bf16"}));
-  loom::optim::SGD sgd(restored.parameters(), {});
+  loom::optim::SGD sgd(restored.parameter_space(), {});
   REQUIRE_THROWS_MATCHES(loom::io::load_checkpoint(saved, restored, sgd), loom::Error,
                          IsError(ErrorCategory::invalid_argument, {"holds adamw state", "uses sgd"}));
 
@@ -182,7 +182,7 @@ TEST_CASE("re-saving a step keeps `latest` valid, and a refused checkpoint leave
   const fs::path run = fresh_dir("resave");
   auto data = task_data();
   loom::nn::GPT model(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu(), 3);
-  loom::optim::SGD no_momentum(model.parameters(), {.momentum = 0.0f});
+  loom::optim::SGD no_momentum(model.parameter_space(), {.momentum = 0.0f});
   const loom::io::TrainingProgress progress{.step = 4};
   const std::string first = loom::io::save_checkpoint(run.string(), model, no_momentum, progress);
   const std::string again = loom::io::save_checkpoint(run.string(), model, no_momentum, progress);
@@ -193,7 +193,7 @@ TEST_CASE("re-saving a step keeps `latest` valid, and a refused checkpoint leave
 
   loom::nn::GPT other(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu(), 8);
   const std::vector<std::vector<float>> before = weights(other);
-  loom::optim::SGD with_momentum(other.parameters(), {.momentum = 0.9f});
+  loom::optim::SGD with_momentum(other.parameter_space(), {.momentum = 0.9f});
   REQUIRE_THROWS_MATCHES(loom::io::load_checkpoint(run.string(), other, with_momentum), loom::Error,
                          IsError(ErrorCategory::invalid_argument, {"no tensor 'wte.momentum_buffer'"}));
   REQUIRE(weights(other) == before);

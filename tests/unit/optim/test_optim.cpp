@@ -6,22 +6,32 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <memory>
 #include <random>
 #include <vector>
 
 #include "loom/core/numeric.hpp"
+#include "loom/core/tensor_ops.hpp"
+#include "loom/model/parameter_space.hpp"
 #include "loom/optim/adamw.hpp"
 #include "loom/optim/clip.hpp"
 #include "loom/optim/loss_scaler.hpp"
 #include "loom/optim/schedule.hpp"
 #include "loom/optim/sgd.hpp"
+#include "loom/optim/state_io.hpp"
 
 using loom::DType;
 using loom::Tensor;
-using loom::nn::Parameter;
+using loom::model::Parameter;
+using loom::model::ParameterSpace;
 
 namespace {
+
+// One unit holding the parameters (ranks: the padding of the layout).
+std::unique_ptr<ParameterSpace> space_of(std::vector<Parameter*> parameters, int ranks = 1) {
+  return std::make_unique<ParameterSpace>(std::vector<loom::model::UnitSpec>{{"all", std::move(parameters)}}, ranks);
+}
 
 std::unique_ptr<Parameter> random_parameter(const char* name, std::int64_t n, DType dtype, bool decay,
                                             std::mt19937& rng) {
@@ -56,7 +66,8 @@ TEST_CASE("AdamW follows the decoupled-weight-decay update, with decay only wher
   auto bias = random_parameter("b", 5, DType::f32, false, rng);
   loom::optim::AdamWOptions options;
   options.weight_decay = 0.1f;
-  loom::optim::AdamW adamw({weight.get(), bias.get()}, options);
+  const auto space = space_of({weight.get(), bias.get()});
+  loom::optim::AdamW adamw(*space, options);
   const double lr = 1e-2, scale = 0.5, b1 = options.beta1, b2 = options.beta2, eps = options.eps;
   std::vector<std::vector<double>> p = {as_double(weight->value()), as_double(bias->value())};
   std::vector<std::vector<double>> m(2), v(2);
@@ -94,7 +105,8 @@ TEST_CASE("AdamW keeps fp32 master weights for bf16 parameters and rewrites them
     full->value().data<float>()[i] = loom::to_float(low->value().data<loom::bfloat16>()[i]);
     full->grad().data<float>()[i] = low->grad().data<float>()[i];
   }
-  loom::optim::AdamW a({low.get()}, {}), b({full.get()}, {});
+  const auto low_space = space_of({low.get()}), full_space = space_of({full.get()});
+  loom::optim::AdamW a(*low_space, {}), b(*full_space, {});
   for (int step = 0; step < 4; ++step) {
     a.step(1e-3f);
     b.step(1e-3f);
@@ -115,7 +127,8 @@ TEST_CASE("SGD with momentum, dampening, Nesterov and L2 decay follows PyTorch's
     auto bias = random_parameter("b", 4, DType::f32, false, rng);
     const loom::optim::SgdOptions options{.momentum = 0.8f, .dampening = nesterov ? 0.0f : 0.25f,
                                           .weight_decay = 0.05f, .nesterov = nesterov};
-    loom::optim::SGD sgd({weight.get(), bias.get()}, options);
+    const auto space = space_of({weight.get(), bias.get()});
+    loom::optim::SGD sgd(*space, options);
     Parameter* params[] = {weight.get(), bias.get()};
     std::vector<std::vector<double>> p = {as_double(weight->value()), as_double(bias->value())}, buf(2);
     const double lr = 0.1, scale = 2.0;
@@ -139,7 +152,10 @@ TEST_CASE("SGD with momentum, dampening, Nesterov and L2 decay follows PyTorch's
     }
     REQUIRE(sgd.state_tensors().size() == 2);  // one momentum buffer per parameter
   }
-  REQUIRE_THROWS_WITH(loom::optim::SGD({}, {.momentum = 0.0f, .nesterov = true}), Catch::Contains("Nesterov"));
+  std::mt19937 rng(7);
+  auto lone = random_parameter("w", 3, DType::f32, true, rng);
+  const auto space = space_of({lone.get()});
+  REQUIRE_THROWS_WITH(loom::optim::SGD(*space, {.momentum = 0.0f, .nesterov = true}), Catch::Contains("Nesterov"));
 }
 
 TEST_CASE("cosine schedule: linear warmup, cosine decay, floor", "[optim]") {
@@ -169,16 +185,17 @@ TEST_CASE("dynamic loss scaler: 2^16 start, x2 after 2000 clean steps, x0.5 and 
   std::mt19937 rng(3);
   auto p = random_parameter("w", 8, DType::f32, true, rng);
   const std::vector<float> before = p->grad().to_vector<float>();
-  REQUIRE(scaler.unscale_and_update({p.get()}));
+  const std::vector<Tensor> grads{p->grad()};
+  REQUIRE(scaler.unscale_and_update(grads));
   for (std::size_t i = 0; i < before.size(); ++i) REQUIRE(p->grad().data<float>()[i] == before[i] / 65536.0f);
   p->grad().data<float>()[3] = std::numeric_limits<float>::quiet_NaN();
-  REQUIRE_FALSE(scaler.unscale_and_update({p.get()}));
+  REQUIRE_FALSE(scaler.unscale_and_update(grads));
   REQUIRE(scaler.scale() == 32768.0f);
   REQUIRE(scaler.skipped_steps() == 2);
 
   loom::optim::DynamicLossScaler disabled({.enabled = false});
   REQUIRE(disabled.scale() == 1.0f);
-  REQUIRE(disabled.unscale_and_update({p.get()}));  // bf16/fp32: never skips
+  REQUIRE(disabled.unscale_and_update(grads));  // bf16/fp32: never skips
 }
 
 TEST_CASE("global gradient norm matches fp64 and the clip factor caps it", "[optim]") {
@@ -189,9 +206,58 @@ TEST_CASE("global gradient norm matches fp64 and the clip factor caps it", "[opt
   for (Parameter* p : {a.get(), b.get()}) {
     for (float g : p->grad().to_vector<float>()) sum += static_cast<double>(g) * g;
   }
-  const float norm = loom::optim::global_grad_norm({a.get(), b.get()}, 0.5f);
+  const std::vector<Tensor> grads{a->grad(), b->grad()};
+  const float norm = loom::optim::global_grad_norm(grads, nullptr, 0.5f);
   REQUIRE(norm == Approx(0.5 * std::sqrt(sum)).epsilon(1e-6));
   REQUIRE(loom::optim::clip_factor(norm, norm * 2) == 1.0f);
   REQUIRE(loom::optim::clip_factor(4.0f, 1.0f) == Approx(0.25));
   REQUIRE(loom::optim::clip_factor(4.0f, 0.0f) == 1.0f);
+}
+
+TEST_CASE("optimizers over the shards of a space update exactly what one over the whole space does", "[optim][zero]") {
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    for (bool adamw : {true, false}) {
+      INFO(loom::dtype_name(dtype) << (adamw ? " AdamW" : " SGD"));
+      // Two identical models: one updated whole, one by three optimizers over the shards of a
+      // 3-rank layout (parameter boundaries fall inside shards, and one parameter spans two).
+      std::mt19937 rng_a(9), rng_b(9);
+      std::vector<std::unique_ptr<Parameter>> whole_params, shard_params;
+      const char* names[] = {"p0", "p1", "p2"};
+      const std::int64_t sizes[] = {70, 5, 250};
+      for (int i = 0; i < 3; ++i) {
+        whole_params.push_back(random_parameter(names[i], sizes[i], dtype, i != 1, rng_a));
+        shard_params.push_back(random_parameter(names[i], sizes[i], dtype, i != 1, rng_b));
+      }
+      const auto whole_space = space_of({whole_params[0].get(), whole_params[1].get(), whole_params[2].get()}, 3);
+      const auto sharded_space = space_of({shard_params[0].get(), shard_params[1].get(), shard_params[2].get()}, 3);
+      auto make = [&](ParameterSpace& space, std::vector<loom::model::ShardRange> ranges)
+          -> std::unique_ptr<loom::optim::Optimizer> {
+        if (adamw) return std::make_unique<loom::optim::AdamW>(space, loom::optim::AdamWOptions{}, std::move(ranges));
+        return std::make_unique<loom::optim::SGD>(space, loom::optim::SgdOptions{}, std::move(ranges));
+      };
+      const auto whole = make(*whole_space, {});
+      std::vector<std::unique_ptr<loom::optim::Optimizer>> shards;
+      for (int r = 0; r < 3; ++r) shards.push_back(make(*sharded_space, sharded_space->shard(r)));
+      CHECK(shards[0]->sharded());
+      CHECK_FALSE(whole->sharded());
+      CHECK(shards[1]->local_elements() == sharded_space->elements() / 3);
+      for (int step = 0; step < 3; ++step) {
+        whole->step(1e-2f, 0.5f);
+        for (auto& shard : shards) shard->step(1e-2f, 0.5f);
+      }
+      CHECK(loom::to_doubles(sharded_space->values()) == loom::to_doubles(whole_space->values()));
+      // Each shard's state scattered from the whole optimizer's equals what it computed.
+      const std::vector<loom::optim::StateTensor> full = whole->state_tensors();
+      std::map<std::string, Tensor> by_name;
+      for (const auto& t : full) by_name[t.name] = t.tensor;
+      for (auto& shard : shards) {
+        std::vector<std::vector<double>> computed;
+        for (const std::string& kind : shard->state_kinds()) computed.push_back(loom::to_doubles(shard->state(kind)));
+        loom::optim::scatter_state(*shard, by_name);
+        for (std::size_t k = 0; k < computed.size(); ++k) {
+          CHECK(loom::to_doubles(shard->state(shard->state_kinds()[k])) == computed[k]);
+        }
+      }
+    }
+  }
 }

@@ -1,4 +1,4 @@
-#include "src/comm/host_values.hpp"
+#include "loom/comm/agreement.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -8,7 +8,7 @@
 #include "loom/core/error.hpp"
 #include "loom/core/tensor.hpp"
 
-namespace loom::comm::detail {
+namespace loom::comm {
 
 namespace {
 
@@ -141,4 +141,4 @@ std::optional<Difference> first_difference(comm::Communicator& comm, const std::
   return d;
 }
 
-}  // namespace loom::comm::detail
+}  // namespace loom::comm

@@ -1,11 +1,11 @@
-#include "loom/nn/parameter.hpp"
+#include "loom/model/parameter.hpp"
 
 #include <utility>
 
 #include "loom/core/error.hpp"
 #include "loom/core/tensor_ops.hpp"
 
-namespace loom::nn {
+namespace loom::model {
 
 Parameter::Parameter(std::string name, Tensor value, DType grad_dtype, bool weight_decay)
     : name_(std::move(name)), value_(std::move(value)), weight_decay_(weight_decay) {
@@ -22,7 +22,20 @@ void Parameter::set_grad(Tensor grad) {
   grad_ = std::move(grad);
 }
 
-void Parameter::zero_grad() { fill(grad_, 0.0); }
+void Parameter::bind(Tensor value, Tensor grad) {
+  require(value.defined() && value.shape() == value_.shape() && value.dtype() == value_.dtype(), "parameter '", name_,
+          "': a new value must match ", value_, ", got ", value);
+  if (grad.defined()) {
+    require(grad.shape() == value_.shape() && grad.dtype() == DType::f32 && grad.device() == value.device(),
+            "parameter '", name_, "': a gradient must be f32 shaped like the value ", value_, ", got ", grad);
+  }
+  value_ = std::move(value);
+  grad_ = std::move(grad);
+}
+
+void Parameter::zero_grad() {
+  if (grad_.defined()) fill(grad_, 0.0);
+}
 
 Parameter::HookId Parameter::add_grad_ready_hook(GradReadyHook hook) {
   require(static_cast<bool>(hook), "parameter '", name_, "': empty gradient-ready hook");
@@ -38,4 +51,4 @@ void Parameter::mark_grad_ready() {
   for (const auto& [id, hook] : hooks_) hook(*this);
 }
 
-}  // namespace loom::nn
+}  // namespace loom::model

@@ -1,8 +1,8 @@
-#include "loom/nn/precision.hpp"
+#include "loom/model/precision.hpp"
 
 #include "loom/core/error.hpp"
 
-namespace loom::nn {
+namespace loom::model {
 
 using kernels::GemmPrecision;
 
@@ -27,4 +27,4 @@ void Precision::validate() const {
 
 std::string Precision::name() const { return std::string(kernels::to_string(gemm)); }
 
-}  // namespace loom::nn
+}  // namespace loom::model

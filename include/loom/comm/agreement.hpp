@@ -1,4 +1,4 @@
-// Host values through a communicator of any backend, staged in tensors on its device (NCCL only
+// Agreement among the ranks (public: ddp, topo, shard and io build on it). Host values through a communicator of any backend, staged in tensors on its device (NCCL only
 // reduces device memory) and waited for; and the agreements built from them that keep every rank
 // issuing the same collectives after something failed on one of them. Every function is a
 // collective.
@@ -13,7 +13,7 @@
 
 #include "loom/comm/communicator.hpp"
 
-namespace loom::comm::detail {
+namespace loom::comm {
 
 std::int64_t all_reduce_value(comm::Communicator& comm, std::int64_t value, comm::ReduceOp op);
 // Elementwise over the ranks; every rank passes the same number of values.
@@ -42,4 +42,4 @@ struct Difference {
 };
 std::optional<Difference> first_difference(comm::Communicator& comm, const std::vector<std::string>& lines);
 
-}  // namespace loom::comm::detail
+}  // namespace loom::comm

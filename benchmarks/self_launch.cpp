@@ -1,0 +1,46 @@
+#include "self_launch.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "loom/comm/mpi.hpp"
+#include "loom/core/error.hpp"
+
+namespace loom::bench {
+
+std::string self_path(const std::string& tool) {
+  std::vector<char> buffer(4096);
+  const ssize_t n = readlink("/proc/self/exe", buffer.data(), buffer.size() - 1);
+  require(n > 0, tool, ": cannot read /proc/self/exe to relaunch itself");
+  return std::string(buffer.data(), static_cast<std::size_t>(n));
+}
+
+nlohmann::json launch_self_job(const std::string& tool, int ranks, int threads, const std::string& arguments) {
+  require(ranks == 1 || comm::mpi_built(), tool, ": ", ranks, " ranks need a build with MPI");
+  const std::string scratch_template = "/tmp/" + tool + "_XXXXXX";
+  std::vector<char> scratch(scratch_template.begin(), scratch_template.end());
+  scratch.push_back('\0');
+  const int fd = mkstemp(scratch.data());
+  require(fd >= 0, tool, ": cannot create a scratch file in /tmp");
+  close(fd);
+  std::ostringstream command;
+  command << "env OMP_NUM_THREADS=" << threads << " ";
+  if (comm::mpi_built()) command << "mpirun -np " << ranks << " --oversubscribe --bind-to none -x OMP_NUM_THREADS ";
+  command << "'" << self_path(tool) << "' --worker --worker-json " << scratch.data() << " " << arguments;
+  std::fflush(stdout);
+  const int status = std::system(command.str().c_str());
+  std::ifstream in(scratch.data());
+  nlohmann::json rows;
+  if (status == 0 && in) rows = nlohmann::json::parse(in);
+  std::remove(scratch.data());
+  require(status == 0 && rows.is_array(), tool, ": the job `", command.str(), "` failed (status ", status, ")");
+  for (auto& row : rows) row["threads_per_rank"] = threads;
+  return rows;
+}
+
+}  // namespace loom::bench

@@ -1,0 +1,102 @@
+#include "mlp.hpp"
+
+#include <cmath>
+#include <random>
+
+#include "loom/core/error.hpp"
+#include "loom/core/tensor_ops.hpp"
+#include "loom/kernels/cast.hpp"
+#include "loom/kernels/elementwise.hpp"
+#include "loom/kernels/grad_utils.hpp"
+
+namespace train_mlp {
+
+using loom::DType;
+using loom::Tensor;
+
+void MlpConfig::validate() const {
+  loom::require(inputs > 0 && hidden > 0 && outputs > 0 && layers >= 1, "MLP: inputs, hidden and outputs must be "
+                "positive and layers >= 1, got ", inputs, ", ", hidden, ", ", outputs, " and ", layers);
+}
+
+Mlp::Mlp(const MlpConfig& config, const loom::model::Precision& precision, loom::Device device, std::uint64_t seed)
+    : config_((config.validate(), precision.validate(), config)), precision_(precision), device_(device) {
+  std::vector<loom::model::UnitSpec> units;
+  for (std::int64_t l = 0; l < config.layers; ++l) {
+    const bool last = l + 1 == config.layers;
+    const std::int64_t in = l == 0 ? config.inputs : config.hidden, out = last ? config.outputs : config.hidden;
+    std::string name = "layer";
+    name += std::to_string(l);
+    layers_.push_back(std::make_unique<loom::nn::Linear>(name, in, out, loom::nn::LinearOptions{.bias = true, .gelu = !last},
+                                                         precision, device));
+    units.push_back({name, {}});
+    layers_.back()->collect_parameters(units.back().parameters);
+  }
+  space_ = std::make_unique<loom::model::ParameterSpace>(std::move(units));
+  std::mt19937_64 rng(seed);
+  for (auto& layer : layers_) {
+    loom::model::Parameter& w = layer->weight();
+    std::normal_distribution<float> normal(0.0f, 1.0f / std::sqrt(static_cast<float>(w.value().shape()[1])));
+    const Tensor host = Tensor::empty(w.value().shape(), DType::f32);
+    for (float& v : host.span<float>()) v = normal(rng);
+    const Tensor stored = w.value().dtype() == DType::f32 ? host : Tensor::empty(host.shape(), w.value().dtype());
+    if (stored.dtype() != DType::f32) loom::kernels::cast(host, stored);
+    loom::copy(w.value(), stored);
+  }
+}
+
+std::vector<std::pair<std::string, std::int64_t>> Mlp::architecture() const {
+  return {{"inputs", config_.inputs}, {"hidden", config_.hidden}, {"layers", config_.layers},
+          {"outputs", config_.outputs}};
+}
+
+float Mlp::forward(const Tensor& inputs, const Tensor& targets, loom::StreamRef stream) {
+  loom::require(inputs.defined() && inputs.dtype() == DType::f32 && inputs.shape().rank() == 2 &&
+                    inputs.shape()[1] == config_.inputs,
+                "MLP: inputs must be [B, ", config_.inputs, "] f32, got ", inputs);
+  loom::require(targets.defined() && targets.dtype() == DType::f32 &&
+                    targets.shape() == loom::Shape{inputs.shape()[0], config_.outputs},
+                "MLP: targets must be [", inputs.shape()[0], ", ", config_.outputs, "] f32, got ", targets);
+  const Tensor x = inputs.to(device_, stream);
+  input_ = precision_.storage == DType::f32 ? x : Tensor::empty(x.shape(), precision_.storage, device_);
+  if (precision_.storage != DType::f32) loom::kernels::cast(x, input_, {}, stream);
+  Tensor h = input_;
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    before_forward(l);
+    h = layers_[l]->forward(h, stream);
+  }
+  output_ = h;
+  // difference = y - target, in f32 (the loss and its gradient).
+  const Tensor y = output_.dtype() == DType::f32 ? output_ : Tensor::empty(output_.shape(), DType::f32, device_);
+  if (output_.dtype() != DType::f32) loom::kernels::cast(output_, y, {}, stream);
+  const Tensor negated = Tensor::empty(targets.shape(), DType::f32);
+  const Tensor host_targets = targets.to(loom::Device::cpu(), stream);
+  for (std::int64_t i = 0; i < negated.numel(); ++i) negated.data<float>()[i] = -host_targets.data<float>()[i];
+  negated_targets_ = negated.to(device_, stream);
+  difference_ = Tensor::empty(targets.shape(), DType::f32, device_);
+  loom::kernels::residual_add(y, negated_targets_, difference_, stream);
+  const Tensor squares = Tensor::zeros({1}, DType::f32, device_);
+  loom::kernels::sum_of_squares(std::span<const Tensor>(&difference_, 1), squares, stream);
+  loom::synchronize(stream);
+  return squares.to(loom::Device::cpu()).item<float>() / static_cast<float>(difference_.numel());
+}
+
+void Mlp::backward(float loss_scale, loom::StreamRef stream) {
+  loom::require(difference_.defined(), "MLP: backward needs a forward first");
+  // d(mean (y - t)^2)/dy = 2 (y - t) / n, times the loss scale, in the storage dtype.
+  const Tensor found = Tensor::zeros({1}, DType::f32, device_);
+  loom::kernels::unscale_and_check_finite(std::span<const Tensor>(&difference_, 1),
+                                          2.0f * loss_scale / static_cast<float>(difference_.numel()), found, stream);
+  Tensor d = difference_;
+  if (precision_.storage != DType::f32) {
+    d = Tensor::empty(difference_.shape(), precision_.storage, device_);
+    loom::kernels::cast(difference_, d, {}, stream);
+  }
+  for (std::size_t l = layers_.size(); l-- > 0;) {
+    before_backward(l);
+    d = layers_[l]->backward(d, stream);
+  }
+  difference_ = Tensor();  // another backward needs another forward
+}
+
+}  // namespace train_mlp

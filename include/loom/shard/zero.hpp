@@ -1,0 +1,93 @@
+// ZeRO stages 1 and 2 over the data-parallel group (Rajbhandari et al., "ZeRO: Memory
+// Optimizations Toward Training Trillion Parameter Models"). Rank r owns slice r of every unit of
+// the model's parameter space: its optimizer (built over ranges()) keeps fp32 masters and moments
+// for that slice only, updates it, and gather_values() all-gathers the updated values unit by unit.
+//
+//   stage 1: the full gradient buffer stays; as backward finishes a unit, its gradients are
+//            reduce-scattered (averaged) in place, overlapped with the rest of backward, leaving
+//            the average of this rank's slice in the slice. Gradient accumulation as in DDP:
+//            every micro-batch but the last inside no_sync().
+//   stage 2: only this rank's slice of the reduced gradient persists (shard_gradients()).
+//            A unit's full gradient buffer exists only while its backward and reduce-scatter are
+//            in flight: the model's before_backward hook takes one from a small pool, and the
+//            reduction's finish adds the slice into the shard and returns the buffer. Every
+//            micro-batch is reduced (synchronize() after each) and added into the fp32 shard.
+//
+//   loom::shard::ZeroEngine zero(comm, model, 2);              // before the optimizer
+//   loom::optim::AdamW adamw(model.parameter_space(), {}, zero.ranges());
+//   zero.attach(adamw);
+//   for (...) {
+//     zero.begin_step();
+//     for (each micro-batch) { model.forward(...); model.backward(...); zero.synchronize(); }
+//     ... global norm and inf check over adamw.gradients() with the communicator ...
+//     adamw.step(lr, scale);
+//     zero.gather_values();
+//   }
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "loom/comm/communicator.hpp"
+#include "loom/ddp/gradient_reducer.hpp"
+#include "loom/model/model.hpp"
+#include "loom/optim/optimizer.hpp"
+
+namespace loom::shard {
+
+class ZeroEngine {
+ public:
+  // stage: 1 or 2. reducer_options: unused_parameters and stream are used; the bucket sizes do
+  // not apply (units are the buckets) and a communication hook is refused. The model and comm
+  // must outlive the engine.
+  ZeroEngine(comm::Communicator& comm, model::Model& model, int stage, ddp::ReducerOptions reducer_options = {});
+  ~ZeroEngine();
+  ZeroEngine(const ZeroEngine&) = delete;
+  ZeroEngine& operator=(const ZeroEngine&) = delete;
+
+  int stage() const noexcept { return stage_; }
+  // This rank's part of the space: what its optimizer updates.
+  std::vector<model::ShardRange> ranges() const;
+  // Points the optimizer (built over ranges()) at the gradients it must read (stage 2: the shard).
+  void attach(optim::Optimizer& optimizer) const;
+
+  // Zeroes the gradients (stage 1: the full buffer; stage 2: the shard) before a step's first
+  // micro-batch.
+  void begin_step();
+  // Stage 1: for every micro-batch but the last of a step (see GradientReducer::no_sync).
+  [[nodiscard]] ddp::GradientReducer::NoSync no_sync();
+  // Waits for the reductions of the backward that just ran (stage 2: after every micro-batch).
+  void synchronize();
+  // After a failed backward: waits for what was started and forgets the iteration (every rank).
+  void abandon_iteration() noexcept;
+  // Every rank's updated slice of the values to every rank, unit by unit (after the optimizer).
+  void gather_values(StreamRef stream = {});
+
+  comm::Communicator& communicator() const noexcept { return comm_; }
+  ddp::GradientReducer& reducer() noexcept { return *reducer_; }
+  // Stage 2: the reduced gradient of this rank's part, packed like the optimizer's state.
+  const Tensor& shard_gradients() const noexcept { return shard_grads_; }
+  // Stage 2: full-unit gradient buffers allocated so far (the pool's size).
+  std::size_t pool_buffers() const noexcept { return pool_allocated_; }
+
+ private:
+  ddp::CommHook make_hook();
+  void bind_buffer(std::size_t unit);
+  void release_buffer(std::size_t unit);
+  void release_all_buffers() noexcept;
+
+  comm::Communicator& comm_;
+  model::Model& model_;
+  model::ParameterSpace& space_;
+  int stage_;
+  std::unique_ptr<ddp::GradientReducer> reducer_;
+  Tensor shard_grads_;
+  std::vector<model::ShardRange> ranges_;
+  std::vector<Tensor> free_;           // pool buffers not bound to a unit
+  std::vector<Tensor> bound_buffers_;  // per unit: the pool buffer its gradients are a view of
+  std::size_t pool_allocated_ = 0;
+  std::int64_t pool_buffer_elements_ = 0;
+};
+
+}  // namespace loom::shard

@@ -1,0 +1,204 @@
+#include "loom/model/parameter_space.hpp"
+
+#include <set>
+#include <utility>
+
+#include "loom/core/error.hpp"
+#include "loom/core/tensor_ops.hpp"
+
+namespace loom::model {
+
+namespace {
+
+std::int64_t round_up(std::int64_t value, std::int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+}  // namespace
+
+ParameterSpace::ParameterSpace(std::vector<UnitSpec> units, int ranks) {
+  require(!units.empty(), "parameter space: no units");
+  std::set<const Parameter*> seen;
+  const Parameter* first = nullptr;
+  for (UnitSpec& spec : units) {
+    require(!spec.parameters.empty(), "parameter space: unit '", spec.name, "' has no parameters");
+    Unit unit;
+    unit.name = std::move(spec.name);
+    for (Parameter* p : spec.parameters) {
+      require(p != nullptr, "parameter space: unit '", unit.name, "' lists a null parameter");
+      require(seen.insert(p).second, "parameter space: parameter '", p->name(), "' is listed twice");
+      if (first == nullptr) first = p;
+      require(p->value().device() == first->value().device() && p->value().dtype() == first->value().dtype(),
+              "parameter space: every parameter needs the same device and dtype; '", first->name(), "' is ",
+              first->value(), " but '", p->name(), "' is ", p->value());
+      unit.slots.push_back(slots_.size());
+      slots_.push_back({p, 0, p->value().numel(), units_.size()});
+    }
+    units_.push_back(std::move(unit));
+  }
+  lay_out(ranks);
+  const Tensor values = Tensor::zeros({elements_}, first->value().dtype(), first->value().device());
+  const Tensor grads = Tensor::zeros({elements_}, DType::f32, first->value().device());
+  rebind(values, grads);
+}
+
+void ParameterSpace::lay_out(int ranks) {
+  require(ranks >= 1, "parameter space: ranks must be >= 1, got ", ranks);
+  std::int64_t begin = 0;
+  for (Unit& unit : units_) {
+    unit.begin = begin;
+    std::int64_t offset = begin;
+    for (const std::size_t s : unit.slots) {
+      slots_[s].offset = offset;
+      offset = round_up(offset + slots_[s].numel, space_alignment_elements);
+    }
+    unit.elements = round_up(offset - begin, space_alignment_elements * ranks);
+    begin += unit.elements;
+  }
+  ranks_ = ranks;
+  elements_ = begin;
+  ++layout_version_;
+}
+
+void ParameterSpace::rebind(const Tensor& values, const Tensor& grads) {
+  // Copies from wherever each parameter points now (its own storage, or the old layout).
+  for (const Slot& slot : slots_) {
+    Parameter& p = *slot.parameter;
+    const Tensor value = values.slice(slot.offset, slot.offset + slot.numel).view(p.value().shape());
+    copy(value, p.value());
+    Tensor grad;
+    if (grads.defined()) {
+      grad = grads.slice(slot.offset, slot.offset + slot.numel).view(p.value().shape());
+      if (p.has_grad()) copy(grad, p.grad());
+    }
+    p.bind(value, grad);
+  }
+  values_ = values;
+  grads_ = grads;
+  bound_.assign(units_.size(), Tensor());
+}
+
+void ParameterSpace::repartition(int ranks) {
+  if (ranks == ranks_) return;
+  require(ranks >= 1, "parameter space: ranks must be >= 1, got ", ranks);
+  const bool with_grads = grads_allocated();
+  const int old_ranks = ranks_;
+  lay_out(ranks);
+  try {
+    const Tensor values = Tensor::zeros({elements_}, storage(), device());
+    const Tensor grads = with_grads ? Tensor::zeros({elements_}, DType::f32, device()) : Tensor();
+    rebind(values, grads);
+  } catch (...) {
+    lay_out(old_ranks);  // the parameters still point into the old buffers
+    throw;
+  }
+}
+
+std::vector<Parameter*> ParameterSpace::parameters() const {
+  std::vector<Parameter*> out;
+  for (const Slot& slot : slots_) out.push_back(slot.parameter);
+  return out;
+}
+
+std::int64_t ParameterSpace::parameter_elements() const noexcept {
+  std::int64_t total = 0;
+  for (const Slot& slot : slots_) total += slot.numel;
+  return total;
+}
+
+std::int64_t ParameterSpace::elements_at(int ranks) const {
+  require(ranks >= 1, "parameter space: ranks must be >= 1, got ", ranks);
+  std::int64_t total = 0;
+  for (const Unit& unit : units_) {
+    std::int64_t used = 0;
+    for (const std::size_t s : unit.slots) used = round_up(used + slots_[s].numel, space_alignment_elements);
+    total += round_up(used, space_alignment_elements * ranks);
+  }
+  return total;
+}
+
+Tensor ParameterSpace::unit_values(std::size_t unit) const {
+  const Unit& u = units_.at(unit);
+  return values_.slice(u.begin, u.begin + u.elements);
+}
+
+Tensor ParameterSpace::unit_grads(std::size_t unit) const {
+  require(grads_allocated(), "parameter space: the flat gradient buffer is released (ZeRO-2)");
+  const Unit& u = units_.at(unit);
+  return grads_.slice(u.begin, u.begin + u.elements);
+}
+
+void ParameterSpace::release_grads() {
+  for (const Slot& slot : slots_) slot.parameter->bind(slot.parameter->value(), Tensor());
+  grads_ = Tensor();
+  bound_.assign(units_.size(), Tensor());
+}
+
+void ParameterSpace::allocate_grads() {
+  if (grads_allocated()) return;
+  const Tensor grads = Tensor::zeros({elements_}, DType::f32, device());
+  for (const Slot& slot : slots_) {
+    Parameter& p = *slot.parameter;
+    p.bind(p.value(), grads.slice(slot.offset, slot.offset + slot.numel).view(p.value().shape()));
+  }
+  grads_ = grads;
+  bound_.assign(units_.size(), Tensor());
+}
+
+void ParameterSpace::bind_unit_grads(std::size_t unit, const Tensor& buffer) {
+  require(!grads_allocated(), "parameter space: bind_unit_grads() needs released gradients (release_grads())");
+  const Unit& u = units_.at(unit);
+  if (buffer.defined()) {
+    require(buffer.dtype() == DType::f32 && buffer.numel() == u.elements && buffer.device() == device(),
+            "parameter space: unit '", u.name, "' needs a gradient buffer of ", u.elements, " f32 elements on ",
+            device(), ", got ", buffer);
+  }
+  for (const std::size_t s : u.slots) {
+    const Slot& slot = slots_[s];
+    Parameter& p = *slot.parameter;
+    const std::int64_t at = slot.offset - u.begin;
+    p.bind(p.value(), buffer.defined() ? buffer.slice(at, at + slot.numel).view(p.value().shape()) : Tensor());
+  }
+  bound_[unit] = buffer;
+}
+
+void ParameterSpace::zero_grads() {
+  if (grads_allocated()) {
+    fill(grads_, 0.0);
+    return;
+  }
+  for (const Slot& slot : slots_) slot.parameter->zero_grad();
+}
+
+std::vector<ShardRange> ParameterSpace::shard(int rank) const {
+  require(rank >= 0 && rank < ranks_, "parameter space: rank ", rank, " is outside [0, ", ranks_, ")");
+  std::vector<ShardRange> out;
+  std::int64_t local = 0;
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    const std::int64_t size = units_[u].elements / ranks_;
+    const std::int64_t begin = units_[u].begin + rank * size;
+    out.push_back({u, begin, begin + size, local});
+    local += size;
+  }
+  return out;
+}
+
+std::vector<ShardRange> ParameterSpace::whole() const {
+  std::vector<ShardRange> out;
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    out.push_back({u, units_[u].begin, units_[u].begin + units_[u].elements, units_[u].begin});
+  }
+  return out;
+}
+
+std::string ParameterSpace::describe() const {
+  std::string text = loom::detail::concat(units_.size(), " units, ", slots_.size(), " parameters, ", elements_,
+                                          " elements at ", ranks_, " rank(s), ", storage());
+  for (const Unit& unit : units_) {
+    text += loom::detail::concat("; ", unit.name, ":");
+    for (const std::size_t s : unit.slots) {
+      text += loom::detail::concat(" ", slots_[s].parameter->name(), slots_[s].parameter->value().shape());
+    }
+  }
+  return text;
+}
+
+}  // namespace loom::model

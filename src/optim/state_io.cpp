@@ -1,0 +1,68 @@
+#include "loom/optim/state_io.hpp"
+
+#include "loom/core/error.hpp"
+#include "loom/core/tensor_ops.hpp"
+
+namespace loom::optim {
+
+namespace {
+
+std::string state_name(const model::Slot& slot, const std::string& kind) { return slot.parameter->name() + "." + kind; }
+
+}  // namespace
+
+std::vector<StateTensor> gather_state(const Optimizer& optimizer, comm::Communicator* comm) {
+  if (!optimizer.sharded()) return optimizer.state_tensors();
+  const model::ParameterSpace& space = optimizer.space();
+  require(comm != nullptr && comm->size() == space.ranks(), optimizer.name(), ": gathering a state sharded over ",
+          space.ranks(), " ranks needs their communicator, got ", comm != nullptr ? comm->size() : 0, " rank(s)");
+  std::vector<StateTensor> out;
+  for (const std::string& kind : optimizer.state_kinds()) {
+    const Tensor shard = optimizer.state(kind);
+    const Tensor full = Tensor::zeros({space.elements()}, DType::f32, space.device());
+    for (const model::ShardRange& range : optimizer.ranges()) {
+      const model::Unit& unit = space.units()[range.unit];
+      comm->all_gather(shard.slice(range.local, range.local + range.elements()),
+                       full.slice(unit.begin, unit.begin + unit.elements))
+          .wait();
+    }
+    for (const model::Slot& slot : space.slots()) {
+      out.push_back({state_name(slot, kind),
+                     full.slice(slot.offset, slot.offset + slot.numel).view(slot.parameter->value().shape())});
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, Shape>> state_layout(const Optimizer& optimizer) {
+  std::vector<std::pair<std::string, Shape>> out;
+  for (const std::string& kind : optimizer.state_kinds()) {
+    for (const model::Slot& slot : optimizer.space().slots()) {
+      out.emplace_back(state_name(slot, kind), slot.parameter->value().shape());
+    }
+  }
+  return out;
+}
+
+void scatter_state(Optimizer& optimizer, const std::map<std::string, Tensor>& full) {
+  const model::ParameterSpace& space = optimizer.space();
+  for (const std::string& kind : optimizer.state_kinds()) {
+    for (const model::Slot& slot : space.slots()) {
+      const auto it = full.find(state_name(slot, kind));
+      require(it != full.end(), optimizer.name(), ": no state '", state_name(slot, kind), "' to load");
+      require(it->second.shape() == slot.parameter->value().shape() && it->second.dtype() == DType::f32,
+              optimizer.name(), ": state '", it->first, "' is ", it->second, ", expected f32 ",
+              slot.parameter->value().shape());
+    }
+  }
+  for (const std::string& kind : optimizer.state_kinds()) {
+    const Tensor& state = optimizer.state(kind);
+    for (const Optimizer::Segment& s : optimizer.segments()) {
+      const model::Slot& slot = space.slots()[s.slot];
+      const Tensor source = full.at(state_name(slot, kind)).flatten().slice(s.begin - slot.offset, s.end - slot.offset);
+      copy(state.slice(s.local, s.local + (s.end - s.begin)), source);
+    }
+  }
+}
+
+}  // namespace loom::optim

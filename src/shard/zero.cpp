@@ -1,0 +1,170 @@
+#include "loom/shard/zero.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <utility>
+
+#include "loom/core/error.hpp"
+#include "loom/core/tensor_ops.hpp"
+#include "loom/kernels/elementwise.hpp"
+
+namespace loom::shard {
+
+namespace {
+
+// Full-unit gradient buffers the pool may hold before backward waits for the oldest reduction to
+// free one: the embeddings' (bound for all of a GPT's backward, since its head and its embedding
+// bracket the blocks) and two blocks', one computing while the other is reduced.
+constexpr std::size_t pool_limit = 3;
+
+ddp::ReducerOptions zero_reducer_options(ddp::ReducerOptions options, int stage) {
+  require(stage == 1 || stage == 2, "ZeRO: the stage must be 1 or 2, got ", stage, " (stage 0 is plain data "
+          "parallelism: ddp::GradientReducer)");
+  require(!options.hook, "ZeRO: communication hooks (compression) apply to DDP's all-reduce; ZeRO reduce-scatters "
+          "f32 gradients unit by unit");
+  options.bucketing = ddp::Bucketing::by_unit;
+  return options;
+}
+
+}  // namespace
+
+ZeroEngine::ZeroEngine(comm::Communicator& comm, model::Model& model, int stage, ddp::ReducerOptions reducer_options)
+    : comm_(comm), model_(model), space_(model.parameter_space()), stage_(stage) {
+  ddp::ReducerOptions options = zero_reducer_options(std::move(reducer_options), stage);
+  options.hook = make_hook();
+  reducer_ = std::make_unique<ddp::GradientReducer>(comm_, space_, std::move(options));  // lays out for comm.size()
+  ranges_ = space_.shard(comm_.rank());
+  if (stage_ == 2) {
+    shard_grads_ = Tensor::zeros({space_.shard_elements()}, DType::f32, space_.device());
+    for (const model::Unit& unit : space_.units()) pool_buffer_elements_ = std::max(pool_buffer_elements_, unit.elements);
+    space_.release_grads();
+    bound_buffers_.assign(space_.units().size(), Tensor());
+    model_.set_unit_hooks({{}, [this](std::size_t unit) { bind_buffer(unit); }});
+  }
+}
+
+ZeroEngine::~ZeroEngine() {
+  model_.set_unit_hooks({});
+  reducer_->abandon_iteration();
+  if (stage_ != 2) return;
+  release_all_buffers();
+  try {
+    space_.allocate_grads();  // the model stays usable without the engine
+  } catch (...) {  // out of memory: the gradients stay released; a later backward reports it
+  }
+}
+
+std::vector<model::ShardRange> ZeroEngine::ranges() const { return ranges_; }
+
+void ZeroEngine::attach(optim::Optimizer& optimizer) const {
+  require(optimizer.local_elements() == space_.shard_elements() && optimizer.ranges().size() == ranges_.size(),
+          "ZeRO: the optimizer must be built over ZeroEngine::ranges() (", space_.shard_elements(),
+          " elements), it holds ", optimizer.local_elements());
+  if (stage_ == 2) optimizer.read_gradients_from(shard_grads_);
+}
+
+ddp::CommHook ZeroEngine::make_hook() {
+  return [this](comm::Communicator& comm, const ddp::GradBucket& bucket) {
+    const std::int64_t n = bucket.gradients.numel() / comm.size();
+    const Tensor mine = bucket.gradients.slice(comm.rank() * n, (comm.rank() + 1) * n);
+    comm::Work work = comm.reduce_scatter(bucket.gradients, mine, comm::ReduceOp::avg);  // in place: NCCL's rule
+    if (stage_ == 1) return ddp::PendingReduction{std::move(work), {}};
+    const auto unit = static_cast<std::size_t>(
+        std::find_if(ranges_.begin(), ranges_.end(),
+                     [&](const model::ShardRange& r) { return space_.units()[r.unit].begin == bucket.begin; }) -
+        ranges_.begin());
+    require(unit < ranges_.size(), "ZeRO: a bucket at element ", bucket.begin, " is not a unit of the space");
+    const Tensor into = shard_grads_.slice(ranges_[unit].local, ranges_[unit].local + n);
+    return ddp::PendingReduction{std::move(work), [this, unit, mine, into, stream = bucket.stream] {
+                                   kernels::residual_add(into, mine, into, stream);
+                                   release_buffer(unit);
+                                 }};
+  };
+}
+
+void ZeroEngine::bind_buffer(std::size_t unit) {
+  if (bound_buffers_[unit].defined()) return;
+  while (free_.empty() && pool_allocated_ >= pool_limit && reducer_->complete_oldest_reduction()) {
+  }
+  Tensor buffer;
+  if (!free_.empty()) {
+    buffer = std::move(free_.back());
+    free_.pop_back();
+  } else {
+    buffer = Tensor::empty({pool_buffer_elements_}, DType::f32, space_.device());
+    ++pool_allocated_;
+  }
+  const Tensor view = buffer.slice(0, space_.units()[unit].elements);
+  fill(view, 0.0);
+  space_.bind_unit_grads(unit, view);
+  bound_buffers_[unit] = std::move(buffer);
+}
+
+void ZeroEngine::release_buffer(std::size_t unit) {
+  if (!bound_buffers_[unit].defined()) return;
+  space_.bind_unit_grads(unit, Tensor());
+  free_.push_back(std::move(bound_buffers_[unit]));
+  bound_buffers_[unit] = Tensor();
+}
+
+void ZeroEngine::release_all_buffers() noexcept {
+  if (stage_ != 2) return;
+  for (std::size_t u = 0; u < space_.units().size(); ++u) {
+    try {
+      release_buffer(u);
+    } catch (...) {
+    }
+  }
+}
+
+void ZeroEngine::begin_step() {
+  if (stage_ == 1) {
+    space_.zero_grads();
+    return;
+  }
+  release_all_buffers();
+  fill(shard_grads_, 0.0);
+}
+
+ddp::GradientReducer::NoSync ZeroEngine::no_sync() {
+  require(stage_ == 1, "ZeRO-2 reduces every micro-batch as its backward runs: call synchronize() after each "
+          "micro-batch instead of no_sync()");
+  return reducer_->no_sync();
+}
+
+void ZeroEngine::synchronize() {
+  std::exception_ptr failure;
+  try {
+    // Units whose backward never ran are reduced as zeros (or reported unused): every rank issues
+    // the same collectives.
+    if (stage_ == 2) {
+      for (std::size_t u = 0; u < space_.units().size(); ++u) bind_buffer(u);
+    }
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  try {
+    reducer_->synchronize();
+  } catch (...) {
+    release_all_buffers();
+    throw;
+  }
+  release_all_buffers();
+  if (failure) std::rethrow_exception(failure);
+}
+
+void ZeroEngine::abandon_iteration() noexcept {
+  reducer_->abandon_iteration();
+  release_all_buffers();
+}
+
+void ZeroEngine::gather_values(StreamRef stream) {
+  comm_.set_stream(stream);
+  std::vector<comm::Work> works;
+  for (const model::ShardRange& range : ranges_) {
+    works.push_back(comm_.all_gather(space_.values().slice(range.begin, range.end), space_.unit_values(range.unit)));
+  }
+  for (const comm::Work& work : works) work.wait();
+}
+
+}  // namespace loom::shard
