@@ -11,7 +11,7 @@
 #include <string>
 
 #include "loom/core/cuda_check.hpp"
-#include "src/core/cuda/device_guard.hpp"
+#include "loom/core/cuda_device_guard.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/tensor.hpp"
 

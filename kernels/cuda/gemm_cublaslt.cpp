@@ -10,7 +10,7 @@
 
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/training.hpp"
-#include "src/core/cuda/device_guard.hpp"
+#include "loom/core/cuda_device_guard.hpp"
 #include "loom/core/cuda_check.hpp"
 #include "loom/core/error.hpp"
 

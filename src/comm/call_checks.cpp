@@ -1,8 +1,8 @@
-#include "src/comm/call_checks.hpp"
+#include "loom/comm/backend/call_checks.hpp"
 
 #include "loom/core/error.hpp"
 
-namespace loom::comm::detail {
+namespace loom::comm::backend {
 
 std::string describe_call(std::string_view label, std::string_view op, int rank, int size, Device device, int peer) {
   std::string text = loom::detail::concat(label, " ", op, " (rank ", rank, " of ", size);
@@ -58,4 +58,4 @@ std::string not_completed_within(std::chrono::milliseconds timeout) {
   return loom::detail::concat("not completed within ", timeout.count(), " ms (a peer did not join, or is stuck)");
 }
 
-}  // namespace loom::comm::detail
+}  // namespace loom::comm::backend

@@ -1,4 +1,4 @@
-#include "src/comm/call_queue.hpp"
+#include "loom/comm/backend/call_queue.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -8,9 +8,11 @@
 #include <thread>
 
 #include "loom/core/error.hpp"
-#include "src/comm/call_checks.hpp"
+#include "loom/comm/backend/call_checks.hpp"
 
-namespace loom::comm::detail {
+namespace loom::comm::backend {
+
+using detail::WorkState;
 
 namespace {
 std::atomic<bool> abandoned_any{false};
@@ -163,4 +165,4 @@ bool CallQueue::aborted() const {
   return state_->aborted;
 }
 
-}  // namespace loom::comm::detail
+}  // namespace loom::comm::backend

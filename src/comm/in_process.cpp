@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "loom/core/error.hpp"
-#include "src/comm/call_checks.hpp"
-#include "src/comm/call_queue.hpp"
+#include "loom/comm/backend/call_checks.hpp"
+#include "loom/comm/backend/call_queue.hpp"
 #include "src/comm/checked.hpp"
 #include "src/comm/reduce.hpp"
 
@@ -139,14 +139,14 @@ class InProcessCommunicator : public Communicator {
 
   Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op) override {
     const std::string what = describe("all_reduce");
-    detail::require_reducible(what, input, output, op, 1, Device::cpu());
+    backend::require_reducible(what, input, output, op, 1, Device::cpu());
     return calls_.enqueue(what, [=, this] { reduce_to(input, output, op, 0, input.numel(), what); });
   }
 
   Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root) override {
     const std::string what = describe("reduce");
-    detail::require_root(what, root, size());
-    detail::require_reducible(what, input, rank_ == root ? output : input, op, 1, Device::cpu());
+    backend::require_root(what, root, size());
+    backend::require_reducible(what, input, rank_ == root ? output : input, op, 1, Device::cpu());
     return calls_.enqueue(what, [=, this] {
       reduce_to(input, rank_ == root ? output : Tensor(), op, 0, input.numel(), what);
     });
@@ -154,14 +154,14 @@ class InProcessCommunicator : public Communicator {
 
   Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
     const std::string what = describe("reduce_scatter");
-    detail::require_reducible(what, input, output, op, size(), Device::cpu());
+    backend::require_reducible(what, input, output, op, size(), Device::cpu());
     return calls_.enqueue(what, [=, this] { reduce_to(input, output, op, rank_ * output.numel(), output.numel(), what); });
   }
 
   Work broadcast(const Tensor& tensor, int root) override {
     const std::string what = describe("broadcast");
-    detail::require_root(what, root, size());
-    detail::require_on_device(what, "tensor", tensor, Device::cpu());
+    backend::require_root(what, root, size());
+    backend::require_on_device(what, "tensor", tensor, Device::cpu());
     return calls_.enqueue(what, [=, this] {
       const std::vector<Post> posts = group_->arrive(rank_, {tensor.raw_data()}, what);
       if (rank_ != root && tensor.nbytes() > 0) {
@@ -173,7 +173,7 @@ class InProcessCommunicator : public Communicator {
 
   Work all_gather(const Tensor& input, const Tensor& output) override {
     const std::string what = describe("all_gather");
-    detail::require_gatherable(what, input, output, size(), Device::cpu());
+    backend::require_gatherable(what, input, output, size(), Device::cpu());
     return calls_.enqueue(what, [=, this] {
       const std::vector<Post> posts = group_->arrive(rank_, {input.raw_data()}, what);
       auto* out = static_cast<unsigned char*>(output.raw_data());
@@ -188,13 +188,13 @@ class InProcessCommunicator : public Communicator {
 
   Work send(const Tensor& tensor, int peer) override {
     const std::string what = describe("send", peer);
-    detail::require_peer(what, tensor, peer, rank_, size(), Device::cpu());
+    backend::require_peer(what, tensor, peer, rank_, size(), Device::cpu());
     return calls_.enqueue(what, [=, this] { group_->send(rank_, peer, tensor, what); });
   }
 
   Work recv(const Tensor& tensor, int peer) override {
     const std::string what = describe("recv", peer);
-    detail::require_peer(what, tensor, peer, rank_, size(), Device::cpu());
+    backend::require_peer(what, tensor, peer, rank_, size(), Device::cpu());
     return calls_.enqueue(what, [=, this] { group_->recv(peer, rank_, tensor, what); });
   }
 
@@ -205,7 +205,7 @@ class InProcessCommunicator : public Communicator {
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     const std::string what = describe("split");
-    detail::require_color(what, color);
+    backend::require_color(what, color);
     std::unique_ptr<Communicator> child;
     calls_.run(what, [&] {
       std::vector<Post> posts = group_->arrive(rank_, {nullptr, color, key, nullptr}, what);
@@ -232,7 +232,7 @@ class InProcessCommunicator : public Communicator {
 
  private:
   std::string describe(const char* op, int peer = -1) const {
-    return detail::describe_call("in-process", op, rank_, size(), Device::cpu(), peer);
+    return backend::describe_call("in-process", op, rank_, size(), Device::cpu(), peer);
   }
 
   // output (when defined) = elements [offset, offset + count) of op over the ranks' inputs.
@@ -249,7 +249,7 @@ class InProcessCommunicator : public Communicator {
 
   std::shared_ptr<Group> group_;
   int rank_;
-  detail::CallQueue calls_;  // last: its worker stops before the rest is destroyed
+  backend::CallQueue calls_;  // last: its worker stops before the rest is destroyed
 };
 
 }  // namespace

@@ -9,8 +9,8 @@
 
 #include "loom/core/error.hpp"
 #include "loom/core/mpi_check.hpp"
-#include "src/comm/call_checks.hpp"
-#include "src/comm/call_queue.hpp"
+#include "loom/comm/backend/call_checks.hpp"
+#include "loom/comm/backend/call_queue.hpp"
 #include "src/comm/checked.hpp"
 #include "src/comm/reduce.hpp"
 
@@ -71,7 +71,7 @@ class MpiCommunicator : public Communicator {
     check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
     check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
-    calls_ = std::make_unique<detail::CallQueue>("MPI communicator", options.timeout);
+    calls_ = std::make_unique<backend::CallQueue>("MPI communicator", options.timeout);
   }
 
   ~MpiCommunicator() override {
@@ -79,7 +79,7 @@ class MpiCommunicator : public Communicator {
     int finalized = 1;
     MPI_Finalized(&finalized);
     // After a timeout, an abandoned call may still be inside MPI with comm_: leave it allocated.
-    if (!finalized && !detail::calls_were_abandoned()) MPI_Comm_free(&comm_);
+    if (!finalized && !backend::calls_were_abandoned()) MPI_Comm_free(&comm_);
   }
 
   int rank() const override { return rank_; }
@@ -89,7 +89,7 @@ class MpiCommunicator : public Communicator {
 
   Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op) override {
     const std::string what = describe("all_reduce");
-    detail::require_reducible(what, input, output, op, 1, Device::cpu());
+    backend::require_reducible(what, input, output, op, 1, Device::cpu());
     const int n = mpi_count(what, input.numel());
     return calls_->enqueue(what, [=, this] {
       if (is_16bit(input.dtype())) {
@@ -107,9 +107,9 @@ class MpiCommunicator : public Communicator {
 
   Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root) override {
     const std::string what = describe("reduce");
-    detail::require_root(what, root, size_);
+    backend::require_root(what, root, size_);
     const bool is_root = rank_ == root;
-    detail::require_reducible(what, input, is_root ? output : input, op, 1, Device::cpu());
+    backend::require_reducible(what, input, is_root ? output : input, op, 1, Device::cpu());
     const int n = mpi_count(what, input.numel());
     return calls_->enqueue(what, [=, this] {
       if (is_16bit(input.dtype())) {
@@ -132,7 +132,7 @@ class MpiCommunicator : public Communicator {
 
   Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
     const std::string what = describe("reduce_scatter");
-    detail::require_reducible(what, input, output, op, size_, Device::cpu());
+    backend::require_reducible(what, input, output, op, size_, Device::cpu());
     const int n = mpi_count(what, output.numel());
     mpi_count(what, input.numel());
     return calls_->enqueue(what, [=, this] {
@@ -154,8 +154,8 @@ class MpiCommunicator : public Communicator {
 
   Work broadcast(const Tensor& tensor, int root) override {
     const std::string what = describe("broadcast");
-    detail::require_root(what, root, size_);
-    detail::require_on_device(what, "tensor", tensor, Device::cpu());
+    backend::require_root(what, root, size_);
+    backend::require_on_device(what, "tensor", tensor, Device::cpu());
     const int bytes = mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()), "bytes");
     return calls_->enqueue(what, [=, this] {
       check_mpi(MPI_Bcast(tensor.raw_data(), bytes, MPI_BYTE, root, comm_), what);
@@ -164,7 +164,7 @@ class MpiCommunicator : public Communicator {
 
   Work all_gather(const Tensor& input, const Tensor& output) override {
     const std::string what = describe("all_gather");
-    detail::require_gatherable(what, input, output, size_, Device::cpu());
+    backend::require_gatherable(what, input, output, size_, Device::cpu());
     const int bytes = mpi_count(what, static_cast<std::int64_t>(input.nbytes()), "bytes");
     mpi_count(what, static_cast<std::int64_t>(output.nbytes()), "bytes");
     return calls_->enqueue(what, [=, this] {
@@ -185,7 +185,7 @@ class MpiCommunicator : public Communicator {
 
   Work send(const Tensor& tensor, int peer) override {
     const std::string what = describe("send", peer);
-    detail::require_peer(what, tensor, peer, rank_, size_, Device::cpu());
+    backend::require_peer(what, tensor, peer, rank_, size_, Device::cpu());
     const int bytes = mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()), "bytes");
     return calls_->enqueue(what, [=, this] {
       check_mpi(MPI_Send(tensor.raw_data(), bytes, MPI_BYTE, peer, point_to_point_tag, comm_), what);
@@ -194,7 +194,7 @@ class MpiCommunicator : public Communicator {
 
   Work recv(const Tensor& tensor, int peer) override {
     const std::string what = describe("recv", peer);
-    detail::require_peer(what, tensor, peer, rank_, size_, Device::cpu());
+    backend::require_peer(what, tensor, peer, rank_, size_, Device::cpu());
     const int bytes = mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()), "bytes");
     return calls_->enqueue(what, [=, this] {
       MPI_Status status;
@@ -219,7 +219,7 @@ class MpiCommunicator : public Communicator {
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     const std::string what = describe("split");
-    detail::require_color(what, color);
+    backend::require_color(what, color);
     // Owned by the call, not this frame: a call abandoned by the watchdog may still write it later.
     auto child = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
     calls_->run(what, [=, this] {
@@ -233,13 +233,13 @@ class MpiCommunicator : public Communicator {
   static constexpr int point_to_point_tag = 7;
 
   std::string describe(const char* op, int peer = -1) const {
-    return detail::describe_call("MPI", op, rank_, size_, Device::cpu(), peer);
+    return backend::describe_call("MPI", op, rank_, size_, Device::cpu(), peer);
   }
 
   MPI_Comm comm_;
   CommOptions options_;
   int rank_ = 0, size_ = 1;
-  std::unique_ptr<detail::CallQueue> calls_;
+  std::unique_ptr<backend::CallQueue> calls_;
 };
 
 }  // namespace
@@ -280,6 +280,6 @@ void mpi_broadcast_bytes(std::span<unsigned char> bytes, int root) {
             "MPI_Bcast");
 }
 
-bool mpi_calls_were_abandoned() { return detail::calls_were_abandoned(); }
+bool mpi_calls_were_abandoned() { return backend::calls_were_abandoned(); }
 
 }  // namespace loom::comm

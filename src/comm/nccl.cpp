@@ -15,9 +15,9 @@
 #include "loom/core/cuda_check.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/nccl_check.hpp"
-#include "src/comm/call_checks.hpp"
+#include "loom/comm/backend/call_checks.hpp"
 #include "src/comm/checked.hpp"
-#include "src/core/cuda/device_guard.hpp"
+#include "loom/core/cuda_device_guard.hpp"
 
 namespace loom::comm {
 
@@ -131,7 +131,7 @@ class NcclCommunicator : public Communicator {
 
   Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op) override {
     const std::string what = describe("all_reduce");
-    detail::require_reducible(what, input, output, op, 1, device_);
+    backend::require_reducible(what, input, output, op, 1, device_);
     require_nccl_layout(what, input, output, input, output);
     return submit(what, {input, output}, [&](cudaStream_t s) {
       return ncclAllReduce(input.raw_data(), output.raw_data(), count(input), nccl_type(what, input.dtype()),
@@ -141,9 +141,9 @@ class NcclCommunicator : public Communicator {
 
   Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root) override {
     const std::string what = describe("reduce");
-    detail::require_root(what, root, size_);
+    backend::require_root(what, root, size_);
     const bool is_root = rank_ == root;
-    detail::require_reducible(what, input, is_root ? output : input, op, 1, device_);
+    backend::require_reducible(what, input, is_root ? output : input, op, 1, device_);
     return submit(what, {input, output}, [&](cudaStream_t s) {
       return ncclReduce(input.raw_data(), is_root ? output.raw_data() : nullptr, count(input),
                         nccl_type(what, input.dtype()), nccl_op(op), root, comm_, s);
@@ -152,7 +152,7 @@ class NcclCommunicator : public Communicator {
 
   Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
     const std::string what = describe("reduce_scatter");
-    detail::require_reducible(what, input, output, op, size_, device_);
+    backend::require_reducible(what, input, output, op, size_, device_);
     require_nccl_layout(what, input, output, input, output);
     return submit(what, {input, output}, [&](cudaStream_t s) {
       return ncclReduceScatter(input.raw_data(), output.raw_data(), count(output), nccl_type(what, input.dtype()),
@@ -162,8 +162,8 @@ class NcclCommunicator : public Communicator {
 
   Work broadcast(const Tensor& tensor, int root) override {
     const std::string what = describe("broadcast");
-    detail::require_root(what, root, size_);
-    detail::require_on_device(what, "tensor", tensor, device_);
+    backend::require_root(what, root, size_);
+    backend::require_on_device(what, "tensor", tensor, device_);
     return submit(what, {tensor}, [&](cudaStream_t s) {
       return ncclBroadcast(tensor.raw_data(), tensor.raw_data(), tensor.nbytes(), ncclUint8, root, comm_, s);
     });
@@ -171,7 +171,7 @@ class NcclCommunicator : public Communicator {
 
   Work all_gather(const Tensor& input, const Tensor& output) override {
     const std::string what = describe("all_gather");
-    detail::require_gatherable(what, input, output, size_, device_);
+    backend::require_gatherable(what, input, output, size_, device_);
     require_nccl_layout(what, input, output, output, input);
     return submit(what, {input, output}, [&](cudaStream_t s) {
       return ncclAllGather(input.raw_data(), output.raw_data(), input.nbytes(), ncclUint8, comm_, s);
@@ -180,7 +180,7 @@ class NcclCommunicator : public Communicator {
 
   Work send(const Tensor& tensor, int peer) override {
     const std::string what = describe("send", peer);
-    detail::require_peer(what, tensor, peer, rank_, size_, device_);
+    backend::require_peer(what, tensor, peer, rank_, size_, device_);
     return submit(what, {tensor}, [&](cudaStream_t s) {
       return ncclSend(tensor.raw_data(), tensor.nbytes(), ncclUint8, peer, comm_, s);
     });
@@ -188,7 +188,7 @@ class NcclCommunicator : public Communicator {
 
   Work recv(const Tensor& tensor, int peer) override {
     const std::string what = describe("recv", peer);
-    detail::require_peer(what, tensor, peer, rank_, size_, device_);
+    backend::require_peer(what, tensor, peer, rank_, size_, device_);
     return submit(what, {tensor}, [&](cudaStream_t s) {
       return ncclRecv(tensor.raw_data(), tensor.nbytes(), ncclUint8, peer, comm_, s);
     });
@@ -203,7 +203,7 @@ class NcclCommunicator : public Communicator {
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     const std::string what = describe("split");
-    detail::require_color(what, color);
+    backend::require_color(what, color);
     std::unique_lock lock(mutex_);
     changed_.wait(lock, [&] { return in_flight_.empty() || aborted_; });  // after the earlier calls
     if (aborted_) fail(abort_category_, what, ": the NCCL communicator was aborted (", abort_reason_, ")");
@@ -228,7 +228,7 @@ class NcclCommunicator : public Communicator {
   static std::size_t count(const Tensor& t) { return static_cast<std::size_t>(t.numel()); }
 
   std::string describe(const char* op, int peer = -1) const {
-    return detail::describe_call("NCCL", op, rank_, size_, device_, peer);
+    return backend::describe_call("NCCL", op, rank_, size_, device_, peer);
   }
 
   // NCCL computes in place only in its own layouts (output == input for all_reduce; the rank's
@@ -321,7 +321,7 @@ class NcclCommunicator : public Communicator {
         abort_locked(ErrorCategory::nccl, std::string("NCCL reported ") + ncclGetErrorString(async) + " (" +
                                               ncclGetLastError(comm_) + ")");
       } else if (head.deadline && Clock::now() > *head.deadline) {
-        abort_locked(ErrorCategory::timeout, detail::not_completed_within(options_.timeout));
+        abort_locked(ErrorCategory::timeout, backend::not_completed_within(options_.timeout));
       } else {
         lock.unlock();
         std::this_thread::sleep_for(pause);

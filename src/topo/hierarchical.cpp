@@ -7,8 +7,8 @@
 #include "loom/core/error.hpp"
 #include "loom/core/tensor_ops.hpp"
 #include "loom/topo/topology_json.hpp"
-#include "src/comm/call_checks.hpp"
-#include "src/comm/call_queue.hpp"
+#include "loom/comm/backend/call_checks.hpp"
+#include "loom/comm/backend/call_queue.hpp"
 #include "loom/comm/agreement.hpp"
 
 namespace loom::topo {
@@ -80,7 +80,7 @@ class TopologyAware : public Communicator {
     if (!hierarchical_for(Collective::all_reduce, input)) {
       return submit("all_reduce", [this, input, output, op] { flat_.all_reduce(input, output, op).wait(); });
     }
-    comm::detail::require_reducible(what("all_reduce"), input, output, op, 1, device());
+    comm::backend::require_reducible(what("all_reduce"), input, output, op, 1, device());
     return submit("all_reduce", [this, input, output, op] { hierarchical_all_reduce(input, output, op); });
   }
   Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
@@ -88,7 +88,7 @@ class TopologyAware : public Communicator {
     if (!hierarchical_for(Collective::reduce_scatter, input)) {
       return submit("reduce_scatter", [this, input, output, op] { flat_.reduce_scatter(input, output, op).wait(); });
     }
-    comm::detail::require_reducible(what("reduce_scatter"), input, output, op, size(), device());
+    comm::backend::require_reducible(what("reduce_scatter"), input, output, op, size(), device());
     return submit("reduce_scatter", [this, input, output, op] { hierarchical_reduce_scatter(input, output, op); });
   }
   Work all_gather(const Tensor& input, const Tensor& output) override {
@@ -96,7 +96,7 @@ class TopologyAware : public Communicator {
     if (!hierarchical_for(Collective::all_gather, output)) {
       return submit("all_gather", [this, input, output] { flat_.all_gather(input, output).wait(); });
     }
-    comm::detail::require_gatherable(what("all_gather"), input, output, size(), device());
+    comm::backend::require_gatherable(what("all_gather"), input, output, size(), device());
     return submit("all_gather", [this, input, output] { hierarchical_all_gather(input, output); });
   }
   // Active, every call goes through the one worker, so that calls complete in the order they were
@@ -130,7 +130,7 @@ class TopologyAware : public Communicator {
 
  private:
   std::string what(const char* op) const {
-    return comm::detail::describe_call("topology-aware", op, rank(), size(), device());
+    return comm::backend::describe_call("topology-aware", op, rank(), size(), device());
   }
 
   Work submit(const char* op, std::function<void()> body) {
@@ -212,7 +212,7 @@ class TopologyAware : public Communicator {
   std::vector<std::vector<int>> rank_at_;  // [host index][local index] -> rank of flat_
   std::unique_ptr<Communicator> intra_, inter_;
   StreamRef stream_;  // the caller's, written and read on the caller's thread only
-  comm::detail::CallQueue queue_;
+  comm::backend::CallQueue queue_;
 };
 
 }  // namespace

@@ -2,10 +2,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "loom/core/error.hpp"
-#include "loom/io/files.hpp"
 
 namespace loom::topo {
 
@@ -80,7 +81,14 @@ Topology topology_from_json(const std::string& text, const std::string& source) 
   return t;
 }
 
-Topology load_topology(const std::string& path) { return topology_from_json(io::read_file(path), "file '" + path + "'"); }
+Topology load_topology(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(ErrorCategory::io, "cannot open topology file '", path, "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) fail(ErrorCategory::io, "cannot read topology file '", path, "'");
+  return topology_from_json(text.str(), "file '" + path + "'");
+}
 
 std::string topology_to_json(const Topology& topology) {
   json hosts = json::array();

@@ -11,12 +11,15 @@
 
 namespace loom::kernels {
 
+// loom's AdamW defaults, the one place they are written (optim::AdamWOptions takes them from
+// here): the GPT-training choice (beta2 0.95, decoupled weight decay 0.1; PyTorch's own defaults
+// are 0.999 and 0.01).
 struct AdamWHyperparameters {
   float lr = 3e-4f;
   float beta1 = 0.9f;
-  float beta2 = 0.999f;
+  float beta2 = 0.95f;
   float eps = 1e-8f;
-  float weight_decay = 0.0f;  // decoupled: param -= lr * weight_decay * param
+  float weight_decay = 0.1f;  // decoupled: param -= lr * weight_decay * param
   std::int64_t step = 1;      // 1-based, for bias correction
   float grad_scale = 1.0f;    // gradients are multiplied by this first (unscaling, clipping)
 };

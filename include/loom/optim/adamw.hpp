@@ -4,17 +4,18 @@
 
 #include <vector>
 
+#include "loom/kernels/optimizer.hpp"
 #include "loom/model/parameter_space.hpp"
 
 #include "loom/optim/optimizer.hpp"
 
 namespace loom::optim {
 
-struct AdamWOptions {
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
-  float weight_decay = 0.1f;
+struct AdamWOptions {  // defaults: kernels::AdamWHyperparameters, loom's one set
+  float beta1 = kernels::AdamWHyperparameters{}.beta1;
+  float beta2 = kernels::AdamWHyperparameters{}.beta2;
+  float eps = kernels::AdamWHyperparameters{}.eps;
+  float weight_decay = kernels::AdamWHyperparameters{}.weight_decay;
 };
 
 class AdamW : public Optimizer {

@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <string>
 
-#include "device_guard.hpp"
-#include "kernels/cuda/fill.hpp"
+#include "loom/core/cuda_device_guard.hpp"
+#include "fill.hpp"
 #include "loom/core/cuda_check.hpp"
 #include "loom/core/error.hpp"
 
@@ -138,7 +138,7 @@ void fill(int device, void* dst, std::int64_t count, std::uint64_t pattern, std:
           void* stream) {
   CudaDeviceGuard guard(device);
   check(cudaGetLastError(), "an earlier CUDA call on cuda:" + std::to_string(device));  // not the fill's
-  kernels::cuda::launch_fill(dst, count, pattern, element_size, as_stream(stream));
+  launch_fill(dst, count, pattern, element_size, as_stream(stream));
   const std::string call = "fill kernel (" + std::to_string(count) + " x " + std::to_string(element_size) +
                            " bytes) on cuda:" + std::to_string(device);
   check(cudaGetLastError(), call);

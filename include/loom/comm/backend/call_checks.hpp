@@ -9,7 +9,7 @@
 
 #include "loom/comm/communicator.hpp"
 
-namespace loom::comm::detail {
+namespace loom::comm::backend {
 
 // "<label> <op> (rank R of N[ on cuda:D][, peer P])"; the device is named when it is a GPU.
 std::string describe_call(std::string_view label, std::string_view op, int rank, int size, Device device,
@@ -32,4 +32,4 @@ void require_reducible(const std::string& what, const Tensor& input, const Tenso
 // "not completed within T ms (a peer did not join, or is stuck)": why a backend aborted.
 std::string not_completed_within(std::chrono::milliseconds timeout);
 
-}  // namespace loom::comm::detail
+}  // namespace loom::comm::backend

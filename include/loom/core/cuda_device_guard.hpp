@@ -1,5 +1,6 @@
 // Makes a CUDA device current for the guard's lifetime and restores the previous one after.
-// Internal, for code compiled with CUDA (the runtime seam and the kernel launchers).
+// For code compiled with CUDA (the runtime seam, the kernel launchers, the NCCL backend): like
+// cuda_check.hpp it includes the CUDA runtime header, so only builds with CUDA can use it.
 #pragma once
 
 #include <cuda_runtime_api.h>

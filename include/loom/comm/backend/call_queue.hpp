@@ -12,7 +12,7 @@
 
 #include "loom/comm/work.hpp"
 
-namespace loom::comm::detail {
+namespace loom::comm::backend {
 
 class CallQueue {
  public:
@@ -38,4 +38,4 @@ class CallQueue {
 // not be finalized: that would wait for the stuck call).
 bool calls_were_abandoned();
 
-}  // namespace loom::comm::detail
+}  // namespace loom::comm::backend

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-namespace loom::kernels::cuda {
+namespace loom::detail::cuda_rt {
 
 namespace {
 
@@ -40,4 +40,4 @@ void launch_fill(void* dst, std::int64_t count, std::uint64_t pattern, std::size
   }
 }
 
-}  // namespace loom::kernels::cuda
+}  // namespace loom::detail::cuda_rt
