@@ -62,7 +62,7 @@ float Mlp::forward(const Tensor& inputs, const Tensor& targets, loom::StreamRef 
   if (precision_.storage != DType::f32) loom::kernels::cast(x, input_, {}, stream);
   Tensor h = input_;
   for (std::size_t l = 0; l < layers_.size(); ++l) {
-    before_forward(l);
+    before_forward(l, stream);
     h = layers_[l]->forward(h, stream);
   }
   output_ = h;
@@ -93,7 +93,7 @@ void Mlp::backward(float loss_scale, loom::StreamRef stream) {
     loom::kernels::cast(difference_, d, {}, stream);
   }
   for (std::size_t l = layers_.size(); l-- > 0;) {
-    before_backward(l);
+    before_backward(l, stream);
     d = layers_[l]->backward(d, stream);
   }
   difference_ = Tensor();  // another backward needs another forward

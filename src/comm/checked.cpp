@@ -63,31 +63,30 @@ class CheckedCommunicator : public Communicator {
   int size() const override { return inner_->size(); }
   Device device() const override { return inner_->device(); }
   std::string_view backend() const override { return inner_->backend(); }
-  void set_stream(StreamRef stream) override { inner_->set_stream(stream); }
 
-  Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op) override {
+  Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op, StreamRef stream) override {
     check_collective(Call::all_reduce, input, op, -1);
-    return inner_->all_reduce(input, output, op);
+    return inner_->all_reduce(input, output, op, stream);
   }
-  Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root) override {
+  Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root, StreamRef stream) override {
     check_collective(Call::reduce, input, op, root);
-    return inner_->reduce(input, output, op, root);
+    return inner_->reduce(input, output, op, root, stream);
   }
-  Work broadcast(const Tensor& tensor, int root) override {
+  Work broadcast(const Tensor& tensor, int root, StreamRef stream) override {
     check_collective(Call::broadcast, tensor, std::nullopt, root);
-    return inner_->broadcast(tensor, root);
+    return inner_->broadcast(tensor, root, stream);
   }
-  Work all_gather(const Tensor& input, const Tensor& output) override {
+  Work all_gather(const Tensor& input, const Tensor& output, StreamRef stream) override {
     check_collective(Call::all_gather, input, std::nullopt, -1);
-    return inner_->all_gather(input, output);
+    return inner_->all_gather(input, output, stream);
   }
-  Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
+  Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op, StreamRef stream) override {
     check_collective(Call::reduce_scatter, input, op, -1);
-    return inner_->reduce_scatter(input, output, op);
+    return inner_->reduce_scatter(input, output, op, stream);
   }
-  Work barrier() override {
+  Work barrier(StreamRef stream) override {
     check({Call::barrier});
-    return inner_->barrier();
+    return inner_->barrier(stream);
   }
   std::unique_ptr<Communicator> split(int color, int key) override {
     check({Call::split});  // colors and keys differ between ranks by design
@@ -96,15 +95,15 @@ class CheckedCommunicator : public Communicator {
   }
 
   // The sender ships its signature; the receiver compares and answers; both fail on a mismatch.
-  Work send(const Tensor& tensor, int peer) override {
+  Work send(const Tensor& tensor, int peer, StreamRef stream) override {
     const Signature mine{Call::send, tensor.numel(), static_cast<std::int64_t>(tensor.dtype())};
     exchange_with_peer(mine, peer, true);
-    return inner_->send(tensor, peer);
+    return inner_->send(tensor, peer, stream);
   }
-  Work recv(const Tensor& tensor, int peer) override {
+  Work recv(const Tensor& tensor, int peer, StreamRef stream) override {
     const Signature mine{Call::recv, tensor.numel(), static_cast<std::int64_t>(tensor.dtype())};
     exchange_with_peer(mine, peer, false);
-    return inner_->recv(tensor, peer);
+    return inner_->recv(tensor, peer, stream);
   }
 
  private:

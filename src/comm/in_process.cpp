@@ -137,13 +137,13 @@ class InProcessCommunicator : public Communicator {
   Device device() const override { return Device::cpu(); }
   std::string_view backend() const override { return "in-process"; }
 
-  Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op) override {
+  Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op, StreamRef) override {
     const std::string what = describe("all_reduce");
     backend::require_reducible(what, input, output, op, 1, Device::cpu());
     return calls_.enqueue(what, [=, this] { reduce_to(input, output, op, 0, input.numel(), what); });
   }
 
-  Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root) override {
+  Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root, StreamRef) override {
     const std::string what = describe("reduce");
     backend::require_root(what, root, size());
     backend::require_reducible(what, input, rank_ == root ? output : input, op, 1, Device::cpu());
@@ -152,13 +152,13 @@ class InProcessCommunicator : public Communicator {
     });
   }
 
-  Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
+  Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op, StreamRef) override {
     const std::string what = describe("reduce_scatter");
     backend::require_reducible(what, input, output, op, size(), Device::cpu());
     return calls_.enqueue(what, [=, this] { reduce_to(input, output, op, rank_ * output.numel(), output.numel(), what); });
   }
 
-  Work broadcast(const Tensor& tensor, int root) override {
+  Work broadcast(const Tensor& tensor, int root, StreamRef) override {
     const std::string what = describe("broadcast");
     backend::require_root(what, root, size());
     backend::require_on_device(what, "tensor", tensor, Device::cpu());
@@ -171,7 +171,7 @@ class InProcessCommunicator : public Communicator {
     });
   }
 
-  Work all_gather(const Tensor& input, const Tensor& output) override {
+  Work all_gather(const Tensor& input, const Tensor& output, StreamRef) override {
     const std::string what = describe("all_gather");
     backend::require_gatherable(what, input, output, size(), Device::cpu());
     return calls_.enqueue(what, [=, this] {
@@ -186,19 +186,19 @@ class InProcessCommunicator : public Communicator {
     });
   }
 
-  Work send(const Tensor& tensor, int peer) override {
+  Work send(const Tensor& tensor, int peer, StreamRef) override {
     const std::string what = describe("send", peer);
     backend::require_peer(what, tensor, peer, rank_, size(), Device::cpu());
     return calls_.enqueue(what, [=, this] { group_->send(rank_, peer, tensor, what); });
   }
 
-  Work recv(const Tensor& tensor, int peer) override {
+  Work recv(const Tensor& tensor, int peer, StreamRef) override {
     const std::string what = describe("recv", peer);
     backend::require_peer(what, tensor, peer, rank_, size(), Device::cpu());
     return calls_.enqueue(what, [=, this] { group_->recv(peer, rank_, tensor, what); });
   }
 
-  Work barrier() override {
+  Work barrier(StreamRef) override {
     const std::string what = describe("barrier");
     return calls_.enqueue(what, [=, this] { group_->arrive(rank_, {}, what); });
   }

@@ -87,7 +87,7 @@ class MpiCommunicator : public Communicator {
   Device device() const override { return Device::cpu(); }
   std::string_view backend() const override { return "mpi"; }
 
-  Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op) override {
+  Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op, StreamRef) override {
     const std::string what = describe("all_reduce");
     backend::require_reducible(what, input, output, op, 1, Device::cpu());
     const int n = mpi_count(what, input.numel());
@@ -105,7 +105,7 @@ class MpiCommunicator : public Communicator {
     });
   }
 
-  Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root) override {
+  Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root, StreamRef) override {
     const std::string what = describe("reduce");
     backend::require_root(what, root, size_);
     const bool is_root = rank_ == root;
@@ -130,7 +130,7 @@ class MpiCommunicator : public Communicator {
     });
   }
 
-  Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
+  Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op, StreamRef) override {
     const std::string what = describe("reduce_scatter");
     backend::require_reducible(what, input, output, op, size_, Device::cpu());
     const int n = mpi_count(what, output.numel());
@@ -152,7 +152,7 @@ class MpiCommunicator : public Communicator {
     });
   }
 
-  Work broadcast(const Tensor& tensor, int root) override {
+  Work broadcast(const Tensor& tensor, int root, StreamRef) override {
     const std::string what = describe("broadcast");
     backend::require_root(what, root, size_);
     backend::require_on_device(what, "tensor", tensor, Device::cpu());
@@ -162,7 +162,7 @@ class MpiCommunicator : public Communicator {
     });
   }
 
-  Work all_gather(const Tensor& input, const Tensor& output) override {
+  Work all_gather(const Tensor& input, const Tensor& output, StreamRef) override {
     const std::string what = describe("all_gather");
     backend::require_gatherable(what, input, output, size_, Device::cpu());
     const int bytes = mpi_count(what, static_cast<std::int64_t>(input.nbytes()), "bytes");
@@ -183,7 +183,7 @@ class MpiCommunicator : public Communicator {
     });
   }
 
-  Work send(const Tensor& tensor, int peer) override {
+  Work send(const Tensor& tensor, int peer, StreamRef) override {
     const std::string what = describe("send", peer);
     backend::require_peer(what, tensor, peer, rank_, size_, Device::cpu());
     const int bytes = mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()), "bytes");
@@ -192,7 +192,7 @@ class MpiCommunicator : public Communicator {
     });
   }
 
-  Work recv(const Tensor& tensor, int peer) override {
+  Work recv(const Tensor& tensor, int peer, StreamRef) override {
     const std::string what = describe("recv", peer);
     backend::require_peer(what, tensor, peer, rank_, size_, Device::cpu());
     const int bytes = mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()), "bytes");
@@ -212,7 +212,7 @@ class MpiCommunicator : public Communicator {
     });
   }
 
-  Work barrier() override {
+  Work barrier(StreamRef) override {
     const std::string what = describe("barrier");
     return calls_->enqueue(what, [=, this] { check_mpi(MPI_Barrier(comm_), what); });
   }

@@ -122,81 +122,74 @@ class NcclCommunicator : public Communicator {
   Device device() const override { return device_; }
   std::string_view backend() const override { return "nccl"; }
 
-  void set_stream(StreamRef stream) override {
-    require(stream.is_default() || stream.device() == device_, "NCCL set_stream: stream of ", stream.device(),
-            " for a communicator on ", device_);
-    const std::lock_guard lock(mutex_);
-    user_stream_ = stream.is_default() ? nullptr : static_cast<cudaStream_t>(stream.native_handle());
-  }
-
-  Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op) override {
+  Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op, StreamRef stream) override {
     const std::string what = describe("all_reduce");
     backend::require_reducible(what, input, output, op, 1, device_);
     require_nccl_layout(what, input, output, input, output);
-    return submit(what, {input, output}, [&](cudaStream_t s) {
+    return submit(what, stream, {input, output}, [&](cudaStream_t s) {
       return ncclAllReduce(input.raw_data(), output.raw_data(), count(input), nccl_type(what, input.dtype()),
                            nccl_op(op), comm_, s);
     });
   }
 
-  Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root) override {
+  Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root, StreamRef stream) override {
     const std::string what = describe("reduce");
     backend::require_root(what, root, size_);
     const bool is_root = rank_ == root;
     backend::require_reducible(what, input, is_root ? output : input, op, 1, device_);
-    return submit(what, {input, output}, [&](cudaStream_t s) {
+    return submit(what, stream, {input, output}, [&](cudaStream_t s) {
       return ncclReduce(input.raw_data(), is_root ? output.raw_data() : nullptr, count(input),
                         nccl_type(what, input.dtype()), nccl_op(op), root, comm_, s);
     });
   }
 
-  Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
+  Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op, StreamRef stream) override {
     const std::string what = describe("reduce_scatter");
     backend::require_reducible(what, input, output, op, size_, device_);
     require_nccl_layout(what, input, output, input, output);
-    return submit(what, {input, output}, [&](cudaStream_t s) {
+    return submit(what, stream, {input, output}, [&](cudaStream_t s) {
       return ncclReduceScatter(input.raw_data(), output.raw_data(), count(output), nccl_type(what, input.dtype()),
                                nccl_op(op), comm_, s);
     });
   }
 
-  Work broadcast(const Tensor& tensor, int root) override {
+  Work broadcast(const Tensor& tensor, int root, StreamRef stream) override {
     const std::string what = describe("broadcast");
     backend::require_root(what, root, size_);
     backend::require_on_device(what, "tensor", tensor, device_);
-    return submit(what, {tensor}, [&](cudaStream_t s) {
+    return submit(what, stream, {tensor}, [&](cudaStream_t s) {
       return ncclBroadcast(tensor.raw_data(), tensor.raw_data(), tensor.nbytes(), ncclUint8, root, comm_, s);
     });
   }
 
-  Work all_gather(const Tensor& input, const Tensor& output) override {
+  Work all_gather(const Tensor& input, const Tensor& output, StreamRef stream) override {
     const std::string what = describe("all_gather");
     backend::require_gatherable(what, input, output, size_, device_);
     require_nccl_layout(what, input, output, output, input);
-    return submit(what, {input, output}, [&](cudaStream_t s) {
+    return submit(what, stream, {input, output}, [&](cudaStream_t s) {
       return ncclAllGather(input.raw_data(), output.raw_data(), input.nbytes(), ncclUint8, comm_, s);
     });
   }
 
-  Work send(const Tensor& tensor, int peer) override {
+  Work send(const Tensor& tensor, int peer, StreamRef stream) override {
     const std::string what = describe("send", peer);
     backend::require_peer(what, tensor, peer, rank_, size_, device_);
-    return submit(what, {tensor}, [&](cudaStream_t s) {
+    return submit(what, stream, {tensor}, [&](cudaStream_t s) {
       return ncclSend(tensor.raw_data(), tensor.nbytes(), ncclUint8, peer, comm_, s);
     });
   }
 
-  Work recv(const Tensor& tensor, int peer) override {
+  Work recv(const Tensor& tensor, int peer, StreamRef stream) override {
     const std::string what = describe("recv", peer);
     backend::require_peer(what, tensor, peer, rank_, size_, device_);
-    return submit(what, {tensor}, [&](cudaStream_t s) {
+    return submit(what, stream, {tensor}, [&](cudaStream_t s) {
       return ncclRecv(tensor.raw_data(), tensor.nbytes(), ncclUint8, peer, comm_, s);
     });
   }
 
-  Work barrier() override {
+  Work barrier(StreamRef stream) override {
     const std::string what = describe("barrier");
-    return submit(what, {barrier_scratch_}, [&](cudaStream_t s) {
+    return submit(what, stream, {barrier_scratch_}, [&](cudaStream_t s) {
       return ncclAllReduce(barrier_scratch_.raw_data(), barrier_scratch_.raw_data(), 1, ncclFloat32, ncclSum, comm_, s);
     });
   }
@@ -250,7 +243,11 @@ class NcclCommunicator : public Communicator {
 
   // Orders the call after the caller's stream, enqueues it on the communication stream, and hands
   // its end event to the watcher.
-  Work submit(const std::string& what, std::vector<Tensor> tensors, const std::function<ncclResult_t(cudaStream_t)>& call) {
+  Work submit(const std::string& what, StreamRef after, std::vector<Tensor> tensors,
+              const std::function<ncclResult_t(cudaStream_t)>& call) {
+    require(after.is_default() || after.device() == device_, what, ": the caller's stream is on ", after.device(),
+            " but the communicator on ", device_);
+    const auto user_stream = after.is_default() ? nullptr : static_cast<cudaStream_t>(after.native_handle());
     auto work = std::make_shared<detail::WorkState>();
     work->what = what;
     const std::lock_guard lock(mutex_);
@@ -261,7 +258,7 @@ class NcclCommunicator : public Communicator {
     }
     const loom::detail::CudaDeviceGuard guard(device_);
     // The wait captures the event's state when it is enqueued, so one event serves every call.
-    check(cudaEventRecord(ready_, user_stream_), "cudaEventRecord");
+    check(cudaEventRecord(ready_, user_stream), "cudaEventRecord");
     check(cudaStreamWaitEvent(stream_, ready_, 0), "cudaStreamWaitEvent");
     const cudaEvent_t started = take_event();
     check(cudaEventRecord(started, stream_), "cudaEventRecord");
@@ -355,8 +352,7 @@ class NcclCommunicator : public Communicator {
   CommOptions options_;
   int rank_ = 0, size_ = 1;
   cudaStream_t stream_ = nullptr;
-  cudaStream_t user_stream_ = nullptr;  // the legacy default stream unless set_stream says otherwise
-  cudaEvent_t ready_ = nullptr;         // recorded on user_stream_ before each call
+  cudaEvent_t ready_ = nullptr;         // recorded on the caller's stream before each call
   std::vector<cudaEvent_t> spare_events_;
   Tensor barrier_scratch_;
   std::mutex mutex_;

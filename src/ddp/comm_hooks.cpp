@@ -10,7 +10,7 @@ namespace loom::ddp {
 
 CommHook average_hook() {
   return [](comm::Communicator& comm, const GradBucket& bucket) {
-    return PendingReduction{comm.all_reduce(bucket.gradients, bucket.gradients, comm::ReduceOp::avg), {}};
+    return PendingReduction{comm.all_reduce(bucket.gradients, bucket.gradients, comm::ReduceOp::avg, bucket.stream), {}};
   };
 }
 
@@ -48,7 +48,7 @@ CommHook compression_hook(DType wire) {
     to_wire.scale = 1.0f / static_cast<float>(comm.size());
     kernels::cast(bucket.gradients, compressed, to_wire, bucket.stream);
     PendingReduction pending;
-    pending.work = comm.all_reduce(compressed, compressed, comm::ReduceOp::sum);
+    pending.work = comm.all_reduce(compressed, compressed, comm::ReduceOp::sum, bucket.stream);
     pending.finish = [compressed, gradients = bucket.gradients, stream = bucket.stream] {
       kernels::cast(compressed, gradients, {}, stream);
     };

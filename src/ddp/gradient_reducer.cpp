@@ -44,7 +44,7 @@ std::string describe(const ReducerOptions& o) {
 }  // namespace
 
 GradientReducer::GradientReducer(comm::Communicator& comm, model::ParameterSpace& space, ReducerOptions options)
-    : comm_(comm), space_(space), parameters_(space.parameters()), options_(std::move(options)), stream_(options_.stream) {
+    : comm_(comm), space_(space), parameters_(space.parameters()), options_(std::move(options)) {
   std::exception_ptr invalid;
   try {
     validate(comm_, space_, options_);
@@ -66,7 +66,7 @@ GradientReducer::GradientReducer(comm::Communicator& comm, model::ParameterSpace
   bucket_of_.assign(n, 0);
   install_buckets();
   for (std::size_t i = 0; i < n; ++i) {
-    hook_ids_.push_back(parameters_[i]->add_grad_ready_hook([this, i](model::Parameter&) { on_grad_ready(i); }));
+    hook_ids_.push_back(parameters_[i]->add_grad_ready_hook([this, i](model::Parameter&, StreamRef stream) { on_grad_ready(i, stream); }));
   }
 }
 
@@ -109,14 +109,14 @@ GradientReducer::NoSync GradientReducer::no_sync() {
   return NoSync(*this);
 }
 
-void GradientReducer::on_grad_ready(std::size_t index) {
+void GradientReducer::on_grad_ready(std::size_t index, StreamRef stream) {
   require(!ready_[index], "gradient reducer: parameter '", parameters_[index]->name(), "' got another gradient after "
           "its final one in this iteration, while it may be being reduced: run all micro-batches but the last inside "
           "no_sync() and call synchronize() after the last (or abandon_iteration() after a failed backward)");
   used_[index] = true;
   if (no_sync_depth_ > 0) return;
   mark_ready(index);
-  start_ready_buckets();
+  start_ready_buckets(stream);
 }
 
 void GradientReducer::mark_ready(std::size_t index) {
@@ -125,16 +125,15 @@ void GradientReducer::mark_ready(std::size_t index) {
   --buckets_[bucket_of_[index]]->pending;
 }
 
-void GradientReducer::start_ready_buckets() {
+void GradientReducer::start_ready_buckets(StreamRef stream) {
   // Strictly in bucket order, so every rank issues the same collectives in the same order even
   // when gradients become ready in a different order on different ranks.
   while (next_to_start_ < buckets_.size() && buckets_[next_to_start_]->pending == 0) {
     Bucket& bucket = *buckets_[next_to_start_];
-    comm_.set_stream(stream_);
     Tensor gradients;
     try {
       gradients = bucket_gradients(bucket);
-      const GradBucket view{static_cast<int>(next_to_start_), gradients, bucket.names, stream_, bucket.begin};
+      const GradBucket view{static_cast<int>(next_to_start_), gradients, bucket.names, stream, bucket.begin};
       bucket.reduction = options_.hook(comm_, view);
     } catch (...) {
       // Kept for synchronize(), which fails every rank with it. Backward goes on, and the plain
@@ -142,7 +141,7 @@ void GradientReducer::start_ready_buckets() {
       if (!hook_failure_) hook_failure_ = std::current_exception();
       try {
         if (!gradients.defined()) gradients = Tensor::zeros({bucket.end - bucket.begin}, DType::f32, comm_.device());
-        bucket.reduction = PendingReduction{comm_.all_reduce(gradients, gradients, comm::ReduceOp::avg), {}};
+        bucket.reduction = PendingReduction{comm_.all_reduce(gradients, gradients, comm::ReduceOp::avg, stream), {}};
       } catch (...) {  // the communicator itself failed: its timeout or abort reaches every rank
       }
     }
@@ -181,15 +180,15 @@ std::exception_ptr GradientReducer::wait_for_buckets() noexcept {
   return failure;
 }
 
-void GradientReducer::synchronize() {
+void GradientReducer::synchronize(StreamRef stream) {
   const auto start = std::chrono::steady_clock::now();
   const int started_early = static_cast<int>(next_to_start_);
   std::vector<std::size_t> never_used;
   std::exception_ptr failure = hook_failure_;
   try {
     require(no_sync_depth_ == 0, "gradient reducer: synchronize() inside a no_sync() scope");
-    settle_unready(never_used);
-    start_ready_buckets();
+    settle_unready(never_used, stream);
+    start_ready_buckets(stream);
   } catch (...) {
     if (!failure) failure = std::current_exception();
   }
@@ -235,14 +234,14 @@ void GradientReducer::throw_unused(const std::vector<std::size_t>& never_used) {
               comm_.rank());
 }
 
-void GradientReducer::settle_unready(std::vector<std::size_t>& never_used) {
+void GradientReducer::settle_unready(std::vector<std::size_t>& never_used, StreamRef stream) {
   // Reverse registration order, the same on every rank, for the gradients backward never marked
   // ready outside no_sync: those touched inside no_sync carry real gradients; the others are unused.
   for (std::size_t i = parameters_.size(); i-- > 0;) {
     if (ready_[i]) continue;
     if (!used_[i]) {
       never_used.push_back(i);
-      if (options_.unused_parameters == UnusedParameters::reduce_zero) fill(parameters_[i]->grad(), 0.0, stream_);
+      if (options_.unused_parameters == UnusedParameters::reduce_zero) fill(parameters_[i]->grad(), 0.0, stream);
     }
     mark_ready(i);
   }

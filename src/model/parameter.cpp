@@ -47,8 +47,8 @@ void Parameter::remove_grad_ready_hook(HookId id) noexcept {
   std::erase_if(hooks_, [id](const auto& entry) { return entry.first == id; });
 }
 
-void Parameter::mark_grad_ready() {
-  for (const auto& [id, hook] : hooks_) hook(*this);
+void Parameter::mark_grad_ready(StreamRef stream) {
+  for (const auto& [id, hook] : hooks_) hook(*this, stream);
 }
 
 }  // namespace loom::model

@@ -160,12 +160,14 @@ void ParameterSpace::bind_unit_grads(std::size_t unit, const Tensor& buffer) {
   bound_[unit] = buffer;
 }
 
-void ParameterSpace::zero_grads() {
+void ParameterSpace::zero_grads(StreamRef stream) {
   if (grads_allocated()) {
-    fill(grads_, 0.0);
+    fill(grads_, 0.0, stream);
     return;
   }
-  for (const Slot& slot : slots_) slot.parameter->zero_grad();
+  for (const Slot& slot : slots_) {
+    if (slot.parameter->has_grad()) fill(slot.parameter->grad(), 0.0, stream);
+  }
 }
 
 std::vector<ShardRange> ParameterSpace::shard(int rank) const {

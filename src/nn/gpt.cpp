@@ -106,11 +106,11 @@ float GPT::forward(const Tensor& tokens, const Tensor& targets, StreamRef stream
   tokens_ = tokens.to(device_, stream);
   const std::int64_t c = config_.channels, vp = config_.padded_vocab(), rows = batch * steps;
   detail::ensure_buffer(embedded_, {batch, steps, c}, precision_.storage, device_);
-  before_forward(0);
+  before_forward(0, stream);
   kernels::embedding_forward(tokens_, wte_.value(), wpe_.value(), embedded_, stream);
   Tensor x = embedded_;
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
-    before_forward(1 + l);
+    before_forward(1 + l, stream);
     x = blocks_[l]->forward(x, stream);
   }
   final_norm_ = ln_f_.forward(x, stream);
@@ -147,7 +147,7 @@ float GPT::forward(const Tensor& tokens, const Tensor& targets, StreamRef stream
 
 void GPT::backward(float loss_scale, StreamRef stream) {
   require(targets_.defined(), "GPT: backward needs a forward with targets first");
-  before_backward(0);
+  before_backward(0, stream);
   const std::int64_t rows = tokens_.numel(), vp = config_.padded_vocab();
   const Shape hidden_shape = final_norm_.shape();
   // d(mean loss)/d(loss_i) = 1 / counted for every counted row; ignored rows get 0 in the kernel.
@@ -172,12 +172,12 @@ void GPT::backward(float loss_scale, StreamRef stream) {
   kernels::gemm(logits_rows, wte_.value(), dresidual_.view({rows, config_.channels}), dx, stream);
   Tensor d = ln_f_.backward(dresidual_, stream);
   for (std::size_t l = blocks_.size(); l-- > 0;) {
-    before_backward(1 + l);
+    before_backward(1 + l, stream);
     d = blocks_[l]->backward(d, stream);
   }
   kernels::embedding_backward(tokens_, d, wte_.grad(), wpe_.grad(), stream);
-  wpe_.mark_grad_ready();
-  wte_.mark_grad_ready();  // tied: final only after both the head and the embedding
+  wpe_.mark_grad_ready(stream);
+  wte_.mark_grad_ready(stream);  // tied: final only after both the head and the embedding
   targets_ = Tensor();     // the logits now hold their gradient: another backward needs a forward
 }
 

@@ -40,8 +40,8 @@ Tensor LayerNorm::backward(const Tensor& dy, StreamRef stream) {
   detail::ensure_buffer(dx_, input_.shape(), precision_.storage, weight_.value().device());
   kernels::layernorm_backward(dy_rows, input_, weight_.value(), mean_, rstd_, dx_, weight_.grad(), bias_.grad(),
                               stream);
-  weight_.mark_grad_ready();
-  bias_.mark_grad_ready();
+  weight_.mark_grad_ready(stream);
+  bias_.mark_grad_ready(stream);
   return dx_.view(dy.shape());
 }
 

@@ -72,10 +72,10 @@ Tensor Linear::backward(const Tensor& dy, StreamRef stream) {
   }
   const StridedMatrix grad_w = StridedMatrix::of(weight_.grad());
   kernels::gemm(StridedMatrix::of(grad_out), StridedMatrix::of(input_), grad_w, grad_w, dw, stream);
-  weight_.mark_grad_ready();
+  weight_.mark_grad_ready(stream);
   if (bias_) {
     kernels::residual_add(bias_->grad(), bias_grad_scratch_, bias_->grad(), stream);
-    bias_->mark_grad_ready();
+    bias_->mark_grad_ready(stream);
   }
   // dx = dy W
   detail::ensure_buffer(dx_, input_.shape(), precision_.storage, device);

@@ -19,8 +19,7 @@ float global_grad_norm(std::span<const Tensor> grads, comm::Communicator* comm, 
   }
   const Tensor squares = Tensor::zeros({1}, DType::f32, comm->device());
   if (!grads.empty()) kernels::sum_of_squares(grads, squares, stream);
-  comm->set_stream(stream);
-  comm->all_reduce(squares, squares, comm::ReduceOp::sum).wait();
+  comm->all_reduce(squares, squares, comm::ReduceOp::sum, stream).wait();
   synchronize(stream);
   return std::sqrt(squares.to(Device::cpu()).item<float>()) * std::fabs(pre_scale);
 }
@@ -44,8 +43,7 @@ float space_grad_norm(const Optimizer& optimizer, comm::Communicator* shards, St
     }
   }
   if (optimizer.sharded()) {  // each slot is written by one rank and zero elsewhere: the sum is exact
-    shards->set_stream(stream);
-    shards->all_reduce(partials, partials, comm::ReduceOp::sum).wait();
+    shards->all_reduce(partials, partials, comm::ReduceOp::sum, stream).wait();
   }
   synchronize(stream);
   double sum = 0;

@@ -20,8 +20,7 @@ bool DynamicLossScaler::unscale_and_update(std::span<const Tensor> grads, comm::
   const Tensor flag = Tensor::zeros({1}, DType::f32, comm != nullptr ? comm->device() : grads.front().device());
   if (!grads.empty()) kernels::unscale_and_check_finite(grads, 1.0f / scale_, flag, stream);
   if (comm != nullptr) {
-    comm->set_stream(stream);
-    comm->all_reduce(flag, flag, comm::ReduceOp::max).wait();
+    comm->all_reduce(flag, flag, comm::ReduceOp::max, stream).wait();
   }
   synchronize(stream);
   const bool finite = flag.to(Device::cpu()).item<float>() == 0.0f;

@@ -39,7 +39,7 @@ ZeroEngine::ZeroEngine(comm::Communicator& comm, model::Model& model, int stage,
     for (const model::Unit& unit : space_.units()) pool_buffer_elements_ = std::max(pool_buffer_elements_, unit.elements);
     space_.release_grads();
     bound_buffers_.assign(space_.units().size(), Tensor());
-    model_.set_unit_hooks({{}, [this](std::size_t unit) { bind_buffer(unit); }});
+    model_.set_unit_hooks({{}, [this](std::size_t unit, StreamRef stream) { bind_buffer(unit, stream); }});
   }
 }
 
@@ -67,7 +67,7 @@ ddp::CommHook ZeroEngine::make_hook() {
   return [this](comm::Communicator& comm, const ddp::GradBucket& bucket) {
     const std::int64_t n = bucket.gradients.numel() / comm.size();
     const Tensor mine = bucket.gradients.slice(comm.rank() * n, (comm.rank() + 1) * n);
-    comm::Work work = comm.reduce_scatter(bucket.gradients, mine, comm::ReduceOp::avg);  // in place: NCCL's rule
+    comm::Work work = comm.reduce_scatter(bucket.gradients, mine, comm::ReduceOp::avg, bucket.stream);  // in place
     if (stage_ == 1) return ddp::PendingReduction{std::move(work), {}};
     const auto unit = static_cast<std::size_t>(
         std::find_if(ranges_.begin(), ranges_.end(),
@@ -82,7 +82,7 @@ ddp::CommHook ZeroEngine::make_hook() {
   };
 }
 
-void ZeroEngine::bind_buffer(std::size_t unit) {
+void ZeroEngine::bind_buffer(std::size_t unit, StreamRef stream) {
   if (bound_buffers_[unit].defined()) return;
   while (free_.empty() && pool_allocated_ >= pool_limit && reducer_->complete_oldest_reduction()) {
   }
@@ -95,7 +95,7 @@ void ZeroEngine::bind_buffer(std::size_t unit) {
     ++pool_allocated_;
   }
   const Tensor view = buffer.slice(0, space_.units()[unit].elements);
-  fill(view, 0.0);
+  fill(view, 0.0, stream);
   space_.bind_unit_grads(unit, view);
   bound_buffers_[unit] = std::move(buffer);
 }
@@ -117,13 +117,13 @@ void ZeroEngine::release_all_buffers() noexcept {
   }
 }
 
-void ZeroEngine::begin_step() {
+void ZeroEngine::begin_step(StreamRef stream) {
   if (stage_ == 1) {
-    space_.zero_grads();
+    space_.zero_grads(stream);
     return;
   }
   release_all_buffers();
-  fill(shard_grads_, 0.0);
+  fill(shard_grads_, 0.0, stream);
 }
 
 ddp::GradientReducer::NoSync ZeroEngine::no_sync() {
@@ -132,19 +132,19 @@ ddp::GradientReducer::NoSync ZeroEngine::no_sync() {
   return reducer_->no_sync();
 }
 
-void ZeroEngine::synchronize() {
+void ZeroEngine::synchronize(StreamRef stream) {
   std::exception_ptr failure;
   try {
     // Units whose backward never ran are reduced as zeros (or reported unused): every rank issues
     // the same collectives.
     if (stage_ == 2) {
-      for (std::size_t u = 0; u < space_.units().size(); ++u) bind_buffer(u);
+      for (std::size_t u = 0; u < space_.units().size(); ++u) bind_buffer(u, stream);
     }
   } catch (...) {
     failure = std::current_exception();
   }
   try {
-    reducer_->synchronize();
+    reducer_->synchronize(stream);
   } catch (...) {
     release_all_buffers();
     throw;
@@ -159,10 +159,10 @@ void ZeroEngine::abandon_iteration() noexcept {
 }
 
 void ZeroEngine::gather_values(StreamRef stream) {
-  comm_.set_stream(stream);
   std::vector<comm::Work> works;
   for (const model::ShardRange& range : ranges_) {
-    works.push_back(comm_.all_gather(space_.values().slice(range.begin, range.end), space_.unit_values(range.unit)));
+    works.push_back(
+        comm_.all_gather(space_.values().slice(range.begin, range.end), space_.unit_values(range.unit), stream));
   }
   for (const comm::Work& work : works) work.wait();
 }

@@ -70,56 +70,51 @@ class TopologyAware : public Communicator {
   std::string_view backend() const override { return flat_.backend(); }
   // Active: calls wait for the caller's stream through an event recorded when they are made, and
   // run on the default streams of the underlying communicators.
-  void set_stream(StreamRef stream) override {
-    if (active_) stream_ = stream;
-    else flat_.set_stream(stream);
-  }
-
-  Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op) override {
-    if (!active_) return flat_.all_reduce(input, output, op);
+  Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op, StreamRef stream) override {
+    if (!active_) return flat_.all_reduce(input, output, op, stream);
     if (!hierarchical_for(Collective::all_reduce, input)) {
-      return submit("all_reduce", [this, input, output, op] { flat_.all_reduce(input, output, op).wait(); });
+      return submit("all_reduce", stream, [this, input, output, op] { flat_.all_reduce(input, output, op).wait(); });
     }
     comm::backend::require_reducible(what("all_reduce"), input, output, op, 1, device());
-    return submit("all_reduce", [this, input, output, op] { hierarchical_all_reduce(input, output, op); });
+    return submit("all_reduce", stream, [this, input, output, op] { hierarchical_all_reduce(input, output, op); });
   }
-  Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
-    if (!active_) return flat_.reduce_scatter(input, output, op);
+  Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op, StreamRef stream) override {
+    if (!active_) return flat_.reduce_scatter(input, output, op, stream);
     if (!hierarchical_for(Collective::reduce_scatter, input)) {
-      return submit("reduce_scatter", [this, input, output, op] { flat_.reduce_scatter(input, output, op).wait(); });
+      return submit("reduce_scatter", stream, [this, input, output, op] { flat_.reduce_scatter(input, output, op).wait(); });
     }
     comm::backend::require_reducible(what("reduce_scatter"), input, output, op, size(), device());
-    return submit("reduce_scatter", [this, input, output, op] { hierarchical_reduce_scatter(input, output, op); });
+    return submit("reduce_scatter", stream, [this, input, output, op] { hierarchical_reduce_scatter(input, output, op); });
   }
-  Work all_gather(const Tensor& input, const Tensor& output) override {
-    if (!active_) return flat_.all_gather(input, output);
+  Work all_gather(const Tensor& input, const Tensor& output, StreamRef stream) override {
+    if (!active_) return flat_.all_gather(input, output, stream);
     if (!hierarchical_for(Collective::all_gather, output)) {
-      return submit("all_gather", [this, input, output] { flat_.all_gather(input, output).wait(); });
+      return submit("all_gather", stream, [this, input, output] { flat_.all_gather(input, output).wait(); });
     }
     comm::backend::require_gatherable(what("all_gather"), input, output, size(), device());
-    return submit("all_gather", [this, input, output] { hierarchical_all_gather(input, output); });
+    return submit("all_gather", stream, [this, input, output] { hierarchical_all_gather(input, output); });
   }
   // Active, every call goes through the one worker, so that calls complete in the order they were
   // made and every rank issues them to the underlying communicators in the same order.
-  Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root) override {
-    if (!active_) return flat_.reduce(input, output, op, root);
-    return submit("reduce", [this, input, output, op, root] { flat_.reduce(input, output, op, root).wait(); });
+  Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root, StreamRef stream) override {
+    if (!active_) return flat_.reduce(input, output, op, root, stream);
+    return submit("reduce", stream, [this, input, output, op, root] { flat_.reduce(input, output, op, root).wait(); });
   }
-  Work broadcast(const Tensor& tensor, int root) override {
-    if (!active_) return flat_.broadcast(tensor, root);
-    return submit("broadcast", [this, tensor, root] { flat_.broadcast(tensor, root).wait(); });
+  Work broadcast(const Tensor& tensor, int root, StreamRef stream) override {
+    if (!active_) return flat_.broadcast(tensor, root, stream);
+    return submit("broadcast", stream, [this, tensor, root] { flat_.broadcast(tensor, root).wait(); });
   }
-  Work send(const Tensor& tensor, int peer) override {
-    if (!active_) return flat_.send(tensor, peer);
-    return submit("send", [this, tensor, peer] { flat_.send(tensor, peer).wait(); });
+  Work send(const Tensor& tensor, int peer, StreamRef stream) override {
+    if (!active_) return flat_.send(tensor, peer, stream);
+    return submit("send", stream, [this, tensor, peer] { flat_.send(tensor, peer).wait(); });
   }
-  Work recv(const Tensor& tensor, int peer) override {
-    if (!active_) return flat_.recv(tensor, peer);
-    return submit("recv", [this, tensor, peer] { flat_.recv(tensor, peer).wait(); });
+  Work recv(const Tensor& tensor, int peer, StreamRef stream) override {
+    if (!active_) return flat_.recv(tensor, peer, stream);
+    return submit("recv", stream, [this, tensor, peer] { flat_.recv(tensor, peer).wait(); });
   }
-  Work barrier() override {
-    if (!active_) return flat_.barrier();
-    return submit("barrier", [this] { flat_.barrier().wait(); });
+  Work barrier(StreamRef stream) override {
+    if (!active_) return flat_.barrier(stream);
+    return submit("barrier", stream, [this] { flat_.barrier().wait(); });
   }
   std::unique_ptr<Communicator> split(int color, int key) override {
     if (!active_) return flat_.split(color, key);
@@ -133,9 +128,9 @@ class TopologyAware : public Communicator {
     return comm::backend::describe_call("topology-aware", op, rank(), size(), device());
   }
 
-  Work submit(const char* op, std::function<void()> body) {
+  Work submit(const char* op, StreamRef after, std::function<void()> body) {
     auto ready = std::make_shared<Event>(device());
-    ready->record(stream_);  // the caller's work so far, not what it enqueues later
+    ready->record(after);  // the caller's work so far, not what it enqueues later
     return queue_.enqueue(what(op), [ready, body = std::move(body)] {
       ready->synchronize();
       body();
@@ -211,7 +206,6 @@ class TopologyAware : public Communicator {
   bool active_ = false;
   std::vector<std::vector<int>> rank_at_;  // [host index][local index] -> rank of flat_
   std::unique_ptr<Communicator> intra_, inter_;
-  StreamRef stream_;  // the caller's, written and read on the caller's thread only
   comm::backend::CallQueue queue_;
 };
 

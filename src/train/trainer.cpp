@@ -75,9 +75,9 @@ void Trainer::run_micro_batches(StepResult& result, double& loss_sum, StreamRef 
     loss_sum += model_.forward(batch.tokens, batch.targets, stream);
     model_.backward(scaler_.scale() / micro, stream);
     result.tokens += batch.tokens.numel();
-    if (zero_ && (last || zero_->stage() == 2)) zero_->synchronize();  // ZeRO-2: every micro-batch
+    if (zero_ && (last || zero_->stage() == 2)) zero_->synchronize(stream);  // ZeRO-2: every micro-batch
   }
-  if (ddp_) ddp_->synchronize();
+  if (ddp_) ddp_->synchronize(stream);
 }
 
 StepResult Trainer::step(StreamRef stream) {
@@ -86,12 +86,10 @@ StepResult Trainer::step(StreamRef stream) {
   result.step = steps_done_ + 1;
   double loss_sum = 0;
   if (zero_) {
-    zero_->begin_step();
+    zero_->begin_step(stream);
   } else {
-    model_.parameter_space().zero_grads();
+    model_.parameter_space().zero_grads(stream);
   }
-  if (ddp_) ddp_->set_stream(stream);  // its reductions wait for this step's backward
-  if (zero_) zero_->reducer().set_stream(stream);
   try {
     run_micro_batches(result, loss_sum, stream);
   } catch (...) {

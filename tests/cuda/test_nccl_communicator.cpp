@@ -33,13 +33,12 @@ TEST_CASE("a one-rank NCCL communicator passes the conformance suite", "[cuda][c
 TEST_CASE("NCCL calls start after the work already enqueued on the caller's stream", "[cuda][comm]") {
   auto comm = loom::comm::make_nccl_communicator(loom::comm::make_nccl_id(), 0, 1, Device::cuda(0));
   const loom::Stream stream(Device::cuda(0));
-  comm->set_stream(stream);
   const std::int64_t n = 1 << 22;
   const Tensor source = Tensor::full({n}, DType::f32, 3, Device::cuda(0));
   const Tensor target = Tensor::zeros({n}, DType::f32, Device::cuda(0));
   const Tensor result = Tensor::zeros({n}, DType::f32, Device::cuda(0));
   loom::copy(target, source, stream);  // enqueued, not finished
-  comm->all_reduce(target, result, ReduceOp::sum).wait();
+  comm->all_reduce(target, result, ReduceOp::sum, stream).wait();
   const std::vector<float> host = result.to_vector<float>();
   REQUIRE(host.front() == 3.0f);
   REQUIRE(host.back() == 3.0f);

@@ -1,5 +1,7 @@
 // One interface for communication among the ranks of a job. Every call is asynchronous and
-// returns a Work; a backend finishes its calls in the order they were made. Tensors are
+// returns a Work; a backend finishes its calls in the order they were made. Every call takes the
+// caller's stream last, as kernels do: GPU backends start the call after the work enqueued on it
+// so far (default: the device's default stream); CPU backends ignore it. Tensors are
 // contiguous and live on the communicator's device; outputs may be the inputs (in place) where
 // noted. Backends: in-process (threads as ranks), MPI (CPU processes), NCCL (one GPU per rank).
 #pragma once
@@ -42,31 +44,27 @@ class Communicator {
 
   // output = op over ranks of input, element-wise (f16/bf16 accumulate in fp32 on the CPU
   // backends). output may be input.
-  virtual Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op) = 0;
+  virtual Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op, StreamRef stream = {}) = 0;
   // root's output = op over ranks of input. Other ranks' output is not written and may be undefined.
-  virtual Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root) = 0;
+  virtual Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root, StreamRef stream = {}) = 0;
   // tensor = root's tensor on every rank.
-  virtual Work broadcast(const Tensor& tensor, int root) = 0;
+  virtual Work broadcast(const Tensor& tensor, int root, StreamRef stream = {}) = 0;
   // output (size x input.numel elements) = the inputs in rank order. input may be this rank's
   // block of output.
-  virtual Work all_gather(const Tensor& input, const Tensor& output) = 0;
+  virtual Work all_gather(const Tensor& input, const Tensor& output, StreamRef stream = {}) = 0;
   // output (input.numel / size elements) = this rank's block of op over ranks of input.
-  virtual Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) = 0;
+  virtual Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op, StreamRef stream = {}) = 0;
   // Point to point: the k-th send from a to b delivers into the k-th recv on b from a; count and
   // dtype must match. A send may not complete before its recv is posted, so order calls as for
   // blocking sends (in a ring exchange, even ranks send first and odd ranks receive first).
-  virtual Work send(const Tensor& tensor, int peer) = 0;
-  virtual Work recv(const Tensor& tensor, int peer) = 0;
-  virtual Work barrier() = 0;
+  virtual Work send(const Tensor& tensor, int peer, StreamRef stream = {}) = 0;
+  virtual Work recv(const Tensor& tensor, int peer, StreamRef stream = {}) = 0;
+  virtual Work barrier(StreamRef stream = {}) = 0;
 
   // Collective and blocking: every rank calls it after its earlier calls. Ranks passing the same
   // color form a new communicator, ranked by (key, old rank); no_color gives nullptr. The child
   // has the parent's backend, device and options and runs independently of it.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
-
-  // GPU backends: calls start after the work enqueued so far on this stream (default: the
-  // device's default stream). CPU backends ignore it.
-  virtual void set_stream(StreamRef stream) { (void)stream; }
 };
 
 }  // namespace loom::comm

@@ -1,5 +1,5 @@
 // The NCCL backend: CUDA tensors, one GPU per rank. Calls are enqueued on the communicator's own
-// stream after an event recorded on the caller's stream (set_stream), so communication overlaps
+// stream after an event recorded on the stream the caller passes, so communication overlaps
 // compute; a watcher thread completes each Work when its end event has passed. The NCCL
 // communicator is non-blocking: the watcher polls ncclCommGetAsyncError, and a call that is not
 // done within CommOptions::timeout (a dead or stuck peer) aborts the communicator with

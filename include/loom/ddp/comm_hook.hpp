@@ -8,8 +8,8 @@
 // bucket.gradients holds the average over all ranks of every rank's bucket.gradients. Issue only
 // collectives that every rank issues in the same order (the hook runs in the same order
 // everywhere). Tensors the reduction uses must outlive it: keep them in the hook's own state or
-// capture them in `finish`. On a GPU, work on bucket.stream (the stream backward ran on); the
-// communicator already waits for that stream. A hook that throws does not stop backward: the
+// capture them in `finish`. On a GPU, work on bucket.stream (the stream backward ran on) and pass
+// it to the communicator's calls, which then wait for it. A hook that throws does not stop backward: the
 // reducer reduces that bucket with a plain average (the other ranks wait for it) and
 // synchronize() then fails on every rank with the hook's error.
 #pragma once

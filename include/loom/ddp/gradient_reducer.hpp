@@ -50,7 +50,6 @@ struct ReducerOptions {
   Bucketing bucketing = Bucketing::by_size;  // by_unit ignores the two sizes above
   UnusedParameters unused_parameters = UnusedParameters::error;
   CommHook hook{};              // empty: average_hook(); see comm_hook.hpp for the others
-  StreamRef stream{};           // the stream backward runs on (CUDA), until set_stream changes it
   bool broadcast_parameters = true;  // rank 0's values to every rank at construction
 };
 
@@ -84,8 +83,9 @@ class GradientReducer {
   // Starts every reduction not started yet, waits for all, and leaves the rank average of the
   // gradients accumulated since the last synchronize() in every parameter's gradient. Throws the
   // first communication error, or the unused-parameter error; either way the reducer is ready for
-  // the next iteration.
-  void synchronize();
+  // the next iteration. stream: the one backward ran on (CUDA), as for every call; reductions
+  // started during backward wait for the stream each gradient was marked ready with.
+  void synchronize(StreamRef stream = {});
 
   // While a NoSync is alive, backward only accumulates gradients (gradient accumulation: wrap every
   // micro-batch but the last). Scopes nest. Opening one after a synchronized backward, before
@@ -104,8 +104,6 @@ class GradientReducer {
   };
   [[nodiscard]] NoSync no_sync();
 
-  // The stream the next backward runs on (CUDA): bucket reductions wait for it. CPU: unused.
-  void set_stream(StreamRef stream) noexcept { stream_ = stream; }
   // Waits for the oldest reduction still in flight and runs its finish step (a ZeRO-2 gradient
   // pool reuses that bucket's buffer next). Returns false when none is in flight. A failure is
   // kept for synchronize(), which reports it on every rank.
@@ -121,12 +119,12 @@ class GradientReducer {
 
  private:
   struct Bucket;
-  void on_grad_ready(std::size_t index);
+  void on_grad_ready(std::size_t index, StreamRef stream);
   void mark_ready(std::size_t index);
-  void start_ready_buckets();
+  void start_ready_buckets(StreamRef stream);
   void install_buckets();
   Tensor bucket_gradients(const Bucket& bucket) const;
-  void settle_unready(std::vector<std::size_t>& never_used);
+  void settle_unready(std::vector<std::size_t>& never_used, StreamRef stream);
   std::exception_ptr wait_for_buckets() noexcept;
   void throw_unused(const std::vector<std::size_t>& never_used);
   void reset_iteration();
@@ -142,7 +140,6 @@ class GradientReducer {
   std::vector<bool> ready_, used_;
   std::size_t ready_count_ = 0;
   std::size_t next_to_start_ = 0;
-  StreamRef stream_;
   std::exception_ptr hook_failure_;  // a communication hook that threw during this backward
   int no_sync_depth_ = 0;
   ReducerStats stats_;

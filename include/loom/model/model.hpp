@@ -22,9 +22,10 @@
 
 namespace loom::model {
 
+// Each hook gets the unit and the stream the model's forward or backward runs on.
 struct UnitHooks {
-  std::function<void(std::size_t unit)> before_forward;
-  std::function<void(std::size_t unit)> before_backward;
+  std::function<void(std::size_t unit, StreamRef stream)> before_forward;
+  std::function<void(std::size_t unit, StreamRef stream)> before_backward;
 };
 
 class Model {
@@ -50,11 +51,11 @@ class Model {
   void set_unit_hooks(UnitHooks hooks) { hooks_ = std::move(hooks); }
 
  protected:
-  void before_forward(std::size_t unit) const {
-    if (hooks_.before_forward) hooks_.before_forward(unit);
+  void before_forward(std::size_t unit, StreamRef stream) const {
+    if (hooks_.before_forward) hooks_.before_forward(unit, stream);
   }
-  void before_backward(std::size_t unit) const {
-    if (hooks_.before_backward) hooks_.before_backward(unit);
+  void before_backward(std::size_t unit, StreamRef stream) const {
+    if (hooks_.before_backward) hooks_.before_backward(unit, stream);
   }
 
  private:

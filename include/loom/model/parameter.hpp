@@ -13,13 +13,14 @@
 #include <utility>
 #include <vector>
 
+#include "loom/core/stream.hpp"
 #include "loom/core/tensor.hpp"
 
 namespace loom::model {
 
 class Parameter {
  public:
-  using GradReadyHook = std::function<void(Parameter&)>;
+  using GradReadyHook = std::function<void(Parameter&, StreamRef)>;
   using HookId = std::uint64_t;
 
   // value: the parameter as the model stores it; the gradient is allocated zeroed, in grad_dtype,
@@ -45,8 +46,9 @@ class Parameter {
   // Returns an id for remove_grad_ready_hook (a reducer detaches itself when destroyed).
   HookId add_grad_ready_hook(GradReadyHook hook);
   void remove_grad_ready_hook(HookId id) noexcept;
-  // Runs the hooks, in the order they were added. Called by layers during backward.
-  void mark_grad_ready();
+  // Runs the hooks, in the order they were added, with the stream the gradient was computed on.
+  // Called by layers during backward.
+  void mark_grad_ready(StreamRef stream = {});
 
  private:
   std::string name_;

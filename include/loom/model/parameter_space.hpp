@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/core/stream.hpp"
 #include "loom/core/tensor.hpp"
 #include "loom/model/parameter.hpp"
 
@@ -91,7 +92,7 @@ class ParameterSpace {
   void bind_unit_grads(std::size_t unit, const Tensor& buffer);
   // What bind_unit_grads() last gave `unit` (undefined: nothing, or gradients not released).
   const Tensor& bound_unit_grads(std::size_t unit) const { return bound_.at(unit); }
-  void zero_grads();  // every gradient storage there is
+  void zero_grads(StreamRef stream = {});  // every gradient storage there is
 
   // Slice `rank` of every unit (ranks() slices each), packed: local offsets run from 0 to
   // shard_elements().

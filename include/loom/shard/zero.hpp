@@ -54,11 +54,12 @@ class ZeroEngine {
 
   // Zeroes the gradients (stage 1: the full buffer; stage 2: the shard) before a step's first
   // micro-batch.
-  void begin_step();
+  void begin_step(StreamRef stream = {});
   // Stage 1: for every micro-batch but the last of a step (see GradientReducer::no_sync).
   [[nodiscard]] ddp::GradientReducer::NoSync no_sync();
-  // Waits for the reductions of the backward that just ran (stage 2: after every micro-batch).
-  void synchronize();
+  // Waits for the reductions of the backward that just ran on `stream` (stage 2: after every
+  // micro-batch).
+  void synchronize(StreamRef stream = {});
   // After a failed backward: waits for what was started and forgets the iteration (every rank).
   void abandon_iteration() noexcept;
   // Every rank's updated slice of the values to every rank, unit by unit (after the optimizer).
@@ -73,7 +74,7 @@ class ZeroEngine {
 
  private:
   ddp::CommHook make_hook();
-  void bind_buffer(std::size_t unit);
+  void bind_buffer(std::size_t unit, StreamRef stream);
   void release_buffer(std::size_t unit);
   void release_all_buffers() noexcept;
 

@@ -413,7 +413,7 @@ TEST_CASE("a non-finite gradient on one rank makes every rank skip the step", "[
     loom::nn::GPT model(loom::test::tiny_gpt(32, 8), loom::nn::Precision::fp32(), loom::Device::cpu(), 3);
     // Added before the reducer's hook, so it runs first: rank 1's ln_f.bias gradient becomes inf.
     if (comm.rank() == 1) {
-      model.parameters().back()->add_grad_ready_hook([](Parameter& p) { loom::fill(p.grad(), INFINITY); });
+      model.parameters().back()->add_grad_ready_hook([](Parameter& p, loom::StreamRef) { loom::fill(p.grad(), INFINITY); });
     }
     loom::test::GlobalBatchSlice data(4, 2 * comm.rank(), 2);
     loom::train::TrainerOptions options;

@@ -70,7 +70,7 @@ TEST_CASE("GPT gradients match finite differences of the loss for every paramete
 TEST_CASE("GPT gradient-ready hooks fire once per parameter, in backward order, wte last", "[nn][gpt]") {
   GPT model(tiny_config(), Precision::fp32(), loom::Device::cpu());
   std::vector<std::string> fired;
-  for (Parameter* p : model.parameters()) p->add_grad_ready_hook([&](Parameter& q) { fired.push_back(q.name()); });
+  for (Parameter* p : model.parameters()) p->add_grad_ready_hook([&](Parameter& q, loom::StreamRef) { fired.push_back(q.name()); });
   std::mt19937 rng(8);
   const Tensor tokens = random_tokens(2, 5, 13, rng), targets = random_tokens(2, 5, 13, rng);
   model.forward(tokens, targets);
