@@ -59,6 +59,7 @@ GradientReducer::GradientReducer(comm::Communicator& comm, model::ParameterSpace
          " differ across ranks: rank 0 has ", d->on_rank_0, " but rank ", d->rank, " has ", d->on_that_rank);
   }
   if (!options_.hook) options_.hook = average_hook();
+  if (!options_.fallback_hook) options_.fallback_hook = average_hook();
   if (options_.broadcast_parameters) comm_.broadcast(space_.values(), 0).wait();
   const std::size_t n = parameters_.size();
   ready_.assign(n, false);
@@ -141,7 +142,9 @@ void GradientReducer::start_ready_buckets(StreamRef stream) {
       if (!hook_failure_) hook_failure_ = std::current_exception();
       try {
         if (!gradients.defined()) gradients = Tensor::zeros({bucket.end - bucket.begin}, DType::f32, comm_.device());
-        bucket.reduction = PendingReduction{comm_.all_reduce(gradients, gradients, comm::ReduceOp::avg, stream), {}};
+        const GradBucket view{static_cast<int>(next_to_start_), gradients, bucket.names, stream, bucket.begin};
+        bucket.reduction = options_.fallback_hook(comm_, view);
+        bucket.reduction->finish = {};
       } catch (...) {  // the communicator itself failed: its timeout or abort reaches every rank
       }
     }
@@ -152,13 +155,14 @@ void GradientReducer::start_ready_buckets(StreamRef stream) {
 
 namespace {
 
-// Waits for a started reduction and runs its finish step; returns what failed, if anything.
+// Waits for a started reduction and runs its finish step (unless abandoning); returns what
+// failed, if anything.
 template <class Bucket>
-std::exception_ptr complete(Bucket& bucket) noexcept {
+std::exception_ptr complete(Bucket& bucket, bool run_finish = true) noexcept {
   std::exception_ptr failure;
   try {
     bucket.reduction->work.wait();
-    if (bucket.reduction->finish) bucket.reduction->finish();
+    if (run_finish && bucket.reduction->finish) bucket.reduction->finish();
   } catch (...) {
     failure = std::current_exception();
   }
@@ -168,12 +172,12 @@ std::exception_ptr complete(Bucket& bucket) noexcept {
 
 }  // namespace
 
-std::exception_ptr GradientReducer::wait_for_buckets() noexcept {
+std::exception_ptr GradientReducer::wait_for_buckets(bool run_finish) noexcept {
   // Every started reduction is waited for, even after a failure: nothing stays in flight.
   std::exception_ptr failure;
   for (auto& bucket : buckets_) {
     if (bucket->reduction && !bucket->finished) {
-      if (std::exception_ptr f = complete(*bucket); f && !failure) failure = f;
+      if (std::exception_ptr f = complete(*bucket, run_finish); f && !failure) failure = f;
     }
     bucket->reduction.reset();
   }
@@ -257,7 +261,7 @@ bool GradientReducer::complete_oldest_reduction() noexcept {
 }
 
 void GradientReducer::abandon_iteration() noexcept {
-  (void)wait_for_buckets();
+  (void)wait_for_buckets(false);
   reset_iteration();
 }
 

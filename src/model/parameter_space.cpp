@@ -59,9 +59,12 @@ void ParameterSpace::lay_out(int ranks) {
 }
 
 void ParameterSpace::rebind(const Tensor& values, const Tensor& grads) {
-  // Copies from wherever each parameter points now (its own storage, or the old layout).
+  // First every copy, from wherever each parameter points now (its own storage, or the old
+  // layout), which may fail; then the binds, which cannot (same shapes and dtypes): a failure
+  // leaves every parameter where it was.
+  std::vector<std::pair<Tensor, Tensor>> views;
   for (const Slot& slot : slots_) {
-    Parameter& p = *slot.parameter;
+    const Parameter& p = *slot.parameter;
     const Tensor value = values.slice(slot.offset, slot.offset + slot.numel).view(p.value().shape());
     copy(value, p.value());
     Tensor grad;
@@ -69,8 +72,9 @@ void ParameterSpace::rebind(const Tensor& values, const Tensor& grads) {
       grad = grads.slice(slot.offset, slot.offset + slot.numel).view(p.value().shape());
       if (p.has_grad()) copy(grad, p.grad());
     }
-    p.bind(value, grad);
+    views.emplace_back(value, grad);
   }
+  for (std::size_t i = 0; i < slots_.size(); ++i) slots_[i].parameter->bind(views[i].first, views[i].second);
   values_ = values;
   grads_ = grads;
   bound_.assign(units_.size(), Tensor());
@@ -79,15 +83,18 @@ void ParameterSpace::rebind(const Tensor& values, const Tensor& grads) {
 void ParameterSpace::repartition(int ranks) {
   if (ranks == ranks_) return;
   require(ranks >= 1, "parameter space: ranks must be >= 1, got ", ranks);
-  const bool with_grads = grads_allocated();
+  require(grads_allocated(), "parameter space: cannot lay out again while the gradients are released (ZeRO-2 holds "
+          "them); destroy the ZeRO engine first");
   const int old_ranks = ranks_;
+  const std::uint64_t old_version = layout_version_;
   lay_out(ranks);
   try {
     const Tensor values = Tensor::zeros({elements_}, storage(), device());
-    const Tensor grads = with_grads ? Tensor::zeros({elements_}, DType::f32, device()) : Tensor();
+    const Tensor grads = Tensor::zeros({elements_}, DType::f32, device());
     rebind(values, grads);
   } catch (...) {
-    lay_out(old_ranks);  // the parameters still point into the old buffers
+    lay_out(old_ranks);  // rebind binds nothing unless every copy succeeded: all still point here
+    layout_version_ = old_version;
     throw;
   }
 }

@@ -1,5 +1,9 @@
 #include "loom/optim/state_io.hpp"
 
+#include <algorithm>
+#include <exception>
+
+#include "loom/comm/agreement.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/tensor_ops.hpp"
 
@@ -11,26 +15,44 @@ std::string state_name(const model::Slot& slot, const std::string& kind) { retur
 
 }  // namespace
 
-std::vector<StateTensor> gather_state(const Optimizer& optimizer, comm::Communicator* comm) {
+std::vector<StateTensor> gather_state(const Optimizer& optimizer, comm::Communicator* comm, StreamRef stream) {
   if (!optimizer.sharded()) return optimizer.state_tensors();
   const model::ParameterSpace& space = optimizer.space();
   require(comm != nullptr && comm->size() == space.ranks(), optimizer.name(), ": gathering a state sharded over ",
           space.ranks(), " ranks needs their communicator, got ", comm != nullptr ? comm->size() : 0, " rank(s)");
+  const bool root = comm->rank() == 0;
+  const std::size_t slots = space.slots().size();
   std::vector<StateTensor> out;
-  for (const std::string& kind : optimizer.state_kinds()) {
-    const Tensor shard = optimizer.state(kind);
-    const Tensor full = Tensor::zeros({space.elements()}, DType::f32, space.device());
+  Tensor unit_buffer;
+  std::exception_ptr failure;
+  try {
+    std::int64_t largest = 0;
+    for (const model::Unit& unit : space.units()) largest = std::max(largest, unit.elements);
+    unit_buffer = Tensor::empty({largest}, DType::f32, space.device());
+    for (const std::string& kind : optimizer.state_kinds()) {
+      for (const model::Slot& slot : space.slots()) {
+        if (root) out.push_back({state_name(slot, kind), Tensor::empty(slot.parameter->value().shape(), DType::f32)});
+      }
+    }
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  comm::throw_if_any_failed(*comm, failure, "gathering the optimizer state");
+  for (std::size_t k = 0; k < optimizer.state_kinds().size(); ++k) {
+    const Tensor shard = optimizer.state(optimizer.state_kinds()[k]);
     for (const model::ShardRange& range : optimizer.ranges()) {
       const model::Unit& unit = space.units()[range.unit];
-      comm->all_gather(shard.slice(range.local, range.local + range.elements()),
-                       full.slice(unit.begin, unit.begin + unit.elements))
-          .wait();
-    }
-    for (const model::Slot& slot : space.slots()) {
-      out.push_back({state_name(slot, kind),
-                     full.slice(slot.offset, slot.offset + slot.numel).view(slot.parameter->value().shape())});
+      const Tensor full = unit_buffer.slice(0, unit.elements);
+      comm->all_gather(shard.slice(range.local, range.local + range.elements()), full, stream).wait();
+      if (!root) continue;
+      for (const std::size_t s : unit.slots) {
+        const model::Slot& slot = space.slots()[s];
+        const std::int64_t at = slot.offset - unit.begin;
+        copy(out[k * slots + s].tensor, full.slice(at, at + slot.numel), stream);
+      }
     }
   }
+  synchronize(stream);
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include <exception>
 #include <utility>
 
+#include "loom/comm/agreement.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/tensor_ops.hpp"
 #include "loom/kernels/elementwise.hpp"
@@ -14,7 +15,8 @@ namespace {
 
 // Full-unit gradient buffers the pool may hold before backward waits for the oldest reduction to
 // free one: the embeddings' (bound for all of a GPT's backward, since its head and its embedding
-// bracket the blocks) and two blocks', one computing while the other is reduced.
+// bracket the blocks) and two blocks', one computing while the other is reduced. Buffers have
+// their unit's size (a block's buffer is reused by the next block), not the largest unit's.
 constexpr std::size_t pool_limit = 3;
 
 ddp::ReducerOptions zero_reducer_options(ddp::ReducerOptions options, int stage) {
@@ -32,21 +34,35 @@ ZeroEngine::ZeroEngine(comm::Communicator& comm, model::Model& model, int stage,
     : comm_(comm), model_(model), space_(model.parameter_space()), stage_(stage) {
   ddp::ReducerOptions options = zero_reducer_options(std::move(reducer_options), stage);
   options.hook = make_hook();
+  // If the hook fails on one rank, the plain reduce-scatter it would have issued stands in, so
+  // the other ranks' reduce-scatter meets the same collective.
+  options.fallback_hook = [](comm::Communicator& c, const ddp::GradBucket& bucket) {
+    const std::int64_t n = bucket.gradients.numel() / c.size();
+    return ddp::PendingReduction{
+        c.reduce_scatter(bucket.gradients, bucket.gradients.slice(c.rank() * n, (c.rank() + 1) * n),
+                         comm::ReduceOp::avg, bucket.stream),
+        {}};
+  };
   reducer_ = std::make_unique<ddp::GradientReducer>(comm_, space_, std::move(options));  // lays out for comm.size()
   ranges_ = space_.shard(comm_.rank());
-  if (stage_ == 2) {
+  started_.assign(space_.units().size(), false);
+  if (stage_ != 2) return;
+  std::exception_ptr failure;
+  try {
     shard_grads_ = Tensor::zeros({space_.shard_elements()}, DType::f32, space_.device());
-    for (const model::Unit& unit : space_.units()) pool_buffer_elements_ = std::max(pool_buffer_elements_, unit.elements);
-    space_.release_grads();
-    bound_buffers_.assign(space_.units().size(), Tensor());
-    model_.set_unit_hooks({{}, [this](std::size_t unit, StreamRef stream) { bind_buffer(unit, stream); }});
+  } catch (...) {
+    failure = std::current_exception();
   }
+  comm::throw_if_any_failed(comm_, failure, "ZeRO-2: allocating the gradient shard");
+  space_.release_grads();
+  bound_buffers_.assign(space_.units().size(), Tensor());
+  model_.set_unit_hooks({{}, [this](std::size_t unit, StreamRef stream) { bind_buffer(unit, stream); }});
 }
 
 ZeroEngine::~ZeroEngine() {
-  model_.set_unit_hooks({});
   reducer_->abandon_iteration();
   if (stage_ != 2) return;
+  model_.set_unit_hooks({});
   release_all_buffers();
   try {
     space_.allocate_grads();  // the model stays usable without the engine
@@ -65,15 +81,16 @@ void ZeroEngine::attach(optim::Optimizer& optimizer) const {
 
 ddp::CommHook ZeroEngine::make_hook() {
   return [this](comm::Communicator& comm, const ddp::GradBucket& bucket) {
-    const std::int64_t n = bucket.gradients.numel() / comm.size();
-    const Tensor mine = bucket.gradients.slice(comm.rank() * n, (comm.rank() + 1) * n);
-    comm::Work work = comm.reduce_scatter(bucket.gradients, mine, comm::ReduceOp::avg, bucket.stream);  // in place
-    if (stage_ == 1) return ddp::PendingReduction{std::move(work), {}};
     const auto unit = static_cast<std::size_t>(
         std::find_if(ranges_.begin(), ranges_.end(),
                      [&](const model::ShardRange& r) { return space_.units()[r.unit].begin == bucket.begin; }) -
         ranges_.begin());
     require(unit < ranges_.size(), "ZeRO: a bucket at element ", bucket.begin, " is not a unit of the space");
+    started_[unit] = true;
+    const std::int64_t n = bucket.gradients.numel() / comm.size();
+    const Tensor mine = bucket.gradients.slice(comm.rank() * n, (comm.rank() + 1) * n);
+    comm::Work work = comm.reduce_scatter(bucket.gradients, mine, comm::ReduceOp::avg, bucket.stream);  // in place
+    if (stage_ == 1) return ddp::PendingReduction{std::move(work), {}};
     const Tensor into = shard_grads_.slice(ranges_[unit].local, ranges_[unit].local + n);
     return ddp::PendingReduction{std::move(work), [this, unit, mine, into, stream = bucket.stream] {
                                    kernels::residual_add(into, mine, into, stream);
@@ -84,17 +101,28 @@ ddp::CommHook ZeroEngine::make_hook() {
 
 void ZeroEngine::bind_buffer(std::size_t unit, StreamRef stream) {
   if (bound_buffers_[unit].defined()) return;
-  while (free_.empty() && pool_allocated_ >= pool_limit && reducer_->complete_oldest_reduction()) {
-  }
+  const std::int64_t needed = space_.units()[unit].elements;
+  // The smallest free buffer that fits; when none does and the pool is full, the oldest reduction
+  // in flight is finished (its buffer comes back) before another is allocated.
+  auto best_fit = [&] {
+    auto best = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->numel() >= needed && (best == free_.end() || it->numel() < best->numel())) best = it;
+    }
+    return best;
+  };
+  auto fit = best_fit();
+  while (fit == free_.end() && pool_allocated_ >= pool_limit && reducer_->complete_oldest_reduction()) fit = best_fit();
   Tensor buffer;
-  if (!free_.empty()) {
-    buffer = std::move(free_.back());
-    free_.pop_back();
+  if (fit != free_.end()) {
+    buffer = std::move(*fit);
+    free_.erase(fit);
   } else {
-    buffer = Tensor::empty({pool_buffer_elements_}, DType::f32, space_.device());
+    buffer = Tensor::empty({needed}, DType::f32, space_.device());
     ++pool_allocated_;
+    pool_bytes_ += static_cast<std::int64_t>(buffer.nbytes());
   }
-  const Tensor view = buffer.slice(0, space_.units()[unit].elements);
+  const Tensor view = buffer.slice(0, needed);
   fill(view, 0.0, stream);
   space_.bind_unit_grads(unit, view);
   bound_buffers_[unit] = std::move(buffer);
@@ -118,6 +146,7 @@ void ZeroEngine::release_all_buffers() noexcept {
 }
 
 void ZeroEngine::begin_step(StreamRef stream) {
+  started_.assign(started_.size(), false);
   if (stage_ == 1) {
     space_.zero_grads(stream);
     return;
@@ -135,10 +164,12 @@ ddp::GradientReducer::NoSync ZeroEngine::no_sync() {
 void ZeroEngine::synchronize(StreamRef stream) {
   std::exception_ptr failure;
   try {
-    // Units whose backward never ran are reduced as zeros (or reported unused): every rank issues
-    // the same collectives.
+    // Units whose reduction has not started (their backward never ran) are reduced as zeros (or
+    // reported unused): every rank issues the same collectives.
     if (stage_ == 2) {
-      for (std::size_t u = 0; u < space_.units().size(); ++u) bind_buffer(u, stream);
+      for (std::size_t u = 0; u < space_.units().size(); ++u) {
+        if (!started_[u]) bind_buffer(u, stream);
+      }
     }
   } catch (...) {
     failure = std::current_exception();
@@ -147,15 +178,18 @@ void ZeroEngine::synchronize(StreamRef stream) {
     reducer_->synchronize(stream);
   } catch (...) {
     release_all_buffers();
+    started_.assign(started_.size(), false);
     throw;
   }
   release_all_buffers();
+  started_.assign(started_.size(), false);
   if (failure) std::rethrow_exception(failure);
 }
 
 void ZeroEngine::abandon_iteration() noexcept {
   reducer_->abandon_iteration();
   release_all_buffers();
+  started_.assign(started_.size(), false);
 }
 
 void ZeroEngine::gather_values(StreamRef stream) {

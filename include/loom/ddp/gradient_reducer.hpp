@@ -50,6 +50,10 @@ struct ReducerOptions {
   Bucketing bucketing = Bucketing::by_size;  // by_unit ignores the two sizes above
   UnusedParameters unused_parameters = UnusedParameters::error;
   CommHook hook{};              // empty: average_hook(); see comm_hook.hpp for the others
+  // Issued instead when `hook` throws on this rank, so the other ranks' collective still meets
+  // its match (the failure is then reported on every rank). Empty: a plain average (all_reduce);
+  // a hook that issues another collective (ZeRO's reduce-scatter) must name its own.
+  CommHook fallback_hook{};
   bool broadcast_parameters = true;  // rank 0's values to every rank at construction
 };
 
@@ -108,8 +112,8 @@ class GradientReducer {
   // pool reuses that bucket's buffer next). Returns false when none is in flight. A failure is
   // kept for synchronize(), which reports it on every rank.
   bool complete_oldest_reduction() noexcept;
-  // After backward failed part-way: waits for the reductions it started (their errors dropped) and
-  // forgets the iteration, so the next step starts clean. Every rank must do the same (a rank
+  // After backward failed part-way: waits for the reductions it started (their errors dropped,
+  // their finish steps not run) and forgets the iteration, so the next step starts clean. Every rank must do the same (a rank
   // whose backward failed cannot take part in this iteration's collectives).
   void abandon_iteration() noexcept;
 
@@ -125,7 +129,7 @@ class GradientReducer {
   void install_buckets();
   Tensor bucket_gradients(const Bucket& bucket) const;
   void settle_unready(std::vector<std::size_t>& never_used, StreamRef stream);
-  std::exception_ptr wait_for_buckets() noexcept;
+  std::exception_ptr wait_for_buckets(bool run_finish = true) noexcept;
   void throw_unused(const std::vector<std::size_t>& never_used);
   void reset_iteration();
 

@@ -13,10 +13,12 @@
 
 namespace loom::optim {
 
-// The full state. A sharded optimizer's shards are all-gathered unit by unit over comm (a
-// collective: every rank of the data-parallel group calls it, and every rank gets the whole
-// state); an unsharded one returns views of its own buffers and comm may be null.
-std::vector<StateTensor> gather_state(const Optimizer& optimizer, comm::Communicator* comm);
+// The full state. An unsharded optimizer returns views of its own buffers (comm may be null). A
+// sharded one is a collective over comm: the shards are all-gathered one unit at a time through
+// one unit-sized buffer, and rank 0 receives the full state in host memory while the other ranks
+// get an empty list (no rank holds more than one unit of gathered state on its device). A failure
+// to allocate on any rank is an error on every rank before anything is gathered.
+std::vector<StateTensor> gather_state(const Optimizer& optimizer, comm::Communicator* comm, StreamRef stream = {});
 
 // The name and shape of every full state tensor (all f32), to check a file before loading.
 std::vector<std::pair<std::string, Shape>> state_layout(const Optimizer& optimizer);

@@ -38,8 +38,8 @@ namespace loom::shard {
 
 class ZeroEngine {
  public:
-  // stage: 1 or 2. reducer_options: unused_parameters and stream are used; the bucket sizes do
-  // not apply (units are the buckets) and a communication hook is refused. The model and comm
+  // stage: 1 or 2. reducer_options: unused_parameters and broadcast_parameters are used; the
+  // bucket sizes do not apply (units are the buckets) and a communication hook is refused. The model and comm
   // must outlive the engine.
   ZeroEngine(comm::Communicator& comm, model::Model& model, int stage, ddp::ReducerOptions reducer_options = {});
   ~ZeroEngine();
@@ -69,8 +69,9 @@ class ZeroEngine {
   ddp::GradientReducer& reducer() noexcept { return *reducer_; }
   // Stage 2: the reduced gradient of this rank's part, packed like the optimizer's state.
   const Tensor& shard_gradients() const noexcept { return shard_grads_; }
-  // Stage 2: full-unit gradient buffers allocated so far (the pool's size).
+  // Stage 2: full-unit gradient buffers allocated so far (the pool's size; each has its unit's size).
   std::size_t pool_buffers() const noexcept { return pool_allocated_; }
+  std::int64_t pool_bytes() const noexcept { return pool_bytes_; }
 
  private:
   ddp::CommHook make_hook();
@@ -88,7 +89,8 @@ class ZeroEngine {
   std::vector<Tensor> free_;           // pool buffers not bound to a unit
   std::vector<Tensor> bound_buffers_;  // per unit: the pool buffer its gradients are a view of
   std::size_t pool_allocated_ = 0;
-  std::int64_t pool_buffer_elements_ = 0;
+  std::int64_t pool_bytes_ = 0;
+  std::vector<bool> started_;  // per unit: its reduction started in this micro-batch
 };
 
 }  // namespace loom::shard
