@@ -23,7 +23,9 @@ struct TwoUnits {
   explicit TwoUnits(int ranks = 1) {
     const std::vector<std::int64_t> numels{10, 300, 64, 1, 200};
     for (std::size_t i = 0; i < numels.size(); ++i) {
-      owned.push_back(std::make_unique<Parameter>("p" + std::to_string(i), Tensor::zeros({numels[i]}, DType::f32),
+      std::string name = "p";  // (not "p" + to_string: GCC 12 warns falsely about that, -Wrestrict)
+      name += std::to_string(i);
+      owned.push_back(std::make_unique<Parameter>(name, Tensor::zeros({numels[i]}, DType::f32),
                                                   DType::f32, true));
     }
     space = std::make_unique<ParameterSpace>(

@@ -22,7 +22,9 @@ std::vector<std::unique_ptr<Parameter>> make(const std::vector<std::int64_t>& nu
   for (std::size_t i = 0; i < numels.size(); ++i) {
     std::vector<double> values;
     for (std::int64_t k = 0; k < numels[i]; ++k) values.push_back(static_cast<double>(100 * i + k % 50));
-    out.push_back(std::make_unique<Parameter>("w" + std::to_string(i),
+    std::string name = "w";  // (not "w" + to_string: GCC 12 warns falsely about that, -Wrestrict)
+    name += std::to_string(i);
+    out.push_back(std::make_unique<Parameter>(name,
                                               loom::from_doubles(values, dtype).view({numels[i]}), DType::f32, true));
   }
   return out;
