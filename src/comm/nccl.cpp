@@ -51,7 +51,7 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 // Waits until a non-blocking NCCL call on `comm` has left ncclInProgress; throws its error, or a
 // timeout Error at the deadline.
 void settle(ncclComm_t comm, ncclResult_t status, const std::string& what, Clock::time_point deadline) {
-  check(status, what);
+  if (status != ncclInProgress) check(status, what);
   ncclResult_t state = status;
   while (state == ncclInProgress) {
     if (Clock::now() > deadline) fail(ErrorCategory::timeout, what, ": NCCL did not finish enqueueing in time");
@@ -82,7 +82,11 @@ class NcclCommunicator : public Communicator {
     const loom::detail::CudaDeviceGuard guard(device_);
     check(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
     check(ncclCommCount(comm_, &size_), "ncclCommCount");
-    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    // The highest priority the device has: NCCL's kernels are scheduled ahead of the GEMMs they
+    // overlap with instead of waiting for SMs behind them.
+    int least = 0, greatest = 0;
+    check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+    check(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest), "cudaStreamCreateWithPriority");
     check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     barrier_scratch_ = Tensor::zeros({1}, DType::f32, device_);
     watcher_ = std::thread([this] { watch(); });

@@ -160,6 +160,7 @@ std::unique_ptr<World> init(int& argc, char**& argv, const InitOptions& base) {
             " of ", launch.size, " but MPI says rank ", mpi_rank, " of ", mpi_size,
             " (was the program started by a different MPI's launcher, or with conflicting --loom-* overrides?)");
   }
+  if (device.is_cuda()) set_current_cuda_device(device.index());  // this rank's contexts on its own GPU
   std::unique_ptr<comm::Communicator> comm = world_communicator(backend, launch, device, use_mpi, options.comm);
   return std::make_unique<World>(launch, device, std::move(comm), owns_mpi);
 }

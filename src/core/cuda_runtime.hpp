@@ -17,6 +17,7 @@ CudaPeerLink peer_link(int from, int to);
 
 // Throws a cuda Error unless device is a valid index on this machine (and the build has CUDA).
 void require_device(int device);
+void set_current_device(int device);  // cudaSetDevice, checked
 
 void* malloc(int device, std::size_t bytes);  // nullptr when the device is out of memory
 void free(int device, void* ptr) noexcept;

@@ -25,6 +25,7 @@ CudaRuntimeStatus status() {
 CudaDeviceProperties device_properties(int device) { unavailable(device, "query device properties"); }
 CudaPeerLink peer_link(int from, int) { unavailable(from, "query peer access"); }
 void require_device(int device) { unavailable(device, "use the device"); }
+void set_current_device(int device) { unavailable(device, "make it current"); }
 void* malloc(int device, std::size_t) { unavailable(device, "allocate memory"); }
 void free(int, void*) noexcept {}
 void memcpy(int device, void*, const void*, std::size_t, void*) { unavailable(device, "copy memory"); }

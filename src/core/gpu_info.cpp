@@ -10,4 +10,6 @@ CudaDeviceProperties cuda_device_properties(int index) { return detail::cuda_rt:
 
 CudaPeerLink cuda_peer_link(int from, int to) { return detail::cuda_rt::peer_link(from, to); }
 
+void set_current_cuda_device(int index) { detail::cuda_rt::set_current_device(index); }
+
 }  // namespace loom

@@ -5,7 +5,9 @@
 #include <utility>
 #include <vector>
 
+#include "loom/core/stream.hpp"
 #include "loom/core/tensor.hpp"
+#include "loom/core/tensor_ops.hpp"
 
 namespace loom::nn::detail {
 
@@ -16,6 +18,15 @@ inline const Tensor& ensure_buffer(Tensor& buffer, const Shape& shape, DType dty
     buffer = Tensor::empty(shape, dtype, device);
   }
   return buffer;
+}
+
+// t on `device`: t itself when it is there, else a copy in `staging`, a buffer reused while the
+// shape stays (no allocation per micro-batch for the tokens and targets a GPU model reads).
+inline Tensor on_device(const Tensor& t, Tensor& staging, Device device, StreamRef stream) {
+  if (t.device() == device) return t;
+  ensure_buffer(staging, t.shape(), t.dtype(), device);
+  copy(staging, t, stream);
+  return staging;
 }
 
 // [d0, ..., dk, last] -> [d0 * ... * dk, last]

@@ -103,7 +103,7 @@ float GPT::forward(const Tensor& tokens, const Tensor& targets, StreamRef stream
   const std::int64_t batch = tokens.shape()[0], steps = tokens.shape()[1];
   require(steps >= 1 && steps <= config_.context, "GPT: sequence length ", steps, " is outside [1, context = ",
           config_.context, "]");
-  tokens_ = tokens.to(device_, stream);
+  tokens_ = detail::on_device(tokens, staged_tokens_, device_, stream);
   const std::int64_t c = config_.channels, vp = config_.padded_vocab(), rows = batch * steps;
   detail::ensure_buffer(embedded_, {batch, steps, c}, precision_.storage, device_);
   before_forward(0, stream);
@@ -126,7 +126,7 @@ float GPT::forward(const Tensor& tokens, const Tensor& targets, StreamRef stream
   }
   require(targets.dtype() == DType::i32 && targets.shape() == tokens.shape(), "GPT: targets must be i32 shaped like "
           "the tokens ", tokens.shape(), ", got ", targets);
-  targets_ = targets.to(device_, stream);
+  targets_ = detail::on_device(targets, staged_targets_, device_, stream);
   detail::ensure_buffer(losses_, {rows}, DType::f32, device_);
   kernels::CrossEntropyOptions ce;
   ce.vocab_size = config_.vocab_size;

@@ -41,4 +41,10 @@ struct CudaPeerLink {
 // Throws a cuda Error for a device that does not exist (or a build without CUDA).
 CudaPeerLink cuda_peer_link(int from, int to);
 
+// Makes cuda:index this process's current device (cudaSetDevice). loom::init calls it once per
+// process, so that every later CUDA call of this rank, including ones that restore "the previous
+// device" after a guard, creates its context on its own GPU rather than on GPU 0 (where 8 ranks
+// would put 8 contexts, and EXCLUSIVE_PROCESS mode would refuse ranks 1-7).
+void set_current_cuda_device(int index);
+
 }  // namespace loom

@@ -1,5 +1,6 @@
 // Checked wrapper for NCCL return codes (builds with LOOM_WITH_NCCL). The Error carries NCCL's
-// own description of the last failure when NCCL has one.
+// own description of the last failure when NCCL has one. Only ncclSuccess passes: a
+// non-blocking call's ncclInProgress is handled where the call is polled.
 #pragma once
 
 #include <string_view>

@@ -76,6 +76,7 @@ class GPT final : public model::Model {
   std::vector<Parameter*> parameters_;
   std::unique_ptr<model::ParameterSpace> space_;
 
+  Tensor staged_tokens_, staged_targets_;  // device copies of host batches, reused
   Tensor tokens_, targets_, embedded_, final_norm_, logits_, losses_, dlosses_, dresidual_;
   std::int64_t counted_targets_ = 0;
 };

@@ -60,6 +60,11 @@ CudaRuntimeStatus status() {
   return result;
 }
 
+void set_current_device(int device) {
+  require_device(device);
+  check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+}
+
 void require_device(int device) {
   const CudaRuntimeStatus current = status();
   if (!current.available()) fail(ErrorCategory::cuda, "cannot use cuda:", device, ": ", current.reason);

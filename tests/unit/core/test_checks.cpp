@@ -40,7 +40,9 @@ TEST_CASE("CUDA and cuBLAS failures name the call and the status", "[checks][cud
 #if LOOM_WITH_NCCL
 TEST_CASE("NCCL failures name the call and NCCL's description", "[checks][nccl]") {
   CHECK_NOTHROW(loom::check(ncclSuccess, "ncclAllReduce"));
-  CHECK_NOTHROW(loom::check(ncclInProgress, "ncclCommInitRankConfig"));  // non-blocking: not a failure
+  // A non-blocking call still in progress is not success: only the code that polls for it accepts it.
+  CHECK_THROWS_MATCHES(loom::check(ncclInProgress, "ncclAllReduce"), loom::Error,
+                       IsError(ErrorCategory::nccl, {"ncclAllReduce", "failed"}));
   CHECK_THROWS_MATCHES(loom::check(ncclInvalidArgument, "ncclAllReduce(count=7)"), loom::Error,
                        IsError(ErrorCategory::nccl, {"ncclAllReduce(count=7)", "invalid argument"}));
   CHECK_THROWS_MATCHES(loom::check(ncclRemoteError, "ncclGroupEnd"), loom::Error,
