@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -89,6 +91,34 @@ struct Workspace {
   ~Workspace() { cudaFreeAsync(data, stream); }
 };
 
+// What a thread keeps per device between GEMMs: one handle, one workspace per stream (a stream's
+// GEMMs run in order, so they can share one; two streams cannot), and the heuristic's choice per
+// configuration. Creating a handle, allocating 32 MiB and running the heuristic cost far more host
+// time than a small GEMM, and training issues the same few configurations every step.
+struct DeviceCache {
+  Handle handle;
+  std::map<cudaStream_t, void*> workspaces;
+  std::map<std::string, cublasLtMatmulAlgo_t> algorithms;
+  DeviceCache() = default;
+  DeviceCache(const DeviceCache&) = delete;
+  DeviceCache& operator=(const DeviceCache&) = delete;
+  ~DeviceCache() {
+    for (const auto& [stream, data] : workspaces) cudaFree(data);  // at thread exit; errors do not matter then
+  }
+  void* workspace(cudaStream_t stream) {
+    void*& data = workspaces[stream];
+    if (data == nullptr) check(cudaMalloc(&data, workspace_bytes), "cudaMalloc(cuBLASLt workspace)");
+    return data;
+  }
+};
+
+DeviceCache& device_cache(int device) {
+  thread_local std::map<int, std::unique_ptr<DeviceCache>> caches;
+  std::unique_ptr<DeviceCache>& cache = caches[device];
+  if (!cache) cache = std::make_unique<DeviceCache>();
+  return *cache;
+}
+
 // Largest power of two (up to 256) dividing the address: what cuBLASLt may assume of it.
 std::uint32_t alignment_of(const void* ptr) {
   const auto address = reinterpret_cast<std::uintptr_t>(ptr);
@@ -123,7 +153,7 @@ void gemm_cublaslt(const StridedMatrix& a, const StridedMatrix& b, const std::op
                            std::string(to_string(options.precision)) + ")";
   if (shape.m == 0 || shape.n == 0) return;
 
-  Handle handle;
+  DeviceCache& cache = device_cache(d.tensor.device().index());
   MatmulDesc desc(options.precision == GemmPrecision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
   desc.set(CUBLASLT_MATMUL_DESC_TRANSA, options.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
   desc.set(CUBLASLT_MATMUL_DESC_TRANSB, options.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
@@ -182,18 +212,31 @@ void gemm_cublaslt(const StridedMatrix& a, const StridedMatrix& b, const std::op
                  c ? operand_alignment(c_data, c->ld, stride_of(*c), out_size) : operand_alignment(c_data, d_ld, d_stride, out_size));
   preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, operand_alignment(d_data, d_ld, d_stride, out_size));
 
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int found = 0;
-  check(cublasLtMatmulAlgoGetHeuristic(handle.value, desc.value, layout_a.value, layout_b.value, layout_c.value,
-                                       layout_d.value, preference.value, 1, &heuristic, &found),
-        what + ": cublasLtMatmulAlgoGetHeuristic");
-  if (found == 0) fail(ErrorCategory::cuda, what, ": cuBLASLt has no algorithm for this configuration");
+  // Everything the heuristic's answer depends on: the descriptor's settings, the layouts and the
+  // alignments (not the pointers themselves).
+  const std::string key = loom::detail::concat(
+      static_cast<int>(options.precision), options.trans_a, options.trans_b, ' ', static_cast<int>(epilogue), ' ',
+      static_cast<int>(input), static_cast<int>(output), ' ', shape.batch, 'x', shape.m, 'x', shape.n, 'x', shape.k,
+      ' ', a.ld, ',', stride_of(a), ' ', b.ld, ',', stride_of(b), ' ', c ? c->ld : -1, ',', c ? stride_of(*c) : -1,
+      ' ', d_ld, ',', d_stride, ' ', operand_alignment(b.tensor.raw_data(), b.ld, stride_of(b), in_size), ',',
+      operand_alignment(a.tensor.raw_data(), a.ld, stride_of(a), in_size), ',',
+      c ? operand_alignment(c_data, c->ld, stride_of(*c), out_size) : 0U, ',',
+      operand_alignment(d_data, d_ld, d_stride, out_size), ' ', fused_aux);
+  auto chosen = cache.algorithms.find(key);
+  if (chosen == cache.algorithms.end()) {
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    check(cublasLtMatmulAlgoGetHeuristic(cache.handle.value, desc.value, layout_a.value, layout_b.value,
+                                         layout_c.value, layout_d.value, preference.value, 1, &heuristic, &found),
+          what + ": cublasLtMatmulAlgoGetHeuristic");
+    if (found == 0) fail(ErrorCategory::cuda, what, ": cuBLASLt has no algorithm for this configuration");
+    chosen = cache.algorithms.emplace(key, heuristic.algo).first;
+  }
 
-  const Workspace workspace(workspace_bytes, s);
   const float alpha = options.alpha, beta = c ? options.beta : 0.0f;
-  check(cublasLtMatmul(handle.value, desc.value, &alpha, b.tensor.raw_data(), layout_a.value, a.tensor.raw_data(),
-                       layout_b.value, &beta, c_data, layout_c.value, d_data, layout_d.value, &heuristic.algo,
-                       workspace.data, workspace_bytes, s),
+  check(cublasLtMatmul(cache.handle.value, desc.value, &alpha, b.tensor.raw_data(), layout_a.value,
+                       a.tensor.raw_data(), layout_b.value, &beta, c_data, layout_c.value, d_data, layout_d.value,
+                       &chosen->second, cache.workspace(s), workspace_bytes, s),
         what + ": cublasLtMatmul");
   if (gelu_after) gemm_gelu_from_pre_activation(e.pre_activation, d, shape, stream);
   if (e.bias_grad.defined()) gemm_bias_grad(a, options.trans_a, shape, e.bias_grad, stream);
