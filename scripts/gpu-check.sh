@@ -3,7 +3,7 @@
 # an H200 (16 cores). Steps, in order, each under its own `timeout`, none stopping the rest:
 #   1 preflight     GPU, driver, nvcc, NCCL and cuDNN headers, compute-sanitizer
 #   2 build         only the targets below, for this GPU's architecture, MPI off
-#   3 cuda-tests    the cuda test binary as one process (each case timed)
+#   3 cuda-tests    the cuda test binary as one process (each case timed), NCCL timeout 60 s
 #   4 memcheck      compute-sanitizer memcheck on the kernel tests
 #   5 gemm          gemm_bench (loom vs cuBLASLt) at the GPT-2 and square shapes
 #   6 train         train_bench GPT-2 124M bf16 at B = 8 and 16, MFU
@@ -90,7 +90,9 @@ if [ -z "$gpu" ] && [ "${LOOM_GPU_CHECK_REHEARSE:-0}" != 1 ]; then
   exit 0
 fi
 
-# 3. The cuda tests in one process (one CUDA start-up instead of one per case), each case timed.
+# 3. The cuda tests in one process (one CUDA start-up instead of one per case), each case timed;
+# a stuck NCCL call fails in 60 s rather than the default 5 minutes.
+export LOOM_COMM_TIMEOUT_MS=${LOOM_COMM_TIMEOUT_MS:-60000}
 step cuda-tests 240 "$build/tests/cuda/loom_cuda_tests" --durations yes
 grep -E "passed|failed|FAILED|^[0-9.]+ s: " "$out/cuda-tests.log" | tail -60 >> "$summary"
 

@@ -21,11 +21,14 @@ std::string_view to_string(ReduceOp op) noexcept;
 
 // LOOM_DEBUG_COLLECTIVES=1 in the environment.
 bool collective_checks_from_environment();
+// LOOM_COMM_TIMEOUT_MS=N in the environment (a positive integer), else 5 minutes. Anything else is an
+// invalid_argument Error naming the variable and its value.
+std::chrono::milliseconds timeout_from_environment();
 
 struct CommOptions {
   // A call that its peers do not join within this time fails with a timeout Error on the ranks
   // that made it, and the communicator is aborted (later calls fail at once) instead of hanging.
-  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  std::chrono::milliseconds timeout = timeout_from_environment();
   // Before each call, check that every rank makes the same call (operation, count, dtype, op,
   // root, sequence number) and fail with an error naming the ranks and their calls if not.
   // Costs one small all-gather per call; for debugging.

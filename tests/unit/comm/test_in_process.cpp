@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <thread>
@@ -214,4 +215,25 @@ TEST_CASE("LOOM_DEBUG_COLLECTIVES checks point-to-point pairs and split communic
     REQUIRE_THAT(result, Catch::Contains("communicator of 2 ranks") && Catch::Contains("rank 0 called call #0 barrier()") &&
                              Catch::Contains("rank 1 called call #0 all_gather(2 x f32)"));
   }
+}
+
+TEST_CASE("LOOM_COMM_TIMEOUT_MS sets the default timeout, and a bad value is named", "[comm]") {
+  ::unsetenv("LOOM_COMM_TIMEOUT_MS");
+  CHECK(loom::comm::CommOptions{}.timeout == std::chrono::minutes(5));
+  ::setenv("LOOM_COMM_TIMEOUT_MS", "150", 1);
+  const loom::comm::CommOptions options;
+  CHECK(options.timeout == std::chrono::milliseconds(150));
+  // A peer that never arrives now fails within the environment's timeout.
+  auto comms = loom::comm::make_in_process_communicators(2, options);
+  const loom::Tensor t = loom::Tensor::zeros({4}, loom::DType::f32);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(comms[0]->all_reduce(t, t, loom::comm::ReduceOp::sum).wait(), Catch::Contains("within 150 ms"));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+  for (const char* bad : {"0", "-5", "1.5", "soon"}) {
+    ::setenv("LOOM_COMM_TIMEOUT_MS", bad, 1);
+    CHECK_THROWS_MATCHES(loom::comm::CommOptions{}, loom::Error,
+                         loom::test::IsError(loom::ErrorCategory::invalid_argument,
+                                             {"LOOM_COMM_TIMEOUT_MS", std::string("'") + bad + "'"}));
+  }
+  ::unsetenv("LOOM_COMM_TIMEOUT_MS");
 }
