@@ -30,6 +30,11 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
 void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& att, std::int64_t heads);
 void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& att, const Tensor& dqkv,
                         std::int64_t heads);
+// Fused causal attention (any floating dtype, fp32 arithmetic; shapes checked by loom::kernels):
+// no T x T matrix, lse [B, NH, T] f32 keeps each row's log-sum-exp for backward.
+void fused_attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, std::int64_t heads);
+void fused_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                              const Tensor& dqkv, std::int64_t heads);
 void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, const Tensor& out);
 void embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& dwte, const Tensor& dwpe);
 

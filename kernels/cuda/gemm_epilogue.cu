@@ -1,7 +1,9 @@
 // GEMM epilogue pieces the cuBLASLt path cannot fuse: the bias-gradient reduction
-// (bias_grad[i] = sum over batches and k of op(A)[i, k], one thread per i summing in a fixed
-// order: deterministic, coalesced when A is transposed as in dW = dY^T X) and GELU applied from a
-// contiguous pre-activation into a strided D.
+// (bias_grad[i] = sum over batches and k of op(A)[i, k]) and GELU applied from a contiguous
+// pre-activation into a strided D. The bias gradient is deterministic without atomics: with A
+// transposed (dW = dY^T X, the training case) blocks of columns x chunks of rows write partial
+// sums in row order, then one pass adds the chunks in order; otherwise one block reduces each
+// row with a fixed tree.
 #include "common.cuh"
 #include "gemm.hpp"
 
@@ -9,17 +11,48 @@ namespace loom::kernels::cuda {
 
 namespace {
 
+constexpr int bias_threads = 256;
+constexpr std::int64_t bias_min_rows_per_chunk = 64;
+constexpr std::int64_t bias_max_chunks = 65535;  // gridDim.y limit
+
+// Element (i, r) of op(A) when A is transposed: r runs over batch * k rows of A, i over columns.
 template <class T>
-__global__ void bias_grad_kernel(const T* a, std::int64_t ld, std::int64_t batch_stride, std::int64_t batch,
-                                 std::int64_t m, std::int64_t k, bool trans_a, float* out) {
+__device__ __forceinline__ float transposed_at(const T* a, std::int64_t ld, std::int64_t batch_stride, std::int64_t k,
+                                               std::int64_t r, std::int64_t i) {
+  return to_f32(a[(r / k) * batch_stride + (r % k) * ld + i]);
+}
+
+// partial[chunk][i] = sum of op(A)[i, r] over the chunk's rows r, in order (grid: column blocks x chunks).
+template <class T>
+__global__ void bias_grad_partials(const T* a, std::int64_t ld, std::int64_t batch_stride, std::int64_t rows,
+                                   std::int64_t m, std::int64_t k, std::int64_t rows_per_chunk, float* partial) {
+  const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= m) return;
+  const std::int64_t r0 = blockIdx.y * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
+  float sum = 0.0f;
+  for (std::int64_t r = r0; r < r1; ++r) sum += transposed_at(a, ld, batch_stride, k, r, i);
+  partial[blockIdx.y * m + i] = sum;
+}
+
+__global__ void bias_grad_chunks(const float* partial, std::int64_t chunks, std::int64_t m, float* out) {
   const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (i >= m) return;
   float sum = 0.0f;
-  for (std::int64_t b = 0; b < batch; ++b) {
-    const T* base = a + b * batch_stride;
-    for (std::int64_t j = 0; j < k; ++j) sum += to_f32(trans_a ? base[j * ld + i] : base[i * ld + j]);
-  }
+  for (std::int64_t c = 0; c < chunks; ++c) sum += partial[c * m + i];
   out[i] = sum;
+}
+
+// One block per row i of op(A) = A: the batch * k entries by a strided loop, then a fixed tree.
+template <class T>
+__global__ void bias_grad_rows(const T* a, std::int64_t ld, std::int64_t batch_stride, std::int64_t batch,
+                               std::int64_t k, float* out) {
+  const std::int64_t i = blockIdx.x;
+  float sum = 0.0f;
+  for (std::int64_t r = threadIdx.x; r < batch * k; r += blockDim.x) {
+    sum += to_f32(a[(r / k) * batch_stride + i * ld + r % k]);
+  }
+  sum = block_reduce(sum);
+  if (threadIdx.x == 0) out[i] = sum;
 }
 
 template <class T>
@@ -53,10 +86,28 @@ void gemm_gelu_from_pre_activation(const Tensor& pre_activation, const StridedMa
 void gemm_bias_grad(const StridedMatrix& a, bool trans_a, const GemmShape& shape, const Tensor& bias_grad, void* stream) {
   const DeviceGuard guard(a.tensor.device());
   if (shape.m == 0) return;
-  const std::int64_t stride = a.batch == 1 ? 0 : a.batch_stride;
+  const cudaStream_t s = as_stream(stream);
+  float* out = device_data<float>(bias_grad);
+  const std::int64_t stride = a.batch == 1 ? 0 : a.batch_stride, rows = shape.batch * shape.k;
+  if (rows == 0) {
+    check(cudaMemsetAsync(out, 0, static_cast<std::size_t>(shape.m) * sizeof(float), s), "gemm bias_grad: zeroing");
+    return;
+  }
   visit_float_dtype(a.tensor.dtype(), [&]<class T>() {
-    bias_grad_kernel<T><<<static_cast<unsigned>((shape.m + 255) / 256), 256, 0, as_stream(stream)>>>(
-        device_data<T>(a.tensor), a.ld, stride, shape.batch, shape.m, shape.k, trans_a, device_data<float>(bias_grad));
+    const T* data = device_data<T>(a.tensor);
+    if (!trans_a) {
+      bias_grad_rows<T><<<static_cast<unsigned>(shape.m), bias_threads, 0, s>>>(data, a.ld, stride, shape.batch,
+                                                                               shape.k, out);
+      return;
+    }
+    const std::int64_t rows_per_chunk =
+        std::max(bias_min_rows_per_chunk, (rows + bias_max_chunks - 1) / bias_max_chunks);
+    const std::int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
+    const StreamScratch partials(static_cast<std::size_t>(chunks * shape.m) * sizeof(float), s);
+    const auto column_blocks = static_cast<unsigned>((shape.m + bias_threads - 1) / bias_threads);
+    bias_grad_partials<T><<<dim3(column_blocks, static_cast<unsigned>(chunks)), bias_threads, 0, s>>>(
+        data, a.ld, stride, rows, shape.m, shape.k, rows_per_chunk, partials.as<float>());
+    bias_grad_chunks<<<column_blocks, bias_threads, 0, s>>>(partials.as<float>(), chunks, shape.m, out);
   });
   check_launch("gemm bias_grad");
 }

@@ -26,6 +26,11 @@ void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weigh
 
 void softmax_forward(const Tensor& x, const Tensor& out, bool causal, void* stream);
 void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, void* stream);
+// Fused causal attention (see loom/kernels/attention.hpp): head_size <= 128.
+void fused_attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, std::int64_t heads,
+                             void* stream);
+void fused_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                              const Tensor& dqkv, std::int64_t heads, void* stream);
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses, std::int64_t vocab_size,
                            std::int64_t ignore_index, void* stream);
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& dlosses, const Tensor& dlogits,

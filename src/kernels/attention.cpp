@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels/cpu/training.hpp"
+#include "kernels/cuda/training.hpp"
 #include "loom/kernels/softmax.hpp"
 #include "validate.hpp"
 
@@ -136,6 +137,52 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& att
     gemm(datt, k, std::nullopt, heads_of(dqkv, b, 0, d), gemm_options(options, false, false, scale), stream);
     gemm(datt, q, std::nullopt, heads_of(dqkv, b, d.channels, d), gemm_options(options, true, false, scale), stream);
   }
+}
+
+namespace {
+
+Dims check_fused(const char* kernel, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                 const AttentionOptions& options) {
+  const Dims d = check_attention(kernel, qkv, options);
+  detail::require_same_dtype(kernel, {{"qkv", qkv}, {"out", out}});
+  detail::require_shape(kernel, {"out", out}, Shape{d.batch, d.steps, d.channels});
+  detail::require_dtype(kernel, {"lse", lse}, DType::f32);
+  detail::require_shape(kernel, {"lse", lse}, Shape{d.batch, d.heads, d.steps});
+  if (!qkv.device().is_cpu()) {
+    require(d.head_size <= 128, kernel, ": head size ", d.head_size, " exceeds the CUDA kernel's limit of 128");
+  }
+  return d;
+}
+
+}  // namespace
+
+void fused_attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const AttentionOptions& options,
+                             StreamRef stream) {
+  const char* kernel = "fused_attention_forward";
+  const Device device = detail::common_device(kernel, {{"qkv", qkv}, {"out", out}, {"lse", lse}});
+  check_fused(kernel, qkv, out, lse, options);
+  require(!out.shares_storage_with(qkv), kernel, ": out must not share storage with qkv");
+  if (qkv.numel() == 0) return;
+  detail::dispatch(kernel, device, stream, [&] { cpu::fused_attention_forward(qkv, out, lse, options.num_heads); },
+                   [&](void* s) { cuda::fused_attention_forward(qkv, out, lse, options.num_heads, s); });
+}
+
+void fused_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                              const Tensor& dqkv, const AttentionOptions& options, StreamRef stream) {
+  const char* kernel = "fused_attention_backward";
+  const Device device = detail::common_device(
+      kernel, {{"dout", dout}, {"qkv", qkv}, {"out", out}, {"lse", lse}, {"dqkv", dqkv}});
+  check_fused(kernel, qkv, out, lse, options);
+  detail::require_same_dtype(kernel, {{"qkv", qkv}, {"dout", dout}, {"dqkv", dqkv}});
+  detail::require_shape(kernel, {"dout", dout}, out.shape());
+  detail::require_shape(kernel, {"dqkv", dqkv}, qkv.shape());
+  for (const detail::Arg input : {detail::Arg{"dout", dout}, detail::Arg{"qkv", qkv}, detail::Arg{"out", out}}) {
+    require(!dqkv.shares_storage_with(input.tensor), kernel, ": dqkv must not share storage with ", input.name);
+  }
+  if (qkv.numel() == 0) return;
+  detail::dispatch(
+      kernel, device, stream, [&] { cpu::fused_attention_backward(dout, qkv, out, lse, dqkv, options.num_heads); },
+      [&](void* s) { cuda::fused_attention_backward(dout, qkv, out, lse, dqkv, options.num_heads, s); });
 }
 
 }  // namespace loom::kernels

@@ -6,11 +6,33 @@
 
 namespace loom::nn {
 
+std::string to_string(AttentionKernel kernel) {
+  switch (kernel) {
+    case AttentionKernel::automatic: return "auto";
+    case AttentionKernel::stored: return "stored";
+    case AttentionKernel::fused: return "fused";
+  }
+  return "unknown";
+}
+
+AttentionKernel parse_attention_kernel(const std::string& text) {
+  for (AttentionKernel k : {AttentionKernel::automatic, AttentionKernel::stored, AttentionKernel::fused}) {
+    if (text == to_string(k)) return k;
+  }
+  fail(ErrorCategory::invalid_argument, "attention kernel '", text, "' is not one of auto, stored, fused");
+}
+
+AttentionKernel resolve(AttentionKernel kernel, Device device) {
+  if (kernel != AttentionKernel::automatic) return kernel;
+  return device.is_cuda() ? AttentionKernel::fused : AttentionKernel::stored;
+}
+
 CausalSelfAttention::CausalSelfAttention(const std::string& name, std::int64_t channels, std::int64_t heads,
-                                         const Precision& precision, Device device)
+                                         const Precision& precision, Device device, AttentionKernel kernel)
     : channels_(channels),
       heads_(heads),
       precision_(precision),
+      kernel_(resolve(kernel, device)),
       qkv_(name + ".qkv", channels, 3 * channels, {}, precision, device),
       proj_(name + ".proj", channels, channels, {}, precision, device) {
   require(heads > 0 && channels % heads == 0, "attention '", name, "': ", channels, " channels do not split into ",
@@ -28,12 +50,17 @@ Tensor CausalSelfAttention::forward(const Tensor& x, StreamRef stream) {
   const std::int64_t batch = x.shape()[0], steps = x.shape()[1];
   const Device device = x.device();
   qkv_out_ = qkv_.forward(x, stream);
-  detail::ensure_buffer(att_, {batch, heads_, steps, steps}, precision_.storage, device);
   detail::ensure_buffer(heads_out_, {batch, steps, channels_}, precision_.storage, device);
   kernels::AttentionOptions options;
   options.num_heads = heads_;
   options.precision = precision_.gemm;
-  kernels::attention_forward(qkv_out_, heads_out_, att_, options, stream);
+  if (kernel_ == AttentionKernel::fused) {
+    detail::ensure_buffer(lse_, {batch, heads_, steps}, DType::f32, device);
+    kernels::fused_attention_forward(qkv_out_, heads_out_, lse_, options, stream);
+  } else {
+    detail::ensure_buffer(att_, {batch, heads_, steps, steps}, precision_.storage, device);
+    kernels::attention_forward(qkv_out_, heads_out_, att_, options, stream);
+  }
   return proj_.forward(heads_out_, stream);
 }
 
@@ -42,11 +69,15 @@ Tensor CausalSelfAttention::backward(const Tensor& dy, StreamRef stream) {
   const std::int64_t steps = qkv_out_.shape()[1];
   const Device device = qkv_out_.device();
   detail::ensure_buffer(dqkv_, qkv_out_.shape(), precision_.storage, device);
-  detail::ensure_buffer(scratch_, {heads_, steps, steps}, precision_.storage, device);
   kernels::AttentionOptions options;
   options.num_heads = heads_;
   options.precision = precision_.gemm;
-  kernels::attention_backward(dheads, qkv_out_, att_, dqkv_, options, stream, scratch_);
+  if (kernel_ == AttentionKernel::fused) {
+    kernels::fused_attention_backward(dheads, qkv_out_, heads_out_, lse_, dqkv_, options, stream);
+  } else {
+    detail::ensure_buffer(scratch_, {heads_, steps, steps}, precision_.storage, device);
+    kernels::attention_backward(dheads, qkv_out_, att_, dqkv_, options, stream, scratch_);
+  }
   return qkv_.backward(dqkv_, stream);
 }
 

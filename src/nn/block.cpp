@@ -6,10 +6,10 @@
 namespace loom::nn {
 
 TransformerBlock::TransformerBlock(const std::string& name, std::int64_t channels, std::int64_t heads,
-                                   const Precision& precision, Device device)
+                                   const Precision& precision, Device device, AttentionKernel attention)
     : precision_(precision),
       ln1_(name + ".ln1", channels, precision, device),
-      attn_(name + ".attn", channels, heads, precision, device),
+      attn_(name + ".attn", channels, heads, precision, device, attention),
       ln2_(name + ".ln2", channels, precision, device),
       fc_(name + ".mlp.fc", channels, 4 * channels, {.bias = true, .gelu = true}, precision, device),
       fc_proj_(name + ".mlp.proj", 4 * channels, channels, {}, precision, device) {}

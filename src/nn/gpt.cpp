@@ -53,7 +53,8 @@ GPT::GPT(const GPTConfig& config, const Precision& precision, Device device, std
   for (std::int64_t l = 0; l < config.layers; ++l) {
     std::string name = "h";  // (not "h" + to_string: GCC 12 warns falsely about that, -Wrestrict)
     name += std::to_string(l);
-    blocks_.push_back(std::make_unique<TransformerBlock>(name, config.channels, config.heads, precision, device));
+    blocks_.push_back(
+        std::make_unique<TransformerBlock>(name, config.channels, config.heads, precision, device, config.attention));
     blocks_.back()->collect_parameters(parameters_);
   }
   ln_f_.collect_parameters(parameters_);

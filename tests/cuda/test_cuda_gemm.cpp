@@ -154,23 +154,41 @@ TEST_CASE("loom's own CUDA GEMM at pipeline edges: K shorter than the prefetch, 
   }
 }
 
-TEST_CASE("CUDA GEMM bias gradient matches the CPU", "[cuda][gemm]") {
+TEST_CASE("CUDA GEMM bias gradient matches the CPU and repeats its bits", "[cuda][gemm]") {
   std::mt19937 rng(82);
-  // dW = dY^T X with dY [tokens, out], X [tokens, in]; bias_grad = column sums of dY.
-  const auto dy = loom::test::random_tensor({300, 96}, DType::bf16, rng), x = loom::test::random_tensor({300, 64}, DType::bf16, rng);
-  GemmOptions options;
-  options.trans_a = true, options.precision = GemmPrecision::bf16;
-  options.epilogue.bias_grad = Tensor::empty({96}, DType::f32);
-  const Tensor dw = Tensor::empty({96, 64}, DType::f32);
-  loom::kernels::gemm(dy.tensor, x.tensor, dw, options);
-  GemmOptions gpu_options = options;
-  gpu_options.epilogue.bias_grad = Tensor::empty({96}, DType::f32, gpu);
-  loom::test::poison(gpu_options.epilogue.bias_grad);
-  const Tensor dw_gpu = Tensor::empty({96, 64}, DType::f32, gpu);
-  loom::kernels::gemm(dy.tensor.to(gpu), x.tensor.to(gpu), dw_gpu, gpu_options);
-  loom::test::require_close(dw_gpu.to(Device::cpu()), loom::test::as_doubles(dw), 2e-3, 2e-3 * std::sqrt(300.0));
-  loom::test::require_close(gpu_options.epilogue.bias_grad.to(Device::cpu()),
-                            loom::test::as_doubles(options.epilogue.bias_grad), 1e-5, 1e-4);
+  // dW = dY^T X with dY [tokens, out], X [tokens, in]; bias_grad = column sums of dY (A transposed,
+  // the training case, with token counts below, at and far above one chunk of rows); and row sums
+  // of a plain A.
+  struct Case {
+    std::int64_t tokens, out;
+    bool trans_a;
+  };
+  for (const Case c : {Case{300, 96, true}, Case{64, 33, true}, Case{8192, 768, true}, Case{300, 96, false}}) {
+    INFO("tokens = " << c.tokens << ", out = " << c.out << ", trans_a = " << c.trans_a);
+    const auto dy = loom::test::random_tensor(c.trans_a ? loom::Shape{c.tokens, c.out} : loom::Shape{c.out, c.tokens},
+                                              DType::bf16, rng);
+    const auto x = loom::test::random_tensor({c.tokens, 64}, DType::bf16, rng);
+    GemmOptions options;
+    options.trans_a = c.trans_a, options.precision = GemmPrecision::bf16;
+    options.epilogue.bias_grad = Tensor::empty({c.out}, DType::f32);
+    const Tensor dw = Tensor::empty({c.out, 64}, DType::f32);
+    loom::kernels::gemm(dy.tensor, x.tensor, dw, options);
+    std::vector<double> first;
+    for (int run = 0; run < 2; ++run) {
+      GemmOptions gpu_options = options;
+      gpu_options.epilogue.bias_grad = Tensor::empty({c.out}, DType::f32, gpu);
+      loom::test::poison(gpu_options.epilogue.bias_grad);
+      const Tensor dw_gpu = Tensor::empty({c.out, 64}, DType::f32, gpu);
+      loom::kernels::gemm(dy.tensor.to(gpu), x.tensor.to(gpu), dw_gpu, gpu_options);
+      const double k = static_cast<double>(c.tokens);
+      loom::test::require_close(dw_gpu.to(Device::cpu()), loom::test::as_doubles(dw), 2e-3, 2e-3 * std::sqrt(k));
+      loom::test::require_close(gpu_options.epilogue.bias_grad.to(Device::cpu()),
+                                loom::test::as_doubles(options.epilogue.bias_grad), 1e-5, 1e-6 * std::sqrt(k));
+      const std::vector<double> got = loom::test::as_doubles(gpu_options.epilogue.bias_grad.to(Device::cpu()));
+      if (run == 0) first = got;
+      else REQUIRE(got == first);
+    }
+  }
 }
 
 TEST_CASE("CUDA attention forward and backward match the CPU", "[cuda][attention]") {

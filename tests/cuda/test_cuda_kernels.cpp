@@ -180,6 +180,24 @@ TEST_CASE("CUDA embedding matches the CPU exactly and deterministically", "[cuda
   }
 }
 
+TEST_CASE("CUDA embedding backward at a GPT-2 batch adds onto existing gradients with the CPU's bits",
+          "[cuda][kernels]") {
+  std::mt19937 rng(76);
+  const std::int64_t batch = 8, steps = 1024, vocab = 5000, channels = 200;
+  std::vector<std::int32_t> tokens(batch * steps);
+  // Skewed like text: small ids repeat hundreds of times, large ones rarely.
+  for (auto& t : tokens) t = static_cast<std::int32_t>(rng() % (1 + rng() % (vocab - 1)));
+  const Tensor tok = Tensor::from_vector(tokens, {batch, steps});
+  const auto dout = loom::test::random_tensor({batch, steps, channels}, DType::f32, rng);
+  const auto dwte = loom::test::random_tensor({vocab, channels}, DType::f32, rng);
+  const auto dwpe = loom::test::random_tensor({steps, channels}, DType::f32, rng);
+  const Tensor g_dwte = dwte.tensor.to(gpu), g_dwpe = dwpe.tensor.to(gpu);
+  loom::kernels::embedding_backward(tok, dout.tensor, dwte.tensor, dwpe.tensor);
+  loom::kernels::embedding_backward(tok.to(gpu), dout.tensor.to(gpu), g_dwte, g_dwpe);
+  require_matches(g_dwte, dwte.tensor, 0, 0);  // same additions in the same order: identical bits
+  require_matches(g_dwpe, dwpe.tensor, 1e-6, 1e-7);
+}
+
 TEST_CASE("CUDA optimizers and gradient utilities match the CPU", "[cuda][kernels]") {
   std::mt19937 rng(75);
   const auto param = loom::test::random_tensor({10007}, DType::f32, rng);

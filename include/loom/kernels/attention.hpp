@@ -1,12 +1,20 @@
-// Causal multi-head self-attention. Two implementations: the composed path, batched GEMMs over
-// strided views of the fused QKV activation and a causal softmax, on every device and dtype (the
-// reference); and on the CPU, for f32 in fp32 precision, a causal path that computes only what the
-// mask leaves (half the score and probability products) with the same operations on the same
-// values. automatic picks the causal path where it applies.
+// Causal multi-head self-attention.
 //
 //   qkv [B, T, 3C] = [q | k | v], heads of size hs = C / num_heads side by side in each third
 //   att [B, NH, T, T] = softmax(q k^T / sqrt(hs)) with the causal mask, kept for backward
 //   out [B, T, C]     = att v, heads side by side
+//
+// attention_forward/backward store att. Two implementations: the composed path, batched GEMMs over
+// strided views of qkv and a causal softmax, on every device and dtype (the reference); and on the
+// CPU, for f32 in fp32 precision, a causal path that computes only what the mask leaves (half the
+// score and probability products) with the same operations on the same values. automatic picks
+// the causal path where it applies.
+//
+// fused_attention_forward/backward never store att: forward keeps each query row's log-sum-exp
+//   lse [B, NH, T] (f32) = log sum_j exp(q_t k_j / sqrt(hs)) over the visible j
+// and backward recomputes the probabilities from it (FlashAttention-2's recurrence), so memory is
+// O(T), not O(T^2). Arithmetic is fp32 for every storage dtype; results are deterministic (no
+// atomics) and agree with the composed path to fp32 rounding. On CUDA head_size must be <= 128.
 #pragma once
 
 #include <cstdint>
@@ -33,5 +41,13 @@ void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& att, 
 // allocated when it is undefined.
 void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& att, const Tensor& dqkv,
                         const AttentionOptions& options, StreamRef stream = {}, const Tensor& scratch = {});
+
+// out and lse as above (out in qkv's dtype). options.path is not used.
+void fused_attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const AttentionOptions& options,
+                             StreamRef stream = {});
+
+// dqkv [B, T, 3C] is written from dout, the forward's qkv, out and lse.
+void fused_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                              const Tensor& dqkv, const AttentionOptions& options, StreamRef stream = {});
 
 }  // namespace loom::kernels

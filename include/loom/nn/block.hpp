@@ -15,7 +15,7 @@ namespace loom::nn {
 class TransformerBlock {
  public:
   TransformerBlock(const std::string& name, std::int64_t channels, std::int64_t heads, const Precision& precision,
-                   Device device);
+                   Device device, AttentionKernel attention = AttentionKernel::automatic);
 
   // x: [B, T, C] -> [B, T, C] (a buffer of this block).
   Tensor forward(const Tensor& x, StreamRef stream = {});

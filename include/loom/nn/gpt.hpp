@@ -22,6 +22,9 @@ struct GPTConfig {
   std::int64_t layers = 4;
   std::int64_t heads = 4;
   std::int64_t channels = 128;
+  // How the blocks run attention: an execution choice, not part of the architecture (checkpoints
+  // do not record it; either kernel trains the same model).
+  AttentionKernel attention = AttentionKernel::automatic;
   // The token embedding has padded_vocab() rows (a multiple of 64, for GEMM-friendly shapes);
   // the padded logits never take part in the loss.
   std::int64_t padded_vocab() const noexcept { return (vocab_size + 63) / 64 * 64; }

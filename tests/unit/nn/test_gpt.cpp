@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "loom/core/tensor_ops.hpp"
 #include "loom/nn/gpt.hpp"
+#include "support/tensor_checks.hpp"
 #include "unit/nn/gradient_check.hpp"
 
 using loom::DType;
@@ -140,6 +142,40 @@ TEST_CASE("bf16, fp16 and tf32 models give the fp32 loss and gradients within th
     }
     REQUIRE(std::sqrt(diff / norm) < (precision.storage == DType::f32 ? 1e-3 : 5e-2));
   }
+}
+
+TEST_CASE("a GPT with fused attention trains like the stored-attention GPT", "[nn][gpt][fused]") {
+  std::mt19937 rng(10);
+  GPTConfig stored_config = tiny_config(), fused_config = tiny_config();
+  stored_config.attention = loom::nn::AttentionKernel::stored;
+  fused_config.attention = loom::nn::AttentionKernel::fused;
+  REQUIRE(loom::nn::resolve(loom::nn::AttentionKernel::automatic, loom::Device::cpu()) ==
+          loom::nn::AttentionKernel::stored);
+  GPT stored(stored_config, Precision::fp32(), loom::Device::cpu(), 12);
+  GPT fused(fused_config, Precision::fp32(), loom::Device::cpu(), 12);
+  for (int step = 0; step < 3; ++step) {
+    INFO("step " << step);
+    const Tensor tokens = random_tokens(2, 8, 13, rng), targets = random_tokens(2, 8, 13, rng);
+    stored.zero_grad();
+    fused.zero_grad();
+    REQUIRE(fused.forward(tokens, targets) == Approx(stored.forward(tokens, targets)).epsilon(1e-5));
+    stored.backward();
+    fused.backward();
+    for (std::size_t p = 0; p < stored.parameters().size(); ++p) {
+      INFO(stored.parameters()[p]->name());
+      const std::vector<float> g = fused.parameters()[p]->grad().to_vector<float>();
+      const std::vector<float> r = stored.parameters()[p]->grad().to_vector<float>();
+      for (std::size_t i = 0; i < g.size(); ++i) REQUIRE(g[i] == Approx(r[i]).epsilon(1e-3).margin(1e-6));
+      // An SGD step on both keeps them side by side.
+      const std::vector<float> w = stored.parameters()[p]->value().to_vector<float>();
+      std::vector<float> updated(w.size());
+      for (std::size_t i = 0; i < w.size(); ++i) updated[i] = w[i] - 0.1f * r[i];
+      loom::copy(stored.parameters()[p]->value(), Tensor::from_vector(updated, stored.parameters()[p]->value().shape()));
+      loom::copy(fused.parameters()[p]->value(), Tensor::from_vector(updated, fused.parameters()[p]->value().shape()));
+    }
+  }
+  CHECK_THROWS_MATCHES(loom::nn::parse_attention_kernel("flash"), loom::Error,
+                       loom::test::IsError(loom::ErrorCategory::invalid_argument, {"flash", "auto, stored, fused"}));
 }
 
 TEST_CASE("GPT rejects bad configs, tokens and sequence lengths with clear errors", "[nn][gpt]") {
