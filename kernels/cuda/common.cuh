@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "loom/core/cuda_check.hpp"
@@ -76,10 +78,29 @@ __device__ __forceinline__ float block_reduce(float v) {
   return Max ? warp_max(v) : warp_sum(v);
 }
 
-// Stream-ordered scratch memory (cudaMallocAsync), released on the same stream.
+// Makes the current device's default memory pool keep freed memory (release threshold: unlimited)
+// instead of returning it to the driver at every synchronization, so stream-ordered scratch needs
+// no new device memory once a step has run. Once per device and process.
+inline void retain_pool_memory() {
+  static std::mutex mutex;
+  static std::set<int> done;
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  const std::lock_guard lock(mutex);
+  if (done.count(device) != 0) return;
+  cudaMemPool_t pool = nullptr;
+  check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool");
+  std::uint64_t threshold = UINT64_MAX;
+  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold),
+        "cudaMemPoolSetAttribute(release threshold)");
+  done.insert(device);
+}
+
+// Stream-ordered scratch memory (cudaMallocAsync from the device's pool), released on the same stream.
 class StreamScratch {
  public:
   StreamScratch(std::size_t bytes, cudaStream_t stream) : stream_(stream) {
+    retain_pool_memory();
     check(cudaMallocAsync(&data_, bytes, stream), "cudaMallocAsync(" + std::to_string(bytes) + " bytes) for scratch");
   }
   ~StreamScratch() { cudaFreeAsync(data_, stream_); }

@@ -14,6 +14,7 @@
 #include "kernels/cuda/training.hpp"
 #include "loom/core/cuda_device_guard.hpp"
 #include "loom/core/cuda_check.hpp"
+#include "loom/core/device_calls.hpp"
 #include "loom/core/error.hpp"
 
 namespace loom::kernels::cuda {
@@ -36,7 +37,10 @@ struct Handle {
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
   cublasLtHandle_t value = nullptr;
-  Handle() { check(cublasLtCreate(&value), "cublasLtCreate"); }
+  Handle() {
+    check(cublasLtCreate(&value), "cublasLtCreate");
+    loom::detail::count_device_call(loom::detail::DeviceCall::blas_handle);
+  }
   ~Handle() { cublasLtDestroy(value); }
 };
 struct MatmulDesc {
@@ -107,7 +111,10 @@ struct DeviceCache {
   }
   void* workspace(cudaStream_t stream) {
     void*& data = workspaces[stream];
-    if (data == nullptr) check(cudaMalloc(&data, workspace_bytes), "cudaMalloc(cuBLASLt workspace)");
+    if (data == nullptr) {
+      check(cudaMalloc(&data, workspace_bytes), "cudaMalloc(cuBLASLt workspace)");
+      loom::detail::count_device_call(loom::detail::DeviceCall::allocation);
+    }
     return data;
   }
 };
@@ -229,6 +236,7 @@ void gemm_cublaslt(const StridedMatrix& a, const StridedMatrix& b, const std::op
     check(cublasLtMatmulAlgoGetHeuristic(cache.handle.value, desc.value, layout_a.value, layout_b.value,
                                          layout_c.value, layout_d.value, preference.value, 1, &heuristic, &found),
           what + ": cublasLtMatmulAlgoGetHeuristic");
+    loom::detail::count_device_call(loom::detail::DeviceCall::blas_algorithm_search);
     if (found == 0) fail(ErrorCategory::cuda, what, ": cuBLASLt has no algorithm for this configuration");
     chosen = cache.algorithms.emplace(key, heuristic.algo).first;
   }

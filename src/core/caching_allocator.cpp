@@ -5,6 +5,7 @@
 
 #include "cuda_runtime.hpp"
 #include "loom/core/error.hpp"
+#include "loom/core/tensor_ops.hpp"
 
 namespace loom {
 
@@ -140,6 +141,24 @@ void CachingAllocator::reset_peak_stats() {
 void CachingAllocator::empty_cache() {
   std::lock_guard lock(mutex_);
   release_cache();
+}
+
+std::shared_ptr<Allocator> shared_scratch_allocator(Device device) {
+  if (device.is_cpu()) return cpu_allocator();
+  // Never destroyed: freeing device memory during static destruction, after the CUDA runtime may
+  // have shut down, would only produce errors.
+  static std::mutex mutex;
+  static auto* allocators = new std::map<int, std::shared_ptr<CachingAllocator>>();
+  const std::lock_guard lock(mutex);
+  std::shared_ptr<CachingAllocator>& allocator = (*allocators)[device.index()];
+  if (!allocator) allocator = make_cuda_caching_allocator(device.index());
+  return allocator;
+}
+
+Tensor scratch_zeros(const Shape& shape, DType dtype, Device device, StreamRef stream) {
+  const Tensor t = Tensor::empty(shape, dtype, shared_scratch_allocator(device), stream);
+  fill(t, 0.0, stream);
+  return t;
 }
 
 }  // namespace loom

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "loom/core/caching_allocator.hpp"
 #include "loom/core/error.hpp"
 
 #include "loom/kernels/grad_utils.hpp"
@@ -12,12 +13,12 @@ namespace loom::optim {
 float global_grad_norm(std::span<const Tensor> grads, comm::Communicator* comm, float pre_scale, StreamRef stream) {
   if (comm == nullptr) {
     if (grads.empty()) return 0.0f;
-    const Tensor out = Tensor::empty({1}, DType::f32, grads.front().device());
+    const Tensor out = scratch_zeros({1}, DType::f32, grads.front().device(), stream);
     kernels::global_l2_norm(grads, out, stream);
     synchronize(stream);
     return out.item<float>() * std::fabs(pre_scale);
   }
-  const Tensor squares = Tensor::zeros({1}, DType::f32, comm->device());
+  const Tensor squares = scratch_zeros({1}, DType::f32, comm->device(), stream);
   if (!grads.empty()) kernels::sum_of_squares(grads, squares, stream);
   comm->all_reduce(squares, squares, comm::ReduceOp::sum, stream).wait();
   synchronize(stream);
@@ -30,7 +31,7 @@ float space_grad_norm(const Optimizer& optimizer, comm::Communicator* shards, St
   require(!optimizer.sharded() || (shards != nullptr && shards->size() == ranks), optimizer.name(), ": the norm of "
           "a gradient sharded over ", ranks, " ranks needs their communicator");
   const auto units = static_cast<std::int64_t>(space.units().size());
-  const Tensor partials = Tensor::zeros({units * ranks}, DType::f32, space.device());
+  const Tensor partials = scratch_zeros({units * ranks}, DType::f32, space.device(), stream);
   const std::vector<Tensor> grads = optimizer.gradients();
   const int first_slice = optimizer.sharded() ? shards->rank() : 0;
   for (std::size_t i = 0; i < grads.size(); ++i) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "loom/core/caching_allocator.hpp"
 #include "loom/core/error.hpp"
 #include "loom/kernels/grad_utils.hpp"
 
@@ -17,7 +18,8 @@ DynamicLossScaler::DynamicLossScaler(const LossScalerOptions& options)
 
 bool DynamicLossScaler::unscale_and_update(std::span<const Tensor> grads, comm::Communicator* comm, StreamRef stream) {
   if (!options_.enabled || (grads.empty() && comm == nullptr)) return true;
-  const Tensor flag = Tensor::zeros({1}, DType::f32, comm != nullptr ? comm->device() : grads.front().device());
+  const Tensor flag =
+      scratch_zeros({1}, DType::f32, comm != nullptr ? comm->device() : grads.front().device(), stream);
   if (!grads.empty()) kernels::unscale_and_check_finite(grads, 1.0f / scale_, flag, stream);
   if (comm != nullptr) {
     comm->all_reduce(flag, flag, comm::ReduceOp::max, stream).wait();

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "loom/core/allocator.hpp"
+#include "loom/core/tensor.hpp"
 
 namespace loom {
 
@@ -89,5 +90,14 @@ class CachingAllocator final : public Allocator {
 
 // A CachingAllocator over cudaMalloc on one device.
 std::shared_ptr<CachingAllocator> make_cuda_caching_allocator(int device_index);
+
+// One process-wide allocator per device for small per-step scratch (norm partials, overflow
+// flags): a CachingAllocator on CUDA devices, so a training step allocates no device memory after
+// warm-up; cpu_allocator() on the CPU. Its blocks follow the stream contract above: allocate on
+// the stream that uses them, or synchronize before freeing.
+std::shared_ptr<Allocator> shared_scratch_allocator(Device device);
+
+// A zero-filled tensor from shared_scratch_allocator(device), for use on stream.
+Tensor scratch_zeros(const Shape& shape, DType dtype, Device device, StreamRef stream);
 
 }  // namespace loom

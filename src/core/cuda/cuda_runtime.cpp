@@ -10,6 +10,7 @@
 #include "loom/core/cuda_device_guard.hpp"
 #include "fill.hpp"
 #include "loom/core/cuda_check.hpp"
+#include "loom/core/device_calls.hpp"
 #include "loom/core/error.hpp"
 
 namespace loom::detail::cuda_rt {
@@ -120,6 +121,7 @@ void* malloc(int device, std::size_t bytes) {
     return nullptr;
   }
   check(error, "cudaMalloc(" + std::to_string(bytes) + " bytes) on cuda:" + std::to_string(device));
+  count_device_call(DeviceCall::allocation);
   return ptr;
 }
 
@@ -129,6 +131,7 @@ void free(int device, void* ptr) noexcept {
   report_in_destructor(cudaGetDevice(&previous), "cudaGetDevice");
   if (previous != device) report_in_destructor(cudaSetDevice(device), "cudaSetDevice");
   report_in_destructor(cudaFree(ptr), "cudaFree");
+  count_device_call(DeviceCall::free);
   if (previous != device) report_in_destructor(cudaSetDevice(previous), "cudaSetDevice");
 }
 
