@@ -17,19 +17,27 @@ cudaDataType_t type_of(DType dtype) {
 }
 }  // namespace
 
-double time_cublaslt(const Tensor& a, const Tensor& b, const Tensor& c, bool tf32, int repeats) {
-  const std::int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+double time_cublaslt(const Tensor& a, const Tensor& b, const Tensor& c, bool tf32, int repeats, bool trans_a,
+                     bool trans_b) {
+  const std::int64_t m = c.size(0), n = c.size(1), k = trans_a ? a.size(0) : a.size(1);
   check(cudaSetDevice(a.device().index()), "cudaSetDevice");
   cublasLtHandle_t handle = nullptr;
   check(cublasLtCreate(&handle), "cublasLtCreate");
   cublasLtMatmulDesc_t desc = nullptr;
   check(cublasLtMatmulDescCreate(&desc, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
         "cublasLtMatmulDescCreate");
-  // Row-major C = A B is column-major C^T = B^T A^T: cuBLASLt's A is B (n x k), its B is A (k x m).
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLASLt's A is our B's
+  // memory (column-major n x k, or k x n transposed), its B is our A's (k x m, or m x k transposed).
+  const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)), "TRANSA");
+  check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)), "TRANSB");
+  const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-  check(cublasLtMatrixLayoutCreate(&la, type_of(b.dtype()), static_cast<std::uint64_t>(n), static_cast<std::uint64_t>(k), n),
+  check(trans_b ? cublasLtMatrixLayoutCreate(&la, type_of(b.dtype()), u(k), u(n), k)
+                : cublasLtMatrixLayoutCreate(&la, type_of(b.dtype()), u(n), u(k), n),
         "layout");
-  check(cublasLtMatrixLayoutCreate(&lb, type_of(a.dtype()), static_cast<std::uint64_t>(k), static_cast<std::uint64_t>(m), k),
+  check(trans_a ? cublasLtMatrixLayoutCreate(&lb, type_of(a.dtype()), u(m), u(k), m)
+                : cublasLtMatrixLayoutCreate(&lb, type_of(a.dtype()), u(k), u(m), k),
         "layout");
   check(cublasLtMatrixLayoutCreate(&lc, type_of(c.dtype()), static_cast<std::uint64_t>(n), static_cast<std::uint64_t>(m), n),
         "layout");

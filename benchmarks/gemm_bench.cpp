@@ -3,7 +3,9 @@
 // kernel variant this CPU runs, and loom's fp32 engine with every other vector variant the CPU has
 // (--isas), vs Eigen's own fp32 GEMM on the same data and, when built with it, OpenBLAS sgemm, all
 // timed round-robin. GPU: loom's GEMM (backend automatic, and loom's own kernels) vs a plain
-// cuBLASLt call with a persistent handle. Prints a table; --json writes the record.
+// cuBLASLt call with a persistent handle, in each layout asked for (NN; TN = A transposed, as in
+// dW = dY^T X; NT = B transposed, as in the forward Y = X W^T), with loom's largest difference from
+// cuBLASLt's result relative to its largest value. Prints a table; --json writes the record.
 //
 // Eigen is a header library compiled here for the build's target: with -march=native (the
 // LOOM_NATIVE_ARCH opt-in) on an AVX-512 CPU, GCC 12 reports -Wmaybe-uninitialized inside
@@ -17,6 +19,7 @@
 #include <CLI/CLI.hpp>
 #include <omp.h>
 
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <utility>
@@ -26,6 +29,7 @@
 
 #include "bench_report.hpp"
 #include "kernels/cpu/sgemm.hpp"
+#include "loom/kernels/cast.hpp"
 #include "loom/kernels/cpu_isa.hpp"
 #include "loom/kernels/gemm.hpp"
 #include "loom/loom.hpp"
@@ -44,6 +48,22 @@ struct GemmShape {
   std::string name;
   std::int64_t m, n, k;
 };
+
+#if LOOM_WITH_CUDA
+// max |got - expected| / max |expected| over two tensors of the same shape (copied to the host).
+double relative_difference(const loom::Tensor& got, const loom::Tensor& expected) {
+  const loom::Tensor g = loom::Tensor::empty(got.shape(), loom::DType::f32);
+  const loom::Tensor e = loom::Tensor::empty(expected.shape(), loom::DType::f32);
+  loom::kernels::cast(got.to(loom::Device::cpu()), g);
+  loom::kernels::cast(expected.to(loom::Device::cpu()), e);
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < g.span<float>().size(); ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(g.span<float>()[i]) - e.span<float>()[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(e.span<float>()[i])));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+#endif
 
 
 loom::Tensor random_f32(std::int64_t rows, std::int64_t cols, std::mt19937& rng) {
@@ -89,6 +109,7 @@ int main(int argc, char** argv) {
                                           "1024x768x768",  "1024x3072x768", "1024x768x3072"};
   std::vector<std::string> isa_names;
   std::vector<std::string> precision_names = {"fp32", "tf32", "bf16"};
+  std::vector<std::string> layouts = {"NN"};
   int repeats = 5;
   int pause_ms = 200;
   app.add_option("--device", device_name, "cpu or cuda:N");
@@ -96,6 +117,9 @@ int main(int argc, char** argv) {
   app.add_option("--precisions", precision_names, "fp32, tf32, fp16, bf16")->delimiter(',');
   app.add_option("--isas", isa_names, "CPU: fp32 rows for these kernel variants besides the active one (portable, "
                  "avx2, avx512; default: every vector variant this CPU has)")->delimiter(',');
+  app.add_option("--layouts", layouts, "GPU: NN, TN (A transposed), NT (B transposed)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"NN", "TN", "NT"}));
   app.add_option("--repeats", repeats, "timed repeats; the median is reported")->check(CLI::PositiveNumber);
   app.add_option("--pause-ms", pause_ms, "CPU: idle time before each timed call, so worker threads left spinning "
                  "by the previous library sleep (OpenBLAS spins ~0.1 s)")->check(CLI::NonNegativeNumber);
@@ -122,8 +146,8 @@ int main(int argc, char** argv) {
     std::printf("%s\nCPU %s, kernels %s (supported: %s)\nGEMM C = A B, median of %d, %d threads\n\n",
                 loom::to_string(loom::build_info()).c_str(), cpu["model"].get<std::string>().c_str(),
                 active_isa.c_str(), cpu["supported"].dump().c_str(), repeats, Eigen::nbThreads());
-    std::printf("%-16s %-6s %-10s %-8s %10s %9s %12s %12s\n", "shape", "prec", "backend", "isa", "ms", "TFLOP/s",
-                "vs_baseline", "vs_openblas");
+    std::printf("%-19s %-6s %-10s %-8s %10s %9s %12s %12s %9s\n", "shape", "prec", "backend", "isa", "ms", "TFLOP/s",
+                "vs_baseline", "vs_openblas", "rel_diff");
 
     std::mt19937 rng(5);
     for (const GemmShape& shape : shapes) {
@@ -132,41 +156,56 @@ int main(int argc, char** argv) {
       const double flops = 2.0 * static_cast<double>(shape.m) * static_cast<double>(shape.n) * static_cast<double>(shape.k);
       // baseline: Eigen (CPU) or cuBLASLt (GPU); openblas: the outside CPU reference, 0 when absent.
       // isa: the CPU kernel variant of a loom row on the CPU, "-" otherwise.
-      auto report = [&](const std::string& precision, const std::string& backend, double seconds, double baseline,
-                        double openblas = 0.0, const std::string& isa = "-") {
+      // difference: loom's result against cuBLASLt's (GPU rows; negative: not measured).
+      auto report = [&](const std::string& row_name, const std::string& precision, const std::string& backend,
+                        double seconds, double baseline, double openblas = 0.0, const std::string& isa = "-",
+                        double difference = -1.0) {
         const double tflops = flops / seconds / 1e12;
-        char versus_openblas[32] = "-";
+        char versus_openblas[32] = "-", diff[32] = "-";
         if (openblas > 0) std::snprintf(versus_openblas, sizeof(versus_openblas), "%.2fx", openblas / seconds);
-        std::printf("%-16s %-6s %-10s %-8s %10.3f %9.4f %11.2fx %12s\n", shape.name.c_str(), precision.c_str(),
-                    backend.c_str(), isa.c_str(), seconds * 1e3, tflops, baseline / seconds, versus_openblas);
-        nlohmann::json row = {{"shape", shape.name}, {"m", shape.m}, {"n", shape.n}, {"k", shape.k},
+        if (difference >= 0) std::snprintf(diff, sizeof(diff), "%.1e", difference);
+        std::printf("%-19s %-6s %-10s %-8s %10.3f %9.4f %11.2fx %12s %9s\n", row_name.c_str(), precision.c_str(),
+                    backend.c_str(), isa.c_str(), seconds * 1e3, tflops, baseline / seconds, versus_openblas, diff);
+        nlohmann::json row = {{"shape", row_name}, {"m", shape.m}, {"n", shape.n}, {"k", shape.k},
                               {"precision", precision}, {"backend", backend}, {"isa", isa}, {"ms", seconds * 1e3},
                               {"tflops", tflops}, {"vs_baseline", baseline / seconds}};
         if (openblas > 0) row["vs_openblas"] = openblas / seconds;
+        if (difference >= 0) row["max_rel_diff_vs_cublaslt"] = difference;
         record["rows"].push_back(row);
       };
 
       if (device.is_cuda()) {
 #if LOOM_WITH_CUDA
         const loom::Stream stream(device);
-        for (const std::string& name : precision_names) {
-          const loom::kernels::GemmPrecision precision = loom::kernels::parse_gemm_precision(name);
-          const loom::DType input = loom::kernels::input_dtype(precision);
-          const loom::DType output = input;  // the training case: low precision in and out
-          const loom::Tensor a = cast_to(a32, input).to(device), b = cast_to(b32, input).to(device);
-          const loom::Tensor c = loom::Tensor::empty({shape.m, shape.n}, output, device);
-          const double baseline =
-              loom::bench::time_cublaslt(a, b, c, precision == loom::kernels::GemmPrecision::tf32, repeats);
-          report(name, "cublaslt", baseline, baseline);
-          loom::kernels::GemmOptions options;
-          options.precision = precision;
-          const double seconds = loom::bench::median_seconds([&] { loom::kernels::gemm(a, b, c, options, stream); }, repeats, stream);
-          report(name, "loom-auto", seconds, baseline);
-          if (precision != loom::kernels::GemmPrecision::fp32) {  // loom's own tensor-core kernels
-            options.backend = loom::kernels::GemmBackend::loom;
-            const double own = loom::bench::median_seconds([&] { loom::kernels::gemm(a, b, c, options, stream); },
-                                                           repeats, stream);
-            report(name, "loom-own", own, baseline);
+        for (const std::string& layout : layouts) {
+          const bool trans_a = layout[0] == 'T', trans_b = layout[1] == 'T';
+          // TN and NT store the transposed operand (with its own random values).
+          const loom::Tensor a_stored = trans_a ? random_f32(shape.k, shape.m, rng) : a32;
+          const loom::Tensor b_stored = trans_b ? random_f32(shape.n, shape.k, rng) : b32;
+          const std::string row_name = shape.name + (layout == "NN" ? "" : " " + layout);
+          for (const std::string& name : precision_names) {
+            const loom::kernels::GemmPrecision precision = loom::kernels::parse_gemm_precision(name);
+            const loom::DType input = loom::kernels::input_dtype(precision);
+            const loom::DType output = input;  // the training case: low precision in and out
+            const loom::Tensor a = cast_to(a_stored, input).to(device), b = cast_to(b_stored, input).to(device);
+            const loom::Tensor reference = loom::Tensor::empty({shape.m, shape.n}, output, device);
+            const loom::Tensor c = loom::Tensor::empty({shape.m, shape.n}, output, device);
+            const double baseline = loom::bench::time_cublaslt(
+                a, b, reference, precision == loom::kernels::GemmPrecision::tf32, repeats, trans_a, trans_b);
+            report(row_name, name, "cublaslt", baseline, baseline, 0.0, "-", 0.0);
+            loom::kernels::GemmOptions options;
+            options.precision = precision;
+            options.trans_a = trans_a;
+            options.trans_b = trans_b;
+            const double seconds = loom::bench::median_seconds([&] { loom::kernels::gemm(a, b, c, options, stream); },
+                                                               repeats, stream);
+            report(row_name, name, "loom-auto", seconds, baseline, 0.0, "-", relative_difference(c, reference));
+            if (precision != loom::kernels::GemmPrecision::fp32) {  // loom's own tensor-core kernels
+              options.backend = loom::kernels::GemmBackend::loom;
+              const double own = loom::bench::median_seconds([&] { loom::kernels::gemm(a, b, c, options, stream); },
+                                                             repeats, stream);
+              report(row_name, name, "loom-own", own, baseline, 0.0, "-", relative_difference(c, reference));
+            }
           }
         }
         continue;
@@ -222,7 +261,7 @@ int main(int argc, char** argv) {
       const double openblas = 0.0;
 #endif
       for (std::size_t i = 0; i < seconds.size(); ++i) {
-        report(names[i].precision, names[i].backend, seconds[i], seconds[0], openblas, names[i].isa);
+        report(shape.name, names[i].precision, names[i].backend, seconds[i], seconds[0], openblas, names[i].isa);
       }
     }
     if (!json_path.empty()) loom::bench::write_json(json_path, record);

@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   config.layers = 4;
   config.heads = 4;
   config.channels = 128;
-  std::string precision_name = "fp32", device_name = "cpu", json_path, peer = "auto";
+  std::string precision_name = "fp32", device_name = "cpu", json_path, peer = "auto", attention = "auto";
   std::int64_t batch = 8, peak_shape = 1024;
   int steps = 20, warmup = 3, rounds = 3;
   app.add_option("--layers", config.layers)->check(CLI::PositiveNumber);
@@ -45,6 +45,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   app.add_option("--peak-shape", peak_shape, "N of the N^3 GEMM that measures the peak")->check(CLI::PositiveNumber);
   app.add_option("--json", json_path, "write the JSON record here");
+  app.add_option("--attention", attention, "attention kernel: auto (fused on CUDA, stored on the CPU), stored "
+                 "(keeps the T x T probabilities) or fused")->check(CLI::IsMember({"auto", "stored", "fused"}));
   app.add_option("--peer", peer, "PyTorch's step on the same model in the same run: auto (on the CPU when "
                  "python3-torch is installed), torch (required) or none")->check(CLI::IsMember({"auto", "torch", "none"}));
   app.add_option("--rounds", rounds, "with a peer: rounds of loom's timed steps alternating with the peer's runs")
@@ -54,6 +56,7 @@ int main(int argc, char** argv) {
   try {
     const loom::Device device = loom::Device::parse(device_name);
     const loom::nn::Precision precision = loom::nn::Precision::parse(precision_name);
+    config.attention = loom::nn::resolve(loom::nn::parse_attention_kernel(attention), device);
     std::mt19937 rng(1);
     loom::nn::GPT model(config, precision, device);
     loom::bench::RepeatBatch data(loom::bench::random_batch(batch, config.context, config.vocab_size, rng), config.vocab_size);
@@ -95,11 +98,12 @@ int main(int argc, char** argv) {
     std::printf("%s\n", loom::to_string(loom::build_info()).c_str());
     std::printf("CPU %s, kernels %s, %d threads\n", cpu["model"].get<std::string>().c_str(),
                 cpu["kernels"].get<std::string>().c_str(), omp_get_max_threads());
-    std::printf("GPT %lldL %lldH width %lld, seq %lld, batch %lld, vocab %lld, %s on %s (%lld parameters)\n\n",
+    std::printf("GPT %lldL %lldH width %lld, seq %lld, batch %lld, vocab %lld, %s on %s, %s attention (%lld parameters)\n\n",
                 static_cast<long long>(config.layers), static_cast<long long>(config.heads),
                 static_cast<long long>(config.channels), static_cast<long long>(config.context),
                 static_cast<long long>(batch), static_cast<long long>(config.vocab_size), precision_name.c_str(),
-                device.to_string().c_str(), static_cast<long long>(config.parameter_count()));
+                device.to_string().c_str(), loom::nn::to_string(config.attention).c_str(),
+                static_cast<long long>(config.parameter_count()));
     std::printf("%-28s %12s\n", "metric", "value");
     std::printf("%-28s %12.2f\n", "step ms (median)", step_seconds * 1e3);
     std::printf("%-28s %12.0f\n", "tokens/s", tokens / step_seconds);
@@ -117,7 +121,8 @@ int main(int argc, char** argv) {
     nlohmann::json record = loom::bench::make_record(
         "train_bench", {{"layers", config.layers}, {"heads", config.heads}, {"channels", config.channels},
                         {"context", config.context}, {"batch", batch}, {"vocab", config.vocab_size},
-                        {"precision", precision_name}, {"device", device.to_string()}, {"steps", steps},
+                        {"precision", precision_name}, {"attention", loom::nn::to_string(config.attention)},
+                        {"device", device.to_string()}, {"steps", steps},
                         {"peak_shape", peak_shape}, {"threads", omp_get_max_threads()}, {"rounds", timed_rounds}});
     record["rows"].push_back({{"step_ms", step_seconds * 1e3}, {"tokens_per_s", tokens / step_seconds},
                               {"model_gflops", achieved / 1e9}, {"gemm_peak_gflops", peak / 1e9},

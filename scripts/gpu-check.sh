@@ -5,8 +5,8 @@
 #   2 build         only the targets below, for this GPU's architecture, MPI off
 #   3 cuda-tests    the cuda test binary as one process (each case timed), NCCL timeout 60 s
 #   4 memcheck      compute-sanitizer memcheck on the kernel tests
-#   5 gemm          gemm_bench (loom vs cuBLASLt) at the GPT-2 and square shapes
-#   6 train         train_bench GPT-2 124M bf16 at B = 8 and 16, MFU
+#   5 gemm          gemm_bench (loom vs cuBLASLt, time and result) in NN/TN/NT at the GPT-2 and square shapes
+#   6 train         train_bench GPT-2 124M bf16 at B = 8 (fused and stored attention) and 16, MFU
 #   7 kernels/comm  kernel_bench, alloc_bench, one-GPU allreduce_bench and ddp_bench
 #   8 train_gpt     a short run of the example
 # OUTDIR gets one log per step, a JSON per benchmark and summary.txt; the summary (a table of the
@@ -114,10 +114,12 @@ bench() {  # step-name seconds benchmark args...
   echo "== $name" >> "$summary"
   grep -vE "^ *$" "$out/$name.log" | tail -40 >> "$summary"
 }
-bench gemm 90 gemm_bench --device cuda:0 --repeats 20 --precisions tf32,bf16,fp16 \
+bench gemm 100 gemm_bench --device cuda:0 --repeats 20 --precisions tf32,bf16,fp16 --layouts NN,TN,NT \
   --shapes 4096,8192,8192x2304x768,8192x768x3072,8192x3072x768,768x768x8192
 bench train-b8 75 train_bench --device cuda:0 --precision bf16 --layers 12 --heads 12 --channels 768 \
   --context 1024 --vocab 50257 --batch 8 --steps 10 --warmup 2 --peak-shape 4096
+bench train-b8-stored 60 train_bench --device cuda:0 --precision bf16 --layers 12 --heads 12 --channels 768 \
+  --context 1024 --vocab 50257 --batch 8 --steps 10 --warmup 2 --peak-shape 4096 --attention stored
 bench train-b16 75 train_bench --device cuda:0 --precision bf16 --layers 12 --heads 12 --channels 768 \
   --context 1024 --vocab 50257 --batch 16 --steps 10 --warmup 2 --peak-shape 4096
 bench kernels 45 kernel_bench --device cuda:0 --repeats 20 --rows 16384 --channels 768
