@@ -121,4 +121,10 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
   });
 }
 
+void accumulate_mean(const Tensor& values, double divisor, const Tensor& out) {
+  double sum = 0.0;
+  for (const float v : values.span<float>()) sum += v;
+  out.data<float>()[0] += static_cast<float>(sum / divisor);
+}
+
 }  // namespace loom::kernels::cpu

@@ -23,6 +23,7 @@ void softmax_forward(const Tensor& x, const Tensor& out, bool causal);
 void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx);
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses,
                            std::int64_t vocab_size, std::int64_t ignore_index);
+void accumulate_mean(const Tensor& values, double divisor, const Tensor& out);
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& dlosses, const Tensor& dlogits,
                             std::int64_t vocab_size, std::int64_t ignore_index);
 // Causal attention for f32 qkv in fp32 precision (shapes checked by loom::kernels): only what the

@@ -57,6 +57,10 @@ __global__ void cross_entropy_forward_kernel(const T* logits, const Target* targ
     if (threadIdx.x == 0) losses[r] = 0.0f;
     return;
   }
+  if (t < 0 || t >= vocab) {  // only when the caller said the targets were checked
+    if (threadIdx.x == 0) losses[r] = NAN;
+    return;
+  }
   const T* row = logits + r * padded;
   const float lse = block_logsumexp(row, vocab);
   if (threadIdx.x == 0) losses[r] = lse - to_f32(row[t]);
@@ -80,6 +84,20 @@ __global__ void cross_entropy_backward_kernel(const T* logits, const Target* tar
     const float d = j < vocab ? g * (expf(to_f32(row[j]) - lse) - (j == t ? 1.0f : 0.0f)) : 0.0f;
     out[j] = from_f32<T>(d);
   }
+}
+
+// One block: each thread sums a strided subset in double, then a fixed tree over the threads.
+__global__ void accumulate_mean_kernel(const float* values, std::int64_t n, double divisor, float* out) {
+  __shared__ double partial[threads];
+  double sum = 0.0;
+  for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += values[i];
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int width = blockDim.x / 2; width > 0; width /= 2) {
+    if (threadIdx.x < width) partial[threadIdx.x] += partial[threadIdx.x + width];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[0] += static_cast<float>(partial[0] / divisor);
 }
 
 template <class Body>
@@ -140,6 +158,13 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
     });
   });
   check_launch("cross_entropy_backward");
+}
+
+void accumulate_mean(const Tensor& values, double divisor, const Tensor& out, void* stream) {
+  const DeviceGuard guard(values.device());
+  accumulate_mean_kernel<<<1, threads, 0, as_stream(stream)>>>(device_data<float>(values), values.numel(), divisor,
+                                                               device_data<float>(out));
+  check_launch("accumulate_mean");
 }
 
 }  // namespace loom::kernels::cuda

@@ -1,6 +1,7 @@
 #include "loom/kernels/embedding.hpp"
 
 #include "kernels/cpu/training.hpp"
+#include "kernels/cuda/indices.hpp"
 #include "kernels/cuda/training.hpp"
 #include "validate.hpp"
 
@@ -17,7 +18,7 @@ void check_tokens(const char* kernel, const Tensor& tokens, const Tensor& wte, c
 }  // namespace
 
 void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, const Tensor& out,
-                       StreamRef stream) {
+                       StreamRef stream, IndexCheck check) {
   const char* kernel = "embedding_forward";
   const Device device = detail::common_device(kernel, {{"tokens", tokens}, {"wte", wte}, {"wpe", wpe}, {"out", out}});
   detail::require_floating(kernel, {"wte", wte});
@@ -25,7 +26,12 @@ void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wp
   check_tokens(kernel, tokens, wte, wpe);
   detail::require_shape(kernel, {"out", out}, Shape{tokens.size(0), tokens.size(1), wte.size(1)});
   detail::dispatch(kernel, device, stream, [&] { cpu::embedding_forward(tokens, wte, wpe, out); },
-                   [&](void* s) { cuda::embedding_forward(tokens, wte, wpe, out, s); });
+                   [&](void* s) {
+                     if (check == IndexCheck::checked) {
+                       cuda::check_index_range(tokens, wte.size(0), std::nullopt, "embedding_forward: token", s);
+                     }
+                     cuda::embedding_forward(tokens, wte, wpe, out, s);
+                   });
 }
 
 void embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& dwte, const Tensor& dwpe,

@@ -60,7 +60,9 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Te
       kernel, logits.device(), stream,
       [&] { cpu::cross_entropy_forward(logits, targets, losses, vocab, options.ignore_index); },
       [&](void* s) {
-        cuda::check_index_range(targets, vocab, options.ignore_index, "cross_entropy_forward: target", s);
+        if (options.targets == IndexCheck::checked) {
+          cuda::check_index_range(targets, vocab, options.ignore_index, "cross_entropy_forward: target", s);
+        }
         cuda::cross_entropy_forward(logits, targets, losses, vocab, options.ignore_index, s);
       });
 }
@@ -76,6 +78,18 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
       kernel, logits.device(), stream,
       [&] { cpu::cross_entropy_backward(logits, targets, dlosses, dlogits, vocab, options.ignore_index); },
       [&](void* s) { cuda::cross_entropy_backward(logits, targets, dlosses, dlogits, vocab, options.ignore_index, s); });
+}
+
+void accumulate_mean(const Tensor& values, double divisor, const Tensor& out, StreamRef stream) {
+  const char* kernel = "accumulate_mean";
+  const Device device = detail::common_device(kernel, {{"values", values}, {"out", out}});
+  detail::require_dtype(kernel, {"values", values}, DType::f32);
+  detail::require_dtype(kernel, {"out", out}, DType::f32);
+  require(values.rank() == 1, kernel, ": values must be [n], got ", values);
+  detail::require_shape(kernel, {"out", out}, Shape{1});
+  require(divisor > 0, kernel, ": the divisor must be positive, got ", divisor);
+  detail::dispatch(kernel, device, stream, [&] { cpu::accumulate_mean(values, divisor, out); },
+                   [&](void* s) { cuda::accumulate_mean(values, divisor, out, s); });
 }
 
 }  // namespace loom::kernels

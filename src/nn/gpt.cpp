@@ -1,6 +1,8 @@
 #include "loom/nn/gpt.hpp"
 
 #include <cmath>
+#include <optional>
+#include <span>
 #include <random>
 #include <string>
 
@@ -98,17 +100,50 @@ void GPT::initialize(std::uint64_t seed) {
   }
 }
 
-float GPT::forward(const Tensor& tokens, const Tensor& targets, StreamRef stream) {
+namespace {
+
+// Every element of a host index tensor lies in [0, limit) or equals `allowed`; otherwise an
+// invalid_argument Error names the value and its (sequence, step). Device tensors are left to the
+// kernels' own (synchronizing) checks.
+bool check_on_host(const Tensor& indices, std::int64_t limit, std::optional<std::int32_t> allowed, const char* what) {
+  if (!indices.device().is_cpu()) return false;
+  const std::int64_t steps = indices.shape()[1];
+  const std::span<const std::int32_t> values = indices.span<std::int32_t>();
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const std::int32_t v = values[i];
+    if ((v < 0 || v >= limit) && !(allowed && v == *allowed)) {
+      const auto at = static_cast<std::int64_t>(i);
+      fail(ErrorCategory::invalid_argument, "GPT: ", what, " ", v, " at position (", at / steps, ", ", at % steps,
+           ") is outside the vocabulary [0, ", limit, ")");
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+void GPT::run_forward(const Tensor& tokens, const Tensor& targets, StreamRef stream) {
   require(tokens.defined() && tokens.dtype() == DType::i32 && tokens.shape().rank() == 2, "GPT: tokens must be [B, T] "
           "i32, got ", tokens);
   const std::int64_t batch = tokens.shape()[0], steps = tokens.shape()[1];
   require(steps >= 1 && steps <= config_.context, "GPT: sequence length ", steps, " is outside [1, context = ",
           config_.context, "]");
+  if (targets.defined()) {
+    require(targets.dtype() == DType::i32 && targets.shape() == tokens.shape(), "GPT: targets must be i32 shaped like "
+            "the tokens ", tokens.shape(), ", got ", targets);
+  }
+  // Host batches are checked here, so the kernels need not check them on the GPU (which waits).
+  const kernels::CrossEntropyOptions defaults;
+  const bool tokens_checked = check_on_host(tokens, config_.vocab_size, std::nullopt, "token");
+  const bool targets_checked =
+      targets.defined() && check_on_host(targets, config_.vocab_size, static_cast<std::int32_t>(defaults.ignore_index),
+                                         "target");
   tokens_ = detail::on_device(tokens, staged_tokens_, device_, stream);
   const std::int64_t c = config_.channels, vp = config_.padded_vocab(), rows = batch * steps;
   detail::ensure_buffer(embedded_, {batch, steps, c}, precision_.storage, device_);
   before_forward(0, stream);
-  kernels::embedding_forward(tokens_, wte_.value(), wpe_.value(), embedded_, stream);
+  kernels::embedding_forward(tokens_, wte_.value(), wpe_.value(), embedded_, stream,
+                             tokens_checked ? kernels::IndexCheck::trusted : kernels::IndexCheck::checked);
   Tensor x = embedded_;
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
     before_forward(1 + l, stream);
@@ -123,27 +158,41 @@ float GPT::forward(const Tensor& tokens, const Tensor& targets, StreamRef stream
   kernels::gemm(detail::as_rows(final_norm_), wte_.value(), logits_.view({rows, vp}), head, stream);
   if (!targets.defined()) {
     targets_ = Tensor();
-    return std::nanf("");
+    return;
   }
-  require(targets.dtype() == DType::i32 && targets.shape() == tokens.shape(), "GPT: targets must be i32 shaped like "
-          "the tokens ", tokens.shape(), ", got ", targets);
   targets_ = detail::on_device(targets, staged_targets_, device_, stream);
   detail::ensure_buffer(losses_, {rows}, DType::f32, device_);
   kernels::CrossEntropyOptions ce;
   ce.vocab_size = config_.vocab_size;
+  ce.targets = targets_checked ? kernels::IndexCheck::trusted : kernels::IndexCheck::checked;
   kernels::cross_entropy_forward(logits_.view({rows, vp}), targets_.view({rows}), losses_, ce, stream);
-  // The mean over counted positions, summed in double on the host.
-  synchronize(stream);
-  const std::vector<float> losses = losses_.to_vector<float>();
-  const std::vector<std::int32_t> host_targets = targets.to_vector<std::int32_t>();
-  double sum = 0;
+  // The positions that count (the host copy when there is one; a device batch is read back).
+  const std::vector<std::int32_t> host_targets =
+      targets.device().is_cpu() ? std::vector<std::int32_t>() : targets.to_vector<std::int32_t>();
+  const std::span<const std::int32_t> counted =
+      targets.device().is_cpu() ? targets.span<std::int32_t>() : std::span<const std::int32_t>(host_targets);
   counted_targets_ = 0;
-  for (std::size_t i = 0; i < losses.size(); ++i) {
-    if (host_targets[i] == ce.ignore_index) continue;
-    sum += losses[i];
-    ++counted_targets_;
+  for (const std::int32_t t : counted) counted_targets_ += t != ce.ignore_index ? 1 : 0;
+}
+
+float GPT::forward(const Tensor& tokens, const Tensor& targets, StreamRef stream) {
+  if (!targets.defined()) {
+    run_forward(tokens, targets, stream);
+    return std::nanf("");
   }
-  return counted_targets_ > 0 ? static_cast<float>(sum / static_cast<double>(counted_targets_)) : 0.0f;
+  detail::ensure_buffer(loss_value_, {1}, DType::f32, device_);
+  fill(loss_value_, 0.0, stream);
+  forward_into(tokens, targets, loss_value_, stream);
+  synchronize(stream);
+  return loss_value_.to(Device::cpu()).item<float>();
+}
+
+void GPT::forward_into(const Tensor& tokens, const Tensor& targets, const Tensor& loss_sum, StreamRef stream) {
+  require(targets.defined(), "GPT: forward_into needs targets (the loss is what it adds)");
+  run_forward(tokens, targets, stream);
+  // The mean over counted positions (ignored ones hold loss 0), summed in double.
+  kernels::accumulate_mean(losses_, counted_targets_ > 0 ? static_cast<double>(counted_targets_) : 1.0, loss_sum,
+                           stream);
 }
 
 void GPT::backward(float loss_scale, StreamRef stream) {

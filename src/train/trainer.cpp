@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "loom/comm/agreement.hpp"
+#include "loom/core/caching_allocator.hpp"
 #include "loom/core/error.hpp"
 #include "loom/ddp/replicas.hpp"
 #include "loom/optim/clip.hpp"
@@ -66,18 +67,22 @@ ddp::GradientReducer* Trainer::reducer() noexcept { return zero_ ? &zero_->reduc
 
 void Trainer::run_micro_batches(StepResult& result, double& loss_sum, StreamRef stream) {
   const float micro = static_cast<float>(options_.grad_accumulation);
+  // The micro-batches' losses add up on the device and are read back once, after the last.
+  const Tensor device_loss_sum = scratch_zeros({1}, DType::f32, model_.device(), stream);
   for (std::int64_t i = 0; i < options_.grad_accumulation; ++i) {
     const data::Batch batch = data_.next();
     const bool last = i + 1 == options_.grad_accumulation;
     std::optional<ddp::GradientReducer::NoSync> accumulate_only;
     if (!last && ddp_) accumulate_only.emplace(ddp_->no_sync());
     if (!last && zero_ && zero_->stage() == 1) accumulate_only.emplace(zero_->no_sync());
-    loss_sum += model_.forward(batch.tokens, batch.targets, stream);
+    model_.forward_into(batch.tokens, batch.targets, device_loss_sum, stream);
     model_.backward(scaler_.scale() / micro, stream);
     result.tokens += batch.tokens.numel();
     if (zero_ && (last || zero_->stage() == 2)) zero_->synchronize(stream);  // ZeRO-2: every micro-batch
   }
   if (ddp_) ddp_->synchronize(stream);
+  synchronize(stream);
+  loss_sum = device_loss_sum.to(Device::cpu()).item<float>();
 }
 
 StepResult Trainer::step(StreamRef stream) {

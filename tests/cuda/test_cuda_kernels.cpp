@@ -249,3 +249,35 @@ TEST_CASE("CUDA optimizers and gradient utilities match the CPU", "[cuda][kernel
   loom::kernels::unscale_and_check_finite(gpu_grads, 1.0f, flag);
   CHECK(flag.item<float>() == 1.0f);
 }
+
+TEST_CASE("CUDA accumulate_mean matches the CPU, and trusted indices out of range give NaN, never a stray read",
+          "[cuda][kernels]") {
+  std::mt19937 rng(77);
+  const auto values = loom::test::random_tensor({8191}, DType::f32, rng, 10.0);
+  const Tensor cpu_out = Tensor::from_vector(std::vector<float>{2.0f}, {1}), gpu_out = cpu_out.to(gpu);
+  loom::kernels::accumulate_mean(values.tensor, 777.0, cpu_out);
+  loom::kernels::accumulate_mean(values.tensor.to(gpu), 777.0, gpu_out);
+  require_matches(gpu_out, cpu_out, 1e-6, 1e-7);
+
+  const std::int64_t vocab = 50;
+  const auto logits = loom::test::random_tensor({4, 64}, DType::f32, rng);
+  const Tensor targets = Tensor::from_vector(std::vector<std::int32_t>{3, 999, -1, 7}, {4});
+  const Tensor losses = Tensor::empty({4}, DType::f32, gpu);
+  loom::kernels::CrossEntropyOptions ce;
+  ce.vocab_size = vocab;
+  ce.targets = loom::kernels::IndexCheck::trusted;
+  loom::kernels::cross_entropy_forward(logits.tensor.to(gpu), targets.to(gpu), losses, ce);
+  const std::vector<float> got = losses.to(Device::cpu()).to_vector<float>();
+  REQUIRE(std::isfinite(got[0]));
+  REQUIRE(std::isnan(got[1]));
+  REQUIRE(got[2] == 0.0f);  // ignored
+  const auto wte = loom::test::random_tensor({vocab, 16}, DType::f32, rng), wpe = loom::test::random_tensor({4, 16}, DType::f32, rng);
+  const Tensor out = Tensor::empty({1, 4, 16}, DType::f32, gpu);
+  loom::kernels::embedding_forward(Tensor::from_vector(std::vector<std::int32_t>{1, 2, 50, 3}, {1, 4}).to(gpu),
+                                   wte.tensor.to(gpu), wpe.tensor.to(gpu), out, {}, loom::kernels::IndexCheck::trusted);
+  const std::vector<float> rows = out.to(Device::cpu()).to_vector<float>();
+  for (int c = 0; c < 16; ++c) {
+    REQUIRE(std::isfinite(rows[16 + c]));
+    REQUIRE(std::isnan(rows[32 + c]));
+  }
+}

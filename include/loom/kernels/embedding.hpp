@@ -3,13 +3,14 @@
 
 #include "loom/core/stream.hpp"
 #include "loom/core/tensor.hpp"
+#include "loom/kernels/indices.hpp"
 
 namespace loom::kernels {
 
 // out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]. tokens: [B, T] i32 in [0, V); wte: [V, C];
 // wpe: [maxT, C] with T <= maxT; out: [B, T, C]; wte, wpe, out one floating dtype.
 void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, const Tensor& out,
-                       StreamRef stream = {});
+                       StreamRef stream = {}, IndexCheck check = IndexCheck::checked);
 
 // dwte[v] += sum of dout[b, t] over positions holding token v; dwpe[t] += sum over b of
 // dout[b, t]. Deterministic: sums run in a fixed order, never with atomics. dwte, dwpe: f32 (a

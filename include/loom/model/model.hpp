@@ -37,6 +37,11 @@ class Model {
   // inputs, targets: one micro-batch, as the model defines them (GPT: [B, T] i32 tokens and
   // targets). Returns the mean loss; keeps what backward needs.
   virtual float forward(const Tensor& inputs, const Tensor& targets, StreamRef stream = {}) = 0;
+  // forward without waiting for the loss: its mean is added to loss_sum[0] ([1] f32 on the
+  // model's device) in stream order, so a training step reads the loss of all its micro-batches
+  // back once. This default runs forward and adds its result (GPT overrides it and never waits).
+  virtual void forward_into(const Tensor& inputs, const Tensor& targets, const Tensor& loss_sum,
+                            StreamRef stream = {});
   // Accumulates (+=) loss_scale x d(mean loss) into the gradients, marking each parameter's
   // gradient ready as soon as it is final.
   virtual void backward(float loss_scale = 1.0f, StreamRef stream = {}) = 0;

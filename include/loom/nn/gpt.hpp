@@ -49,6 +49,10 @@ class GPT final : public model::Model {
   // the counted positions, which it returns (NaN without targets). Activations are kept for
   // backward.
   float forward(const Tensor& tokens, const Tensor& targets = {}, StreamRef stream = {}) override;
+  // The same without waiting: the mean loss is added to loss_sum[0] on the stream. Host batches are
+  // range-checked on the host, so on a GPU nothing in the forward waits for the device.
+  void forward_into(const Tensor& tokens, const Tensor& targets, const Tensor& loss_sum,
+                    StreamRef stream = {}) override;
   // Backpropagates loss_scale x the mean loss of the last forward (which needs targets).
   // Gradients are accumulated (+=): call zero_grad() between optimizer steps. Every parameter's
   // gradient-ready hooks run as soon as its gradient is final, in backward order.
@@ -69,6 +73,7 @@ class GPT final : public model::Model {
 
  private:
   void initialize(std::uint64_t seed);
+  void run_forward(const Tensor& tokens, const Tensor& targets, StreamRef stream);
 
   GPTConfig config_;
   Precision precision_;
@@ -80,7 +85,7 @@ class GPT final : public model::Model {
   std::unique_ptr<model::ParameterSpace> space_;
 
   Tensor staged_tokens_, staged_targets_;  // device copies of host batches, reused
-  Tensor tokens_, targets_, embedded_, final_norm_, logits_, losses_, dlosses_, dresidual_;
+  Tensor tokens_, targets_, embedded_, final_norm_, logits_, losses_, dlosses_, dresidual_, loss_value_;
   std::int64_t counted_targets_ = 0;
 };
 

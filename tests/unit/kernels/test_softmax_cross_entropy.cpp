@@ -128,3 +128,19 @@ TEST_CASE("cross-entropy names targets outside the vocabulary", "[kernels][cross
   loom::kernels::cross_entropy_forward(logits, Tensor::from_vector(std::vector<std::int32_t>{1, 7}, {2}), uniform_losses);
   CHECK(uniform_losses.to_vector<float>()[0] == Approx(std::log(8.0)).epsilon(1e-6));
 }
+
+TEST_CASE("accumulate_mean adds the fp64 mean rounded once, and names bad arguments", "[kernels][cross_entropy]") {
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> dist(0.0f, 12.0f);
+  std::vector<float> values(8191);
+  for (float& v : values) v = dist(rng);
+  double sum = 0;
+  for (const float v : values) sum += v;
+  const Tensor out = Tensor::from_vector(std::vector<float>{1.5f}, {1});
+  loom::kernels::accumulate_mean(Tensor::from_vector(values, {8191}), 8000.0, out);
+  REQUIRE(out.item<float>() == 1.5f + static_cast<float>(sum / 8000.0));
+  CHECK_THROWS_MATCHES(loom::kernels::accumulate_mean(Tensor::from_vector(values, {8191}), 0.0, out), loom::Error,
+                       loom::test::IsError(loom::ErrorCategory::invalid_argument, {"divisor"}));
+  CHECK_THROWS_MATCHES(loom::kernels::accumulate_mean(Tensor::from_vector(values, {8191}), 1.0, Tensor::zeros({2}, DType::f32)),
+                       loom::Error, loom::test::IsError(loom::ErrorCategory::invalid_argument, {"out"}));
+}

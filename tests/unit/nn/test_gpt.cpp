@@ -178,6 +178,31 @@ TEST_CASE("a GPT with fused attention trains like the stored-attention GPT", "[n
                        loom::test::IsError(loom::ErrorCategory::invalid_argument, {"flash", "auto, stored, fused"}));
 }
 
+TEST_CASE("GPT forward_into adds the loss forward returns, and ignored targets do not count", "[nn][gpt]") {
+  std::mt19937 rng(13);
+  GPT model(tiny_config(), Precision::fp32(), loom::Device::cpu(), 14);
+  const Tensor tokens = random_tokens(2, 8, 13, rng);
+  Tensor targets = random_tokens(2, 8, 13, rng);
+  for (int i : {0, 5, 9}) targets.data<std::int32_t>()[i] = -1;
+  const float loss = model.forward(tokens, targets);
+  const Tensor sum = Tensor::from_vector(std::vector<float>{0.25f}, {1});
+  model.forward_into(tokens, targets, sum);
+  model.forward_into(tokens, targets, sum);
+  REQUIRE(sum.item<float>() == (0.25f + loss) + loss);
+  // The mean is over the 13 counted positions: the logits give the same value computed here.
+  const std::vector<float> logits = model.logits().to_vector<float>();
+  double expected = 0;
+  for (std::int64_t r = 0; r < 16; ++r) {
+    const std::int32_t t = targets.data<std::int32_t>()[r];
+    if (t < 0) continue;
+    double m = -INFINITY, z = 0;
+    for (std::int64_t j = 0; j < 13; ++j) m = std::max(m, static_cast<double>(logits[r * 64 + j]));
+    for (std::int64_t j = 0; j < 13; ++j) z += std::exp(logits[r * 64 + j] - m);
+    expected += m + std::log(z) - logits[r * 64 + t];
+  }
+  REQUIRE(loss == Approx(expected / 13).epsilon(1e-5));
+}
+
 TEST_CASE("GPT rejects bad configs, tokens and sequence lengths with clear errors", "[nn][gpt]") {
   GPTConfig bad = tiny_config();
   bad.heads = 3;
@@ -186,6 +211,14 @@ TEST_CASE("GPT rejects bad configs, tokens and sequence lengths with clear error
   REQUIRE_THROWS_WITH(model.forward(Tensor::zeros({1, 9}, DType::i32)), Catch::Contains("sequence length 9"));
   REQUIRE_THROWS_WITH(model.forward(Tensor::zeros({1, 4}, DType::i64)), Catch::Contains("tokens must be [B, T] i32"));
   REQUIRE_THROWS_WITH(model.backward(), Catch::Contains("forward with targets"));
+  // Host batches are range-checked before anything runs: the value and its (sequence, step).
+  Tensor bad_tokens = Tensor::zeros({2, 4}, DType::i32);
+  bad_tokens.data<std::int32_t>()[6] = 13;
+  REQUIRE_THROWS_WITH(model.forward(bad_tokens), Catch::Contains("token 13 at position (1, 2)"));
+  Tensor bad_targets = Tensor::zeros({2, 4}, DType::i32);
+  bad_targets.data<std::int32_t>()[1] = -2;
+  REQUIRE_THROWS_WITH(model.forward(Tensor::zeros({2, 4}, DType::i32), bad_targets),
+                      Catch::Contains("target -2 at position (0, 1)"));
   REQUIRE_THROWS_WITH(Precision::parse("fp8"), Catch::Contains("unknown precision 'fp8'"));
   Precision mixed = Precision::fp32();
   mixed.storage = DType::bf16;
