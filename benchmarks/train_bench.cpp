@@ -45,8 +45,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   app.add_option("--peak-shape", peak_shape, "N of the N^3 GEMM that measures the peak")->check(CLI::PositiveNumber);
   app.add_option("--json", json_path, "write the JSON record here");
-  app.add_option("--attention", attention, "attention kernel: auto (fused on CUDA, stored on the CPU), stored "
-                 "(keeps the T x T probabilities) or fused")->check(CLI::IsMember({"auto", "stored", "fused"}));
+  app.add_option("--attention", attention, "attention kernel: auto (stored unless a layer's probabilities "
+                 "exceed 512 MiB), stored (keeps the T x T probabilities) or fused")->check(CLI::IsMember({"auto", "stored", "fused"}));
   app.add_option("--peer", peer, "PyTorch's step on the same model in the same run: auto (on the CPU when "
                  "python3-torch is installed), torch (required) or none")->check(CLI::IsMember({"auto", "torch", "none"}));
   app.add_option("--rounds", rounds, "with a peer: rounds of loom's timed steps alternating with the peer's runs")
@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
   try {
     const loom::Device device = loom::Device::parse(device_name);
     const loom::nn::Precision precision = loom::nn::Precision::parse(precision_name);
-    config.attention = loom::nn::resolve(loom::nn::parse_attention_kernel(attention), device);
+    config.attention = loom::nn::resolve(loom::nn::parse_attention_kernel(attention), batch, config.heads,
+                                         config.context, precision.storage);
     std::mt19937 rng(1);
     loom::nn::GPT model(config, precision, device);
     loom::bench::RepeatBatch data(loom::bench::random_batch(batch, config.context, config.vocab_size, rng), config.vocab_size);

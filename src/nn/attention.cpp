@@ -22,9 +22,12 @@ AttentionKernel parse_attention_kernel(const std::string& text) {
   fail(ErrorCategory::invalid_argument, "attention kernel '", text, "' is not one of auto, stored, fused");
 }
 
-AttentionKernel resolve(AttentionKernel kernel, Device device) {
+AttentionKernel resolve(AttentionKernel kernel, std::int64_t batch, std::int64_t heads, std::int64_t steps,
+                        DType storage) {
   if (kernel != AttentionKernel::automatic) return kernel;
-  return device.is_cuda() ? AttentionKernel::fused : AttentionKernel::stored;
+  const auto bytes = static_cast<double>(batch) * static_cast<double>(heads) * static_cast<double>(steps) *
+                     static_cast<double>(steps) * static_cast<double>(dtype_size(storage));
+  return bytes > static_cast<double>(fused_threshold_bytes) ? AttentionKernel::fused : AttentionKernel::stored;
 }
 
 CausalSelfAttention::CausalSelfAttention(const std::string& name, std::int64_t channels, std::int64_t heads,
@@ -32,7 +35,7 @@ CausalSelfAttention::CausalSelfAttention(const std::string& name, std::int64_t c
     : channels_(channels),
       heads_(heads),
       precision_(precision),
-      kernel_(resolve(kernel, device)),
+      kernel_(kernel),
       qkv_(name + ".qkv", channels, 3 * channels, {}, precision, device),
       proj_(name + ".proj", channels, channels, {}, precision, device) {
   require(heads > 0 && channels % heads == 0, "attention '", name, "': ", channels, " channels do not split into ",
@@ -54,7 +57,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x, StreamRef stream) {
   kernels::AttentionOptions options;
   options.num_heads = heads_;
   options.precision = precision_.gemm;
-  if (kernel_ == AttentionKernel::fused) {
+  last_kernel_ = resolve(kernel_, batch, heads_, steps, precision_.storage);
+  if (last_kernel_ == AttentionKernel::fused) {
     detail::ensure_buffer(lse_, {batch, heads_, steps}, DType::f32, device);
     kernels::fused_attention_forward(qkv_out_, heads_out_, lse_, options, stream);
   } else {
@@ -72,7 +76,7 @@ Tensor CausalSelfAttention::backward(const Tensor& dy, StreamRef stream) {
   kernels::AttentionOptions options;
   options.num_heads = heads_;
   options.precision = precision_.gemm;
-  if (kernel_ == AttentionKernel::fused) {
+  if (last_kernel_ == AttentionKernel::fused) {
     kernels::fused_attention_backward(dheads, qkv_out_, heads_out_, lse_, dqkv_, options, stream);
   } else {
     detail::ensure_buffer(scratch_, {heads_, steps, steps}, precision_.storage, device);

@@ -12,15 +12,20 @@
 
 namespace loom::nn {
 
-// automatic: fused on CUDA devices, stored on the CPU (whose stored path is the one checked
-// against PyTorch bit for bit in loom's tests).
+// automatic: stored while one layer's probabilities ([B, NH, T, T] in the storage dtype) take at
+// most fused_threshold_bytes, fused beyond. Stored is the faster kernel on the CPU and, until a
+// GPU has measured the fused CUDA kernel (fp32 on CUDA cores) against the stored path's
+// tensor-core GEMMs, presumed faster on GPUs at GPT-2's lengths; fused bounds memory for long
+// sequences. Decided at each forward.
 enum class AttentionKernel { automatic, stored, fused };
+inline constexpr std::int64_t fused_threshold_bytes = std::int64_t{512} << 20;
 
 std::string to_string(AttentionKernel kernel);
 // "auto", "stored" or "fused"; anything else is an invalid_argument Error naming the value.
 AttentionKernel parse_attention_kernel(const std::string& text);
-// What automatic means on `device`.
-AttentionKernel resolve(AttentionKernel kernel, Device device);
+// The kernel a forward over [batch, steps] runs.
+AttentionKernel resolve(AttentionKernel kernel, std::int64_t batch, std::int64_t heads, std::int64_t steps,
+                        DType storage);
 
 class CausalSelfAttention {
  public:
@@ -34,12 +39,14 @@ class CausalSelfAttention {
   Linear& qkv() noexcept { return qkv_; }
   Linear& proj() noexcept { return proj_; }
   void collect_parameters(std::vector<Parameter*>& out);
-  AttentionKernel kernel() const noexcept { return kernel_; }  // never automatic
+  AttentionKernel kernel() const noexcept { return kernel_; }
+  // The kernel the last forward ran (never automatic; automatic before any forward).
+  AttentionKernel last_kernel() const noexcept { return last_kernel_; }
 
  private:
   std::int64_t channels_, heads_;
   Precision precision_;
-  AttentionKernel kernel_;
+  AttentionKernel kernel_, last_kernel_ = AttentionKernel::automatic;
   Linear qkv_, proj_;
   Tensor qkv_out_, att_, lse_, heads_out_, dqkv_, scratch_;
 };

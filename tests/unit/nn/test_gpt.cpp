@@ -149,8 +149,12 @@ TEST_CASE("a GPT with fused attention trains like the stored-attention GPT", "[n
   GPTConfig stored_config = tiny_config(), fused_config = tiny_config();
   stored_config.attention = loom::nn::AttentionKernel::stored;
   fused_config.attention = loom::nn::AttentionKernel::fused;
-  REQUIRE(loom::nn::resolve(loom::nn::AttentionKernel::automatic, loom::Device::cpu()) ==
-          loom::nn::AttentionKernel::stored);
+  // automatic: stored while one layer's probabilities fit in 512 MiB (GPT-2 at B = 16, T = 1024
+  // in bf16: 384 MiB), fused beyond.
+  using loom::nn::AttentionKernel;
+  REQUIRE(loom::nn::resolve(AttentionKernel::automatic, 16, 12, 1024, DType::bf16) == AttentionKernel::stored);
+  REQUIRE(loom::nn::resolve(AttentionKernel::automatic, 8, 12, 2048, DType::bf16) == AttentionKernel::fused);
+  REQUIRE(loom::nn::resolve(AttentionKernel::fused, 1, 1, 8, DType::f32) == AttentionKernel::fused);
   GPT stored(stored_config, Precision::fp32(), loom::Device::cpu(), 12);
   GPT fused(fused_config, Precision::fp32(), loom::Device::cpu(), 12);
   for (int step = 0; step < 3; ++step) {
