@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
       // difference: loom's result against cuBLASLt's (GPU rows; negative: not measured).
       auto report = [&](const std::string& row_name, const std::string& precision, const std::string& backend,
                         double seconds, double baseline, double openblas = 0.0, const std::string& isa = "-",
-                        double difference = -1.0) {
+                        double difference = -1.0, const std::string& layout = "NN") {
         const double tflops = flops / seconds / 1e12;
         char versus_openblas[32] = "-", diff[32] = "-";
         if (openblas > 0) std::snprintf(versus_openblas, sizeof(versus_openblas), "%.2fx", openblas / seconds);
@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
                     backend.c_str(), isa.c_str(), seconds * 1e3, tflops, baseline / seconds, versus_openblas, diff);
         nlohmann::json row = {{"shape", row_name}, {"m", shape.m}, {"n", shape.n}, {"k", shape.k},
                               {"precision", precision}, {"backend", backend}, {"isa", isa}, {"ms", seconds * 1e3},
-                              {"tflops", tflops}, {"vs_baseline", baseline / seconds}};
+                              {"tflops", tflops}, {"vs_baseline", baseline / seconds}, {"layout", layout}};
         if (openblas > 0) row["vs_openblas"] = openblas / seconds;
         if (difference >= 0) row["max_rel_diff_vs_cublaslt"] = difference;
         record["rows"].push_back(row);
@@ -192,19 +192,19 @@ int main(int argc, char** argv) {
             const loom::Tensor c = loom::Tensor::empty({shape.m, shape.n}, output, device);
             const double baseline = loom::bench::time_cublaslt(
                 a, b, reference, precision == loom::kernels::GemmPrecision::tf32, repeats, trans_a, trans_b);
-            report(row_name, name, "cublaslt", baseline, baseline, 0.0, "-", 0.0);
+            report(row_name, name, "cublaslt", baseline, baseline, 0.0, "-", 0.0, layout);
             loom::kernels::GemmOptions options;
             options.precision = precision;
             options.trans_a = trans_a;
             options.trans_b = trans_b;
             const double seconds = loom::bench::median_seconds([&] { loom::kernels::gemm(a, b, c, options, stream); },
                                                                repeats, stream);
-            report(row_name, name, "loom-auto", seconds, baseline, 0.0, "-", relative_difference(c, reference));
+            report(row_name, name, "loom-auto", seconds, baseline, 0.0, "-", relative_difference(c, reference), layout);
             if (precision != loom::kernels::GemmPrecision::fp32) {  // loom's own tensor-core kernels
               options.backend = loom::kernels::GemmBackend::loom;
               const double own = loom::bench::median_seconds([&] { loom::kernels::gemm(a, b, c, options, stream); },
                                                              repeats, stream);
-              report(row_name, name, "loom-own", own, baseline, 0.0, "-", relative_difference(c, reference));
+              report(row_name, name, "loom-own", own, baseline, 0.0, "-", relative_difference(c, reference), layout);
             }
           }
         }

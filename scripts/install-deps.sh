@@ -10,6 +10,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libopenblas-dev
   qemu-user
+  python3
 )
 
 missing=()

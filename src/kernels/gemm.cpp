@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cuda/gemm.hpp"
+#include "src/kernels/gemm_rule.hpp"
 #include "validate.hpp"
 #include "loom/core/error.hpp"
 
@@ -120,12 +121,11 @@ void gemm(const StridedMatrix& a, const StridedMatrix& b, const std::optional<St
   detail::dispatch(
       "gemm", device, stream, [&] { cpu::gemm(a, b, used_c, d, options, shape); },
       [&](void* s) {
-        // automatic means cuBLASLt until loom's kernels are measured against it on a GPU (the
-        // rule and its status are in docs/ARCHITECTURE.md, "GemmBackend::automatic").
-        // cuBLASLt takes no f32 bias for a 16-bit D; loom's kernel does (16-bit D means fp16/bf16).
-        const bool f32_bias_16bit_d = options.epilogue.bias.defined() &&
-                                      options.epilogue.bias.dtype() == DType::f32 && output != DType::f32;
-        if (options.backend == GemmBackend::loom || f32_bias_16bit_d) {
+        // automatic: the table in gemm_rule.cpp (docs/ARCHITECTURE.md, "GemmBackend::automatic").
+        const detail::GemmCall call{options.precision, options.trans_a, options.trans_b, shape.m, shape.n, shape.k,
+                                    options.epilogue.bias.defined() && options.epilogue.bias.dtype() == DType::f32 &&
+                                        output != DType::f32};
+        if (detail::choose_gemm_backend(options.backend, call) == GemmBackend::loom) {
           require(options.precision != GemmPrecision::fp32,
                   "gemm: GemmBackend::loom runs on tensor cores (tf32, fp16, bf16), got precision fp32 "
                   "(use automatic or cublaslt for exact fp32)");
