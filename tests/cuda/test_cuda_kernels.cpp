@@ -59,6 +59,15 @@ TEST_CASE("CUDA elementwise kernels and casts match the CPU", "[cuda][kernels]")
     loom::kernels::residual_add(x.tensor, y.tensor, cpu_out);
     loom::kernels::residual_add(gx, gy, out);
     require_matches(out, cpu_out, 0, 0);
+    // Views one element in: not 16-byte aligned, so the kernels take their element-wise path.
+    const Tensor x_view = x.tensor.flatten().slice(1, 3003), y_view = y.tensor.flatten().slice(1, 3003);
+    const Tensor view_cpu = Tensor::empty({3002}, dtype), view_gpu = gpu_like(view_cpu);
+    loom::kernels::gelu_backward(x_view, y_view, view_cpu);
+    loom::kernels::gelu_backward(gx.flatten().slice(1, 3003), gy.flatten().slice(1, 3003), view_gpu);
+    require_matches(view_gpu, view_cpu, tolerance(dtype), 1e-6);
+    loom::kernels::residual_add(x_view, y_view, view_cpu);
+    loom::kernels::residual_add(gx.flatten().slice(1, 3003), gy.flatten().slice(1, 3003), view_gpu);
+    require_matches(view_gpu, view_cpu, tolerance(dtype), 1e-6);
     for (DType to : floating) {
       const Tensor cast_cpu = Tensor::empty({3, 1001}, to);
       const Tensor cast_gpu = gpu_like(cast_cpu);
