@@ -26,7 +26,12 @@ using loom::comm::ReduceOp;
 
 std::int64_t parse_bytes(const std::string& text) {
   std::size_t end = 0;
-  const double value = std::stod(text, &end);
+  double value = 0;
+  try {
+    value = std::stod(text, &end);
+  } catch (const std::exception&) {
+    loom::fail(loom::ErrorCategory::invalid_argument, "allreduce_bench: bad size '", text, "' (a number with K, M or G)");
+  }
   const std::string unit = text.substr(end);
   double scale = 1;
   if (unit == "K" || unit == "k") scale = 1024;
@@ -128,8 +133,19 @@ struct Settings {
   int iterations = 20, warmup = 5, check = 1, rounds = 5;
 };
 
+// The table's smallest and largest sizes in bytes, checked: 0 < min <= max (factor > 1 is checked
+// by the option), so the table has at least one row and ends.
+std::pair<std::int64_t, std::int64_t> size_range(const Settings& s) {
+  const std::int64_t smallest = parse_bytes(s.min_bytes), largest = parse_bytes(s.max_bytes);
+  loom::require(smallest > 0, "allreduce_bench: -b/--minbytes must be positive, got '", s.min_bytes, "'");
+  loom::require(largest >= smallest, "allreduce_bench: -e/--maxbytes '", s.max_bytes, "' is below -b/--minbytes '",
+                s.min_bytes, "': the table would be empty");
+  return {smallest, largest};
+}
+
 // --simulate: the cost model's predictions for a topology file, in the benchmark's columns.
 int simulate(const Settings& s) {
+  const auto [smallest, largest] = size_range(s);
   const loom::topo::Topology topology = loom::topo::load_topology(s.simulate);
   const loom::topo::Planner planner(topology);
   const loom::topo::Collective collective = s.collective == "all_reduce"       ? loom::topo::Collective::all_reduce
@@ -142,8 +158,8 @@ int simulate(const Settings& s) {
               s.simulate.c_str(), s.collective.c_str(), n, s.algo.c_str());
   std::printf("#%11s %12s %8s %6s %9s %8s %8s %7s\n", "size", "count", "type", "redop", "time", "algbw", "busbw", "algo");
   std::printf("#%11s %12s %8s %6s %9s %8s %8s %7s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "");
-  for (double wanted = static_cast<double>(parse_bytes(s.min_bytes));
-       wanted <= static_cast<double>(parse_bytes(s.max_bytes)) * 1.0000001; wanted *= s.factor) {
+  for (double wanted = static_cast<double>(smallest); wanted <= static_cast<double>(largest) * 1.0000001;
+       wanted *= s.factor) {
     const std::int64_t count = std::max<std::int64_t>(1, static_cast<std::int64_t>(wanted) / element / n) * n;
     const std::int64_t bytes = count * element;
     loom::topo::Plan plan = planner.choose(collective, bytes);
@@ -187,6 +203,7 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"flat", "hier", "auto"}));
     app.add_option("--simulate", s.simulate, "print the cost model's predictions for this topology file and exit");
     CLI11_PARSE(app, argc, argv);
+    const auto [smallest, largest] = size_range(s);  // before any rank starts communicating
     if (!s.simulate.empty()) return simulate(s);
     std::unique_ptr<loom::World> world = loom::init(argc, argv, init);
     std::unique_ptr<Communicator> aware;  // --algo hier/auto: collectives through the topology
@@ -214,7 +231,6 @@ int main(int argc, char** argv) {
                   "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "");
     }
     nlohmann::json rows = nlohmann::json::array();
-    const std::int64_t smallest = parse_bytes(s.min_bytes), largest = parse_bytes(s.max_bytes);
     for (double bytes_wanted = static_cast<double>(smallest); bytes_wanted <= static_cast<double>(largest) * 1.0000001;
          bytes_wanted *= s.factor) {
       // Whole elements, and a whole number of them per rank.

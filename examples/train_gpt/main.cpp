@@ -4,19 +4,27 @@
 // with optimizer state and gradients sharded over the ranks (--zero 1, --zero 2). By default it
 // learns 2-digit addition (built in, nothing to download) and reports exact-match accuracy;
 // --data text:FILE trains on any text file, --data shards:... on llm.c token shards. One log line
-// per step (rank 0; tokens/s of the whole job); checkpoints with --checkpoint-dir, --resume.
+// per step (rank 0; tokens/s of the whole job); checkpoints with --checkpoint-dir: a run resumes
+// from the newest one that verifies, keeps the newest --keep-checkpoints, and on SIGTERM, SIGINT,
+// SIGUSR1 or --time-limit finishes its step, saves and exits with code 4. Exit codes (for
+// schedulers deciding whether to requeue): 0 done, 1 error, 2 usage (the request cannot run as
+// given), 3 diverged (non-finite loss or too many skipped steps; saved first when checkpointing),
+// 4 stopped early and saved, 5 stopped early with nothing saved (no --checkpoint-dir).
 //   build/examples/train_gpt/train_gpt --steps 400
 //   mpirun -np 2 build/examples/train_gpt/train_gpt --batch 4          (2 CPU processes)
 //   mpirun -np 2 build/examples/train_gpt/train_gpt --batch 4 --zero 2 (ZeRO-2)
 //   mpirun -np 8 build/examples/train_gpt/train_gpt --device cuda ...  (one GPU per rank)
 #include <CLI/CLI.hpp>
 
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <memory>
 #include <string>
 
 #include "data_setup.hpp"
+#include "loom/comm/agreement.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/gpu_info.hpp"
 #include "loom/ddp/gradient_reducer.hpp"
@@ -25,10 +33,14 @@
 #include "loom/shard/memory.hpp"
 #include "loom/topo/detect.hpp"
 #include "loom/topo/hierarchical.hpp"
+#include "loom/train/stop.hpp"
 #include "loom/loom.hpp"
 #include "run_config.hpp"
 
 namespace {
+
+enum ExitCode { exit_done = 0, exit_error = 1, exit_usage = 2, exit_diverged = 3, exit_stopped_saved = 4,
+                exit_stopped_unsaved = 5 };
 
 // Dense tensor-core peak of known GPUs in TFLOP/s for the precision, 0 when unknown (no MFU).
 double peak_tflops(const loom::Device& device, const std::string& precision) {
@@ -108,6 +120,37 @@ std::string model_state_line(const loom::train::Trainer& trainer) {
   return line;
 }
 
+// Removes what interrupted saves left in --checkpoint-dir, then resumes from the newest checkpoint
+// there that verifies (--resume auto) or makes sure there is none (--resume never). Returns the
+// step the run starts at.
+std::int64_t resume_or_start(const train_gpt::RunConfig& config, loom::train::Trainer& trainer,
+                             loom::comm::Communicator* comm, const Log& log) {
+  const std::string& dir = config.checkpoint_dir;
+  if (dir.empty()) return 0;
+  if (log.leader()) {
+    for (const std::string& stale : loom::io::remove_stale_temporaries(dir)) {
+      log.line("removed %s, left by an interrupted save\n", stale.c_str());
+    }
+  }
+  if (comm != nullptr) loom::comm::all_reduce_value(*comm, 0, loom::comm::ReduceOp::max);  // after the clean-up
+  if (config.resume == "never") {
+    loom::require(!loom::io::find_resumable_checkpoint(dir).any, "--resume never: '", dir, "' already holds "
+                  "checkpoints; resume from them (--resume auto, the default) or choose another --checkpoint-dir");
+    return 0;
+  }
+  const loom::train::Trainer::ResumeOutcome outcome = trainer.resume(dir);
+  for (const std::string& skipped : outcome.skipped) log.line("passed over: %s\n", skipped.c_str());
+  if (!outcome) {
+    log.line("no checkpoint in %s yet: starting from scratch\n", dir.c_str());
+    return 0;
+  }
+  log.line("resumed from %s at step %lld\n", outcome.checkpoint.c_str(), static_cast<long long>(trainer.steps_done()));
+  loom::require(trainer.steps_done() < config.steps, "--steps ", config.steps, " is not beyond step ",
+                trainer.steps_done(), " of the checkpoint '", outcome.checkpoint, "': nothing to train (raise --steps "
+                "to go on)");
+  return trainer.steps_done();
+}
+
 int run(const train_gpt::RunConfig& config, loom::World& world) {
   const Log log(world.rank() == 0);
   // One process uses --device as given; ranks of a job use the device loom::init picked (cuda:<local rank>).
@@ -136,25 +179,25 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
              static_cast<int>(reducer->bucket_layout().size()), config.grad_reduction.c_str(), dp.summary.c_str());
   }
   log.line("%s\n", model_state_line(trainer).c_str());
-  if (config.resume) {
-    loom::require(!config.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
-    if (trainer.resume(config.checkpoint_dir)) {
-      log.line("resumed from %s at step %lld\n", loom::io::latest_checkpoint(config.checkpoint_dir)->c_str(),
-               static_cast<long long>(trainer.steps_done()));
-    } else {
-      log.line("no checkpoint in %s yet: starting from scratch\n", config.checkpoint_dir.c_str());
-    }
-  }
+  const std::int64_t first_step = resume_or_start(config, trainer, dp.comm.get(), log);
+  const std::int64_t skipped_at_start = trainer.skipped_steps();
   const std::int64_t steps_per_seq = config.seq_len > 0 ? config.seq_len : model_config.context;
   const double peak = peak_tflops(device, config.precision) * world.size();
   const double flops_per_token = model_config.training_flops_per_token(steps_per_seq);
   std::int64_t saved_step = trainer.steps_done();  // nothing new to save before a step has run
+  std::string saved_where;
   auto save = [&] {  // every rank takes part (ZeRO gathers the optimizer state); rank 0 writes
     if (config.checkpoint_dir.empty() || trainer.steps_done() == saved_step) return;
-    const std::string where = trainer.save(config.checkpoint_dir);
+    saved_where = trainer.save(config.checkpoint_dir);
     saved_step = trainer.steps_done();
-    log.line("saved checkpoint %s\n", where.c_str());
+    log.line("saved checkpoint %s\n", saved_where.c_str());
+    if (!log.leader()) return;
+    for (const std::string& old : loom::io::prune_checkpoints(config.checkpoint_dir, config.keep_checkpoints,
+                                                              config.keep_every)) {
+      log.line("deleted old checkpoint %s (--keep-checkpoints %d)\n", old.c_str(), config.keep_checkpoints);
+    }
   };
+  const loom::train::StopRequests stops(config.time_limit);
   while (trainer.steps_done() < config.steps) {
     const loom::train::StepResult r = trainer.step();
     if (r.step % config.log_every == 0 || r.step == config.steps) {
@@ -165,6 +208,36 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
       if (r.skipped) log.line(" | skipped (non-finite gradient; loss scale %g)", trainer.loss_scaler().scale());
       log.line("\n");
     }
+    // The loss and the skip count are the same on every rank, so they all decide alike.
+    const std::int64_t run_steps = trainer.steps_done() - first_step;
+    const double skipped = static_cast<double>(trainer.skipped_steps() - skipped_at_start);
+    if (!std::isfinite(r.loss) || (run_steps >= 10 && skipped > config.max_skipped_fraction * static_cast<double>(run_steps))) {
+      save();  // the weights are the last good ones: skipped steps change nothing
+      log.line("diverged at step %lld: %s; %s\n", static_cast<long long>(r.step),
+               std::isfinite(r.loss) ? (std::to_string(static_cast<long long>(skipped)) + " of " +
+                                        std::to_string(static_cast<long long>(run_steps)) +
+                                        " steps skipped for non-finite gradients (--max-skipped-fraction " +
+                                        std::to_string(config.max_skipped_fraction) + ")").c_str()
+                                     : "the loss is not finite",
+               saved_where.empty() ? "nothing saved (no --checkpoint-dir)" : ("last good state in " + saved_where).c_str());
+      return exit_diverged;
+    }
+    if (const loom::train::StopRequest stop = stops.poll(dp.comm.get())) {
+      const auto start = std::chrono::steady_clock::now();
+      save();
+      const double save_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (config.checkpoint_dir.empty()) {
+        log.line("stopped by %s after step %lld; nothing saved (no --checkpoint-dir)\n", stop.describe().c_str(),
+                 static_cast<long long>(r.step));
+        return exit_stopped_unsaved;
+      }
+      log.line("stopped by %s after step %lld: checkpoint %s committed %.2f s after the %s (save %.2f s); resume "
+               "with the same --checkpoint-dir\n",
+               stop.describe().c_str(), static_cast<long long>(r.step), saved_where.c_str(),
+               stop.seconds_since + save_seconds, stop.reason == loom::train::StopReason::signal ? "signal" : "limit",
+               save_seconds);
+      return exit_stopped_saved;
+    }
     if (config.checkpoint_every > 0 && r.step % config.checkpoint_every == 0 && r.step < config.steps) save();
     // Every rank evaluates (the replicas are identical), so none waits in a collective meanwhile.
     if (config.eval_every > 0 && r.step % config.eval_every == 0 && r.step < config.steps) {
@@ -174,13 +247,13 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
   }
   save();
   const train_gpt::Evaluation final_eval = data.evaluate(model, true);
-  if (!log.leader()) return 0;
+  if (!log.leader()) return exit_done;
   print_evaluation(trainer.steps_done(), final_eval);
   if (trainer.skipped_steps() > 0) {
     std::printf("skipped steps (non-finite gradients): %lld\n", static_cast<long long>(trainer.skipped_steps()));
   }
   std::printf("sample:\n%s\n", final_eval.sample.c_str());
-  return 0;
+  return exit_done;
 }
 
 }  // namespace
@@ -191,12 +264,19 @@ int main(int argc, char** argv) {
   config.add_to(app);
   try {
     loom::InitOptions init = loom::parse_init_flags(argc, argv);  // --loom-* flags (see loom/comm/world.hpp)
-    CLI11_PARSE(app, argc, argv);
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& error) {
+      return app.exit(error) == 0 ? exit_done : exit_usage;  // --help is not an error
+    }
     if (!init.device_type) init.device_type = loom::Device::parse(config.device).type();
     const std::unique_ptr<loom::World> world = loom::init(argc, argv, init);
     return run(config, *world);
-  } catch (const std::exception& error) {  // loom::Error, and file-system or allocation failures
+  } catch (const loom::Error& error) {
     std::fprintf(stderr, "train_gpt: %s\n", error.what());
-    return 1;
+    return error.category() == loom::ErrorCategory::invalid_argument ? exit_usage : exit_error;
+  } catch (const std::exception& error) {  // file-system or allocation failures
+    std::fprintf(stderr, "train_gpt: %s\n", error.what());
+    return exit_error;
   }
 }

@@ -1,6 +1,33 @@
 #include "run_config.hpp"
 
+#include <exception>
+#include <string>
+
 namespace train_gpt {
+
+namespace {
+
+// CLI11's own range checks say "Value 0 not in range 0.000000 to 1.79e308"; these name the rule.
+const CLI::Validator positive([](std::string& text) -> std::string {
+  try {
+    std::size_t used = 0;
+    const double value = std::stod(text, &used);
+    if (used == text.size() && value > 0) return {};
+  } catch (const std::exception&) {
+  }
+  return "must be a positive number, got '" + text + "'";
+}, "POSITIVE");
+const CLI::Validator non_negative([](std::string& text) -> std::string {
+  try {
+    std::size_t used = 0;
+    const double value = std::stod(text, &used);
+    if (used == text.size() && value >= 0) return {};
+  } catch (const std::exception&) {
+  }
+  return "must be zero or more, got '" + text + "'";
+}, "NON-NEGATIVE");
+
+}  // namespace
 
 void RunConfig::add_to(CLI::App& app) {
   model.vocab_size = 256;  // bytes; shards set their own with --vocab
@@ -9,43 +36,58 @@ void RunConfig::add_to(CLI::App& app) {
   model.layers = 2;
   model.heads = 4;
   model.channels = 64;
-  app.add_option("--layers", model.layers, "transformer blocks")->check(CLI::PositiveNumber);
-  app.add_option("--heads", model.heads, "attention heads")->check(CLI::PositiveNumber);
-  app.add_option("--channels", model.channels, "model width")->check(CLI::PositiveNumber);
-  app.add_option("--context", model.context, "longest sequence")->check(CLI::PositiveNumber);
+  app.add_option("--layers", model.layers, "transformer blocks")->check(positive);
+  app.add_option("--heads", model.heads, "attention heads")->check(positive);
+  app.add_option("--channels", model.channels, "model width")->check(positive);
+  app.add_option("--context", model.context, "longest sequence")->check(positive);
   app.add_option("--vocab", model.vocab_size, "vocabulary size (256 for bytes; 50257 for GPT-2 shards)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive);
   app.add_option("--precision", precision, "fp32, tf32, fp16 or bf16")
       ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16"}));
   app.add_option("--device", device, "cpu or cuda:N");
-  app.add_option("--batch", batch, "sequences per micro-batch (per rank when data-parallel)")->check(CLI::PositiveNumber);
-  app.add_option("--seq-len", seq_len, "tokens per sequence (default: the context)")->check(CLI::NonNegativeNumber);
-  app.add_option("--grad-accum", grad_accumulation, "micro-batches per optimizer step")->check(CLI::PositiveNumber);
-  app.add_option("--steps", steps, "optimizer steps (in total, also when resuming)")->check(CLI::PositiveNumber);
-  app.add_option("--lr", lr, "peak learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--batch", batch, "sequences per micro-batch (per rank when data-parallel)")->check(positive);
+  app.add_option("--seq-len", seq_len, "tokens per sequence (default: the context)")->check(non_negative);
+  app.add_option("--grad-accum", grad_accumulation, "micro-batches per optimizer step")->check(positive);
+  app.add_option("--steps", steps, "optimizer steps (in total, also when resuming)")->check(positive);
+  app.add_option("--lr", lr, "peak learning rate")->check(positive);
   app.add_option("--min-lr-ratio", min_lr_ratio, "final learning rate as a fraction of --lr")->check(CLI::Range(0.0, 1.0));
-  app.add_option("--warmup", warmup, "linear warmup steps")->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup", warmup, "linear warmup steps")->check(non_negative);
   app.add_option("--optimizer", optimizer, "adamw or sgd (with momentum)")->check(CLI::IsMember({"adamw", "sgd"}));
   app.add_option("--weight-decay", weight_decay, "weight decay (decoupled for AdamW, L2 for SGD)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative);
   app.add_option("--momentum", momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0));
   app.add_option("--max-grad-norm", max_grad_norm, "clip gradients to this global norm (0: off)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative);
   app.add_option("--data", data, "addition (built-in task), text:PATH (bytes of a file) or shards:P1,P2 (llm.c)");
   app.add_option("--digits", digits, "digits per operand of the addition task")->check(CLI::Range(1, 9));
   app.add_option("--seed", seed, "seed of the initialisation and the data stream");
   app.add_option("--eval-every", eval_every, "evaluate every N steps (0: only at the end)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--eval-batches", eval_batches, "held-out batches per evaluation")->check(CLI::PositiveNumber);
+      ->check(non_negative);
+  app.add_option("--eval-batches", eval_batches, "held-out batches per evaluation")->check(positive);
   app.add_option("--checkpoint-dir", checkpoint_dir, "save checkpoints here");
   app.add_option("--checkpoint-every", checkpoint_every, "save every N steps (0: at the end only)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_flag("--resume", resume, "continue from the latest checkpoint in --checkpoint-dir");
-  app.add_option("--log-every", log_every, "print a line every N steps")->check(CLI::PositiveNumber);
+      ->check(non_negative);
+  app.add_option("--resume", resume, "auto (the default; alone, --resume means auto): continue from the newest "
+                 "checkpoint in --checkpoint-dir that verifies, or start from scratch when it holds none; never: "
+                 "refuse a --checkpoint-dir that holds checkpoints")
+      ->expected(0, 1)
+      ->check(CLI::IsMember({"", "auto", "never"}));
+  app.add_option("--keep-checkpoints", keep_checkpoints, "keep the newest N checkpoints, delete older ones after a "
+                 "newer one is saved")
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--keep-every", keep_every, "also keep every checkpoint whose step is a multiple of this (0: none)")
+      ->check(non_negative);
+  app.add_option("--time-limit", time_limit, "stop after this many seconds of wall time as on SIGTERM: save and exit "
+                 "with code 4 (0: no limit)")
+      ->check(non_negative);
+  app.add_option("--max-skipped-fraction", max_skipped_fraction, "stop as diverged (exit code 3) when more than this "
+                 "fraction of the run's steps were skipped for non-finite gradients (judged from step 10 on)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--log-every", log_every, "print a line every N steps")->check(positive);
   app.add_option("--grad-reduction", grad_reduction, "data-parallel gradient averaging: fp32, bf16 or fp16 (compressed)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--bucket-mb", bucket_mb, "data-parallel gradient bucket size in MiB (0: the topology planner's)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative);
   app.add_option("--zero", zero, "ZeRO stage when data-parallel: 0 (DDP), 1 (optimizer state sharded) or 2 (and "
                  "gradients)")
       ->check(CLI::Range(0, 2));

@@ -33,7 +33,11 @@ struct RunConfig {
   std::int64_t eval_batches = 4;
   std::string checkpoint_dir;
   std::int64_t checkpoint_every = 0;  // 0: only at the end (when a directory is given)
-  bool resume = false;
+  std::string resume = "auto";        // auto: from the newest checkpoint that verifies, if any; never
+  int keep_checkpoints = 3;           // the newest N checkpoints are kept, older ones deleted
+  std::int64_t keep_every = 0;        // and every checkpoint whose step is a multiple of this (0: none)
+  double time_limit = 0;              // seconds of wall time, then stop as on SIGTERM (0: none)
+  double max_skipped_fraction = 0.1;  // more skipped (non-finite) steps than this: the run diverged
   std::int64_t log_every = 1;
   std::string grad_reduction = "fp32";  // data-parallel gradient averaging: fp32, or compressed to bf16/fp16
   double bucket_mb = 25;                // gradient bucket size; 0: the topology planner's recommendation

@@ -83,7 +83,7 @@ int run(const Options& o, loom::World& world) {
   }
   if (o.resume) {
     loom::require(!o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
-    const bool found = trainer.resume(o.checkpoint_dir);
+    const bool found = static_cast<bool>(trainer.resume(o.checkpoint_dir));
     if (leader) std::printf(found ? "resumed at step %lld\n" : "no checkpoint yet: from scratch (step %lld)\n",
                             static_cast<long long>(trainer.steps_done()));
   }

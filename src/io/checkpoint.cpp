@@ -178,6 +178,58 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
   return (fs::path(run_dir) / name).string();
 }
 
+namespace {
+
+// A checkpoint directory's manifest and data files, each file read once and its size and CRC-32
+// checked on the bytes that are then parsed. Throws a corrupt_data or io Error naming the problem.
+struct VerifiedCheckpoint {
+  json manifest;
+  std::vector<SafetensorsContents> contents;  // model, optimizer
+};
+
+VerifiedCheckpoint read_verified(const std::string& dir) {
+  const std::string state_path = (fs::path(dir) / "state.json").string();
+  VerifiedCheckpoint v;
+  try {
+    v.manifest = json::parse(read_file(state_path));
+  } catch (const json::exception& e) {
+    fail(ErrorCategory::corrupt_data, "checkpoint state '", state_path, "' is not valid JSON (", e.what(), ")");
+  }
+  try {
+    if (!v.manifest.is_object() || v.manifest.value("format", "") != format_name) {
+      fail(ErrorCategory::corrupt_data, "'", state_path, "' is not a ", format_name, " checkpoint");
+    }
+    for (const char* file : data_files) {
+      const std::string file_path = (fs::path(dir) / file).string();
+      const std::string bytes = read_file(file_path);
+      const std::uint32_t crc = crc32(std::span(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()));
+      const json& expected = v.manifest.at("files").at(file);
+      if (bytes.size() != expected.at("bytes").get<std::uint64_t>() || crc != expected.at("crc32").get<std::uint32_t>()) {
+        fail(ErrorCategory::corrupt_data, "checkpoint file '", file_path, "' is damaged: ", bytes.size(),
+             " bytes with CRC-32 ", crc, ", expected ", expected.at("bytes").get<std::uint64_t>(), " bytes with CRC-32 ",
+             expected.at("crc32").get<std::uint32_t>());
+      }
+      v.contents.push_back(parse_safetensors(bytes, file_path));
+    }
+  } catch (const json::exception& e) {
+    fail(ErrorCategory::corrupt_data, "checkpoint state '", state_path, "' lacks a field or has a wrong type (",
+         e.what(), ")");
+  }
+  return v;
+}
+
+}  // namespace
+
+std::int64_t verify_checkpoint(const std::string& dir) {
+  const VerifiedCheckpoint v = read_verified(dir);
+  try {
+    return v.manifest.at("step").get<std::int64_t>();
+  } catch (const json::exception& e) {
+    fail(ErrorCategory::corrupt_data, "checkpoint state '", (fs::path(dir) / "state.json").string(),
+         "' lacks a field or has a wrong type (", e.what(), ")");
+  }
+}
+
 TrainingProgress load_checkpoint(const std::string& path, model::Model& model, optim::Optimizer& optimizer) {
   std::string dir = path;
   if (!fs::exists(fs::path(path) / "state.json")) {
@@ -187,16 +239,9 @@ TrainingProgress load_checkpoint(const std::string& path, model::Model& model, o
     dir = *latest;
   }
   const std::string state_path = (fs::path(dir) / "state.json").string();
-  json manifest;
+  VerifiedCheckpoint verified = read_verified(dir);
+  const json& manifest = verified.manifest;
   try {
-    manifest = json::parse(read_file(state_path));
-  } catch (const json::exception& e) {
-    fail(ErrorCategory::corrupt_data, "checkpoint state '", state_path, "' is not valid JSON (", e.what(), ")");
-  }
-  try {
-    if (manifest.value("format", "") != format_name) {
-      fail(ErrorCategory::corrupt_data, "'", state_path, "' is not a ", format_name, " checkpoint");
-    }
     require_matching_config(manifest, model, dir);
     const std::string precision = manifest.at("precision").get<std::string>();
     require(precision == model.precision().name(), "checkpoint '", dir, "' was trained in ", precision,
@@ -204,20 +249,7 @@ TrainingProgress load_checkpoint(const std::string& path, model::Model& model, o
     const std::string optimizer_name = manifest.at("optimizer").get<std::string>();
     require(optimizer_name == optimizer.name(), "checkpoint '", dir, "' holds ", optimizer_name,
             " state but the run uses ", optimizer.name());
-    // Each file is read once: its size and CRC-32 are checked on the bytes that are then parsed.
-    std::vector<SafetensorsContents> contents;
-    for (const char* file : data_files) {
-      const std::string file_path = (fs::path(dir) / file).string();
-      const std::string bytes = read_file(file_path);
-      const std::uint32_t crc = crc32(std::span(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()));
-      const json& expected = manifest.at("files").at(file);
-      if (bytes.size() != expected.at("bytes").get<std::uint64_t>() || crc != expected.at("crc32").get<std::uint32_t>()) {
-        fail(ErrorCategory::corrupt_data, "checkpoint file '", file_path, "' is damaged: ", bytes.size(),
-             " bytes with CRC-32 ", crc, ", expected ", expected.at("bytes").get<std::uint64_t>(), " bytes with CRC-32 ",
-             expected.at("crc32").get<std::uint32_t>());
-      }
-      contents.push_back(parse_safetensors(bytes, file_path));
-    }
+    const std::vector<SafetensorsContents>& contents = verified.contents;
     const SafetensorsContents& weights = contents[0];
     const SafetensorsContents& state = contents[1];
     const std::vector<model::Parameter*> parameters = model.parameter_space().parameters();

@@ -180,12 +180,26 @@ std::string Trainer::save(const std::string& run_dir) {
   return io::save_checkpoint(run_dir, model_, *optimizer_, progress(), comm_);
 }
 
-bool Trainer::resume(const std::string& path) {
-  bool found = false;
+Trainer::ResumeOutcome Trainer::resume(const std::string& path) {
+  ResumeOutcome outcome;
   std::exception_ptr failure;
   try {
-    found = std::filesystem::exists(std::filesystem::path(path) / "state.json") || io::latest_checkpoint(path);
-    if (found) restore(io::load_checkpoint(path, model_, *optimizer_));
+    if (std::filesystem::exists(std::filesystem::path(path) / "state.json")) {
+      outcome.checkpoint = path;
+    } else {
+      io::CheckpointSearch search = io::find_resumable_checkpoint(path);
+      outcome.skipped = std::move(search.skipped);
+      if (search.any && !search.chosen) {
+        std::string reasons;
+        for (const std::string& s : outcome.skipped) {
+          reasons += "\n  ";
+          reasons += s;
+        }
+        fail(ErrorCategory::corrupt_data, "'", path, "' holds checkpoints but none verifies:", reasons);
+      }
+      if (search.chosen) outcome.checkpoint = *search.chosen;
+    }
+    if (outcome) restore(io::load_checkpoint(outcome.checkpoint, model_, *optimizer_));
   } catch (...) {
     if (comm_ == nullptr) throw;
     failure = std::current_exception();
@@ -195,7 +209,7 @@ bool Trainer::resume(const std::string& path) {
     ddp::verify_same_value(*comm_, steps_done_,
                            "the step this job resumes at (is the checkpoint directory on a file system every rank sees?)");
   }
-  return found;
+  return outcome;
 }
 
 }  // namespace loom::train

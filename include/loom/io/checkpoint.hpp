@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "loom/comm/communicator.hpp"
 #include "loom/model/model.hpp"
@@ -45,5 +46,31 @@ TrainingProgress load_checkpoint(const std::string& path, model::Model& model, o
 
 // The checkpoint `latest` names in run_dir, if there is one.
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);
+
+// Reads a checkpoint directory's state.json and checks the size and CRC-32 of its files, without a
+// model; returns its step. A damaged or incomplete checkpoint is a corrupt_data (or io) Error
+// naming the file and the problem.
+std::int64_t verify_checkpoint(const std::string& dir);
+
+// The run directory's checkpoints (src/io/checkpoint_dir.cpp).
+struct CheckpointSearch {
+  std::optional<std::string> chosen;  // the newest checkpoint that verifies
+  std::int64_t step = 0;              // its step
+  std::vector<std::string> skipped;   // why each newer candidate was passed over, and what was odd about `latest`
+  bool any = false;                   // run_dir holds a committed checkpoint or a `latest` (temporaries do not count)
+};
+
+// The newest complete checkpoint in run_dir: the step_<N> directories from the highest step down
+// (and the one `latest` names, if it is not among them), the first that verifies. It does not
+// trust `latest`: a missing, damaged or absent-target `latest` is noted and the search goes on.
+CheckpointSearch find_resumable_checkpoint(const std::string& run_dir);
+
+// Deletes the committed checkpoints of run_dir other than the newest `keep` (>= 1), those whose
+// step is a multiple of keep_every (when > 0) and the one `latest` names. Returns what it deleted.
+std::vector<std::string> prune_checkpoints(const std::string& run_dir, int keep, std::int64_t keep_every = 0);
+
+// Deletes what interrupted saves left in run_dir (.step_<N>.tmp, and .step_<N>.old unless
+// `latest` names it). Returns what it deleted.
+std::vector<std::string> remove_stale_temporaries(const std::string& run_dir);
 
 }  // namespace loom::io

@@ -72,10 +72,19 @@ class Trainer {
   // restored by io::load_checkpoint): step counter, data position, loss scaler. A checkpoint of
   // any number of ranks resumes here as long as its consumed batches divide over this job's ranks.
   void restore(const io::TrainingProgress& progress);
-  // save_checkpoint / load_checkpoint for this trainer's model, optimizer and communicator
-  // (collective when data-parallel; rank 0 writes). load returns whether a checkpoint was found.
+  // save_checkpoint for this trainer's model, optimizer and communicator (collective when
+  // data-parallel; rank 0 writes).
   std::string save(const std::string& run_dir);
-  bool resume(const std::string& path);
+  // Loads a checkpoint directory, or the newest checkpoint of a run directory that verifies
+  // (io::find_resumable_checkpoint: `latest` is not trusted blindly). A run directory without any
+  // checkpoint resumes nothing (the outcome is false); one whose checkpoints all fail to verify
+  // is an Error listing why. Collective when data-parallel: every rank must find the same step.
+  struct ResumeOutcome {
+    std::string checkpoint;            // the directory loaded; empty: none, starting from scratch
+    std::vector<std::string> skipped;  // why newer candidates were passed over
+    explicit operator bool() const noexcept { return !checkpoint.empty(); }
+  };
+  ResumeOutcome resume(const std::string& path);
 
   // The model state this rank holds (values, gradients, masters, moments), and what
   // shard::model_state_bytes predicts for this model, precision, optimizer, stage and ranks.

@@ -245,3 +245,76 @@ TEST_CASE("resume is exact: N steps, save, load, M steps equals N + M steps bit 
   }
   REQUIRE(weights(resumed) == weights(straight));
 }
+
+TEST_CASE("resume finds the newest checkpoint that verifies, whatever `latest` says, and says why", "[io][resume]") {
+  const fs::path dir = fresh_dir("search");
+  CHECK_FALSE(loom::io::find_resumable_checkpoint((dir / "absent").string()).any);
+  fs::create_directories(dir / ".step_00000009.tmp");  // an interrupted save is no checkpoint
+  CHECK_FALSE(loom::io::find_resumable_checkpoint(dir.string()).any);
+  loom::nn::GPT model(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu(), 3);
+  auto data = task_data();
+  loom::train::Trainer trainer(model, *data, trainer_options());
+  for (int i = 0; i < 3; ++i) {
+    trainer.step();
+    trainer.save(dir.string());
+  }
+  loom::io::write_file_atomically((dir / "latest").string(), "step_00000002\n");  // behind the newest
+  loom::io::CheckpointSearch search = loom::io::find_resumable_checkpoint(dir.string());
+  CHECK(search.chosen == (dir / "step_00000003").string());
+  CHECK(search.step == 3);
+  CHECK(search.skipped.empty());
+  flip_byte(dir / "step_00000003" / "model.safetensors", 100);
+  fs::remove(dir / "latest");
+  search = loom::io::find_resumable_checkpoint(dir.string());
+  CHECK(search.chosen == (dir / "step_00000002").string());
+  REQUIRE(search.skipped.size() == 2);
+  CHECK(search.skipped[0] == "'latest' is missing");
+  CHECK_THAT(search.skipped[1], Catch::Contains("step_00000003") && Catch::Contains("damaged"));
+  auto resumed_data = task_data();
+  loom::nn::GPT resumed(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu(), 4);
+  loom::train::Trainer resumed_trainer(resumed, *resumed_data, trainer_options());
+  const loom::train::Trainer::ResumeOutcome outcome = resumed_trainer.resume(dir.string());
+  CHECK(outcome.checkpoint == (dir / "step_00000002").string());
+  CHECK(resumed_trainer.steps_done() == 2);
+  // Nothing verifies: an error listing every candidate, and the run untouched.
+  for (const char* step : {"step_00000001", "step_00000002"}) flip_byte(dir / step / "optimizer.safetensors", 50);
+  loom::nn::GPT untouched(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu(), 4);
+  auto untouched_data = task_data();
+  loom::train::Trainer untouched_trainer(untouched, *untouched_data, trainer_options());
+  CHECK_THROWS_MATCHES(untouched_trainer.resume(dir.string()), loom::Error,
+                       IsError(ErrorCategory::corrupt_data, {"none verifies", "step_00000001", "step_00000002",
+                                                             "step_00000003"}));
+  CHECK(untouched_trainer.steps_done() == 0);
+}
+
+TEST_CASE("retention keeps the newest N, every k-th and `latest`; stale temporaries go", "[io]") {
+  const fs::path dir = fresh_dir("prune");
+  loom::nn::GPT model(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu(), 3);
+  auto data = task_data();
+  loom::train::Trainer trainer(model, *data, trainer_options());
+  for (int i = 0; i < 7; ++i) {
+    trainer.step();
+    trainer.save(dir.string());
+  }
+  loom::io::write_file_atomically((dir / "latest").string(), "step_00000001\n");
+  const std::vector<std::string> removed = loom::io::prune_checkpoints(dir.string(), 2, 3);
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().filename().string().starts_with("step_")) left.push_back(entry.path().filename().string());
+  }
+  std::sort(left.begin(), left.end());
+  // newest 2: 7, 6; multiples of 3: 3, 6; `latest`: 1.
+  CHECK(left == std::vector<std::string>{"step_00000001", "step_00000003", "step_00000006", "step_00000007"});
+  CHECK(removed.size() == 3);
+  CHECK_THROWS_MATCHES(loom::io::prune_checkpoints(dir.string(), 0), loom::Error,
+                       IsError(ErrorCategory::invalid_argument, {"keep must be at least 1"}));
+  fs::create_directories(dir / ".step_00000008.tmp");
+  fs::create_directories(dir / ".step_00000007.old");
+  fs::create_directories(dir / ".step_00000001.old");
+  loom::io::write_file_atomically((dir / "latest").string(), ".step_00000001.old\n");  // a crash mid re-save
+  const std::vector<std::string> stale = loom::io::remove_stale_temporaries(dir.string());
+  CHECK(stale.size() == 2);
+  CHECK_FALSE(fs::exists(dir / ".step_00000008.tmp"));
+  CHECK_FALSE(fs::exists(dir / ".step_00000007.old"));
+  CHECK(fs::exists(dir / ".step_00000001.old"));
+}

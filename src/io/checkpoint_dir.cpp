@@ -1,0 +1,134 @@
+// A run directory's checkpoints: finding the newest one that verifies, pruning old ones, and
+// removing what interrupted saves left behind. Names: step_<8 digits> (committed), .step_<N>.tmp
+// (being written), .step_<N>.old (a re-saved step's previous copy), latest (names the current one).
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "loom/core/error.hpp"
+#include "loom/io/checkpoint.hpp"
+
+namespace loom::io {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The step of a directory named step_<digits>, or nullopt.
+std::optional<std::int64_t> step_of(const std::string& name) {
+  constexpr std::string_view prefix = "step_";
+  if (!name.starts_with(prefix) || name.size() == prefix.size() || name.size() > prefix.size() + 18) {
+    return std::nullopt;
+  }
+  std::int64_t step = 0;
+  for (char c : name.substr(prefix.size())) {
+    if (c < '0' || c > '9') return std::nullopt;
+    step = step * 10 + (c - '0');
+  }
+  return step;
+}
+
+struct Committed {
+  std::int64_t step;
+  fs::path path;
+};
+
+// The committed checkpoints of run_dir, newest first.
+std::vector<Committed> committed_checkpoints(const fs::path& run_dir) {
+  std::vector<Committed> found;
+  std::error_code error;
+  for (const fs::directory_entry& entry : fs::directory_iterator(run_dir, error)) {
+    const std::optional<std::int64_t> step = step_of(entry.path().filename().string());
+    if (step && entry.is_directory(error)) found.push_back({*step, entry.path()});
+  }
+  std::sort(found.begin(), found.end(), [](const Committed& a, const Committed& b) { return a.step > b.step; });
+  return found;
+}
+
+// The directory `latest` names, or nullopt when there is no readable `latest`.
+std::optional<fs::path> latest_target(const std::string& run_dir) {
+  try {
+    const std::optional<std::string> latest = latest_checkpoint(run_dir);
+    return latest ? std::optional<fs::path>(fs::path(*latest)) : std::nullopt;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+CheckpointSearch find_resumable_checkpoint(const std::string& run_dir) {
+  CheckpointSearch search;
+  if (!fs::is_directory(run_dir)) return search;
+  const std::vector<Committed> committed = committed_checkpoints(run_dir);
+  std::vector<fs::path> candidates;
+  for (const Committed& c : committed) candidates.push_back(c.path);
+  // What `latest` says, for the record; it decides nothing the steps do not.
+  const fs::path pointer = fs::path(run_dir) / "latest";
+  std::optional<fs::path> named;
+  if (fs::exists(pointer)) {
+    search.any = true;
+    try {
+      named = fs::path(*latest_checkpoint(run_dir));
+      if (!fs::exists(*named)) search.skipped.push_back("'latest' names " + named->filename().string() + ", which does not exist");
+      else if (std::find(candidates.begin(), candidates.end(), *named) == candidates.end()) candidates.push_back(*named);
+    } catch (const Error& e) {
+      search.skipped.push_back(std::string("'latest' is unreadable: ") + e.what());
+    }
+  } else if (!committed.empty()) {
+    search.skipped.push_back("'latest' is missing");
+  }
+  search.any = search.any || !committed.empty();
+  for (const fs::path& candidate : candidates) {
+    try {
+      search.step = verify_checkpoint(candidate.string());
+      search.chosen = candidate.string();
+      return search;
+    } catch (const Error& e) {
+      search.skipped.push_back(candidate.filename().string() + ": " + e.what());
+    }
+  }
+  return search;
+}
+
+std::vector<std::string> prune_checkpoints(const std::string& run_dir, int keep, std::int64_t keep_every) {
+  require(keep >= 1, "prune_checkpoints: keep must be at least 1, got ", keep);
+  require(keep_every >= 0, "prune_checkpoints: keep_every must not be negative, got ", keep_every);
+  const std::optional<fs::path> named = latest_target(run_dir);
+  std::vector<std::string> removed;
+  const std::vector<Committed> committed = committed_checkpoints(run_dir);
+  for (std::size_t i = static_cast<std::size_t>(keep); i < committed.size(); ++i) {
+    const Committed& c = committed[i];
+    if ((keep_every > 0 && c.step % keep_every == 0) || (named && fs::equivalent(*named, c.path))) continue;
+    std::error_code error;
+    fs::remove_all(c.path, error);
+    if (error) fail(ErrorCategory::io, "cannot delete the old checkpoint '", c.path.string(), "': ", error.message());
+    removed.push_back(c.path.string());
+  }
+  return removed;
+}
+
+std::vector<std::string> remove_stale_temporaries(const std::string& run_dir) {
+  std::vector<std::string> removed;
+  if (!fs::is_directory(run_dir)) return removed;
+  const std::optional<fs::path> named = latest_target(run_dir);
+  std::error_code error;
+  std::vector<fs::path> stale;
+  for (const fs::directory_entry& entry : fs::directory_iterator(run_dir, error)) {
+    const std::string name = entry.path().filename().string();
+    const bool temporary = name.starts_with(".step_") && (name.ends_with(".tmp") || name.ends_with(".old"));
+    if (!temporary || (named && named->filename() == entry.path().filename())) continue;
+    stale.push_back(entry.path());
+  }
+  for (const fs::path& path : stale) {
+    fs::remove_all(path, error);
+    if (error) fail(ErrorCategory::io, "cannot delete '", path.string(), "' (left by an interrupted save): ", error.message());
+    removed.push_back(path.string());
+  }
+  return removed;
+}
+
+}  // namespace loom::io
