@@ -25,6 +25,8 @@ struct Call {
 
 bool calls_were_abandoned() { return abandoned_any.load(); }
 
+void note_abandoned_call() { abandoned_any.store(true); }
+
 struct CallQueue::State {
   std::string name;
   std::chrono::milliseconds timeout;
@@ -86,9 +88,9 @@ struct CallQueue::State {
 
   // Checks the running call every tick instead of being woken by each call, so that the hot path
   // (enqueue, start, complete) never wakes this thread. A call is failed between `timeout` and
-  // `timeout + tick` after it started.
+  // `timeout + tick` (tick = timeout / 16, at most 250 ms) after it started.
   void watch_loop() {
-    const auto tick = std::clamp<std::chrono::milliseconds>(timeout / 8, std::chrono::milliseconds(1),
+    const auto tick = std::clamp<std::chrono::milliseconds>(timeout / 16, std::chrono::milliseconds(1),
                                                             std::chrono::milliseconds(250));
     std::unique_lock lock(mutex);
     for (;;) {
@@ -126,9 +128,12 @@ CallQueue::~CallQueue() {
   state_->changed.notify_all();
   state_->watch_changed.notify_all();
   // Queued calls still run (their peers may be about to join); a stuck one ends by timing out,
-  // and is then given one more timeout period to return before its thread is abandoned.
+  // and is then given a moment (at most a second) to return before its thread is abandoned.
   state_->changed.wait(lock, [&] { return state_->worker_exited || (state_->aborted && state_->current); });
-  if (!state_->worker_exited) state_->changed.wait_for(lock, state_->timeout, [&] { return state_->worker_exited; });
+  if (!state_->worker_exited) {
+    state_->changed.wait_for(lock, std::min<std::chrono::milliseconds>(state_->timeout, std::chrono::seconds(1)),
+                             [&] { return state_->worker_exited; });
+  }
   const bool stuck = !state_->worker_exited;
   lock.unlock();
   if (stuck) {

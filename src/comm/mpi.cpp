@@ -3,6 +3,8 @@
 #include <mpi.h>
 
 #include <climits>
+#include <memory>
+#include <tuple>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "loom/comm/backend/call_checks.hpp"
 #include "loom/comm/backend/call_queue.hpp"
 #include "src/comm/checked.hpp"
+#include "src/comm/mpi_progress.hpp"
 #include "src/comm/reduce.hpp"
 
 namespace loom::comm {
@@ -71,11 +74,17 @@ class MpiCommunicator : public Communicator {
     check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
     check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
-    calls_ = std::make_unique<backend::CallQueue>("MPI communicator", options.timeout);
+    progress_ = std::make_unique<detail::MpiProgress>(comm_, rank_, size_, options.timeout);
+    // The calls bound their own waits (MpiProgress); the watchdog only catches a blocking call
+    // (split) that never returns.
+    calls_ = std::make_unique<backend::CallQueue>(
+        "MPI communicator",
+        options.timeout + detail::MpiProgress::answer_grace(options.timeout) + std::chrono::seconds(1));
   }
 
   ~MpiCommunicator() override {
     calls_.reset();  // runs what is queued (or abandons a stuck call)
+    progress_.reset();
     int finalized = 1;
     MPI_Finalized(&finalized);
     // After a timeout, an abandoned call may still be inside MPI with comm_: leave it allocated.
@@ -88,133 +97,163 @@ class MpiCommunicator : public Communicator {
   std::string_view backend() const override { return "mpi"; }
 
   Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op, StreamRef) override {
-    const std::string what = describe("all_reduce");
+    const auto [what, seq] = next_call("all_reduce");
     backend::require_reducible(what, input, output, op, 1, Device::cpu());
     const int n = mpi_count(what, input.numel());
     return calls_->enqueue(what, [=, this] {
+      progress_->require_not_aborted(what);
+      MPI_Request request = MPI_REQUEST_NULL;
       if (is_16bit(input.dtype())) {
-        std::vector<float> values = detail::widen_to_f32(input);
-        check_mpi(MPI_Allreduce(MPI_IN_PLACE, values.data(), n, MPI_FLOAT, mpi_op(op), comm_), what);
-        if (op == ReduceOp::avg) divide(values.data(), n, size_);
-        detail::narrow_from_f32(values.data(), output);
+        auto values = std::make_shared<std::vector<float>>(detail::widen_to_f32(input));
+        check_mpi(MPI_Iallreduce(MPI_IN_PLACE, values->data(), n, MPI_FLOAT, mpi_op(op), comm_, &request), what);
+        finish(request, what, seq, values);
+        if (op == ReduceOp::avg) divide(values->data(), n, size_);
+        detail::narrow_from_f32(values->data(), output);
         return;
       }
       const void* send = input.raw_data() == output.raw_data() ? MPI_IN_PLACE : input.raw_data();
-      check_mpi(MPI_Allreduce(send, output.raw_data(), n, mpi_type(input.dtype()), mpi_op(op), comm_), what);
+      check_mpi(MPI_Iallreduce(send, output.raw_data(), n, mpi_type(input.dtype()), mpi_op(op), comm_, &request), what);
+      finish(request, what, seq, input, output);
       if (op == ReduceOp::avg) divide(output.data<float>(), n, size_);
     });
   }
 
   Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root, StreamRef) override {
-    const std::string what = describe("reduce");
+    const auto [what, seq] = next_call("reduce");
     backend::require_root(what, root, size_);
     const bool is_root = rank_ == root;
     backend::require_reducible(what, input, is_root ? output : input, op, 1, Device::cpu());
     const int n = mpi_count(what, input.numel());
     return calls_->enqueue(what, [=, this] {
+      progress_->require_not_aborted(what);
+      MPI_Request request = MPI_REQUEST_NULL;
       if (is_16bit(input.dtype())) {
-        std::vector<float> values = detail::widen_to_f32(input);
-        check_mpi(MPI_Reduce(is_root ? MPI_IN_PLACE : values.data(), is_root ? values.data() : nullptr, n, MPI_FLOAT,
-                             mpi_op(op), root, comm_),
+        auto values = std::make_shared<std::vector<float>>(detail::widen_to_f32(input));
+        check_mpi(MPI_Ireduce(is_root ? MPI_IN_PLACE : values->data(), is_root ? values->data() : nullptr, n, MPI_FLOAT,
+                              mpi_op(op), root, comm_, &request),
                   what);
+        finish(request, what, seq, values);
         if (!is_root) return;
-        if (op == ReduceOp::avg) divide(values.data(), n, size_);
-        detail::narrow_from_f32(values.data(), output);
+        if (op == ReduceOp::avg) divide(values->data(), n, size_);
+        detail::narrow_from_f32(values->data(), output);
         return;
       }
       const void* send = is_root && input.raw_data() == output.raw_data() ? MPI_IN_PLACE : input.raw_data();
-      check_mpi(MPI_Reduce(send, is_root ? output.raw_data() : nullptr, n, mpi_type(input.dtype()), mpi_op(op), root,
-                           comm_),
+      check_mpi(MPI_Ireduce(send, is_root ? output.raw_data() : nullptr, n, mpi_type(input.dtype()), mpi_op(op), root,
+                            comm_, &request),
                 what);
+      finish(request, what, seq, input, output);
       if (is_root && op == ReduceOp::avg) divide(output.data<float>(), n, size_);
     });
   }
 
   Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op, StreamRef) override {
-    const std::string what = describe("reduce_scatter");
+    const auto [what, seq] = next_call("reduce_scatter");
     backend::require_reducible(what, input, output, op, size_, Device::cpu());
     const int n = mpi_count(what, output.numel());
     mpi_count(what, input.numel());
     return calls_->enqueue(what, [=, this] {
+      progress_->require_not_aborted(what);
+      MPI_Request request = MPI_REQUEST_NULL;
       if (is_16bit(input.dtype())) {
-        std::vector<float> in = detail::widen_to_f32(input), out(static_cast<std::size_t>(n));
-        check_mpi(MPI_Reduce_scatter_block(in.data(), out.data(), n, MPI_FLOAT, mpi_op(op), comm_), what);
-        if (op == ReduceOp::avg) divide(out.data(), n, size_);
-        detail::narrow_from_f32(out.data(), output);
+        auto in = std::make_shared<std::vector<float>>(detail::widen_to_f32(input));
+        auto out = std::make_shared<std::vector<float>>(static_cast<std::size_t>(n));
+        check_mpi(MPI_Ireduce_scatter_block(in->data(), out->data(), n, MPI_FLOAT, mpi_op(op), comm_, &request), what);
+        finish(request, what, seq, in, out);
+        if (op == ReduceOp::avg) divide(out->data(), n, size_);
+        detail::narrow_from_f32(out->data(), output);
         return;
       }
       // MPI forbids aliased buffers; an output inside the input (in place) goes through a copy.
-      std::vector<unsigned char> scratch(overlaps(input, output) ? output.nbytes() : 0);
-      void* out = scratch.empty() ? output.raw_data() : scratch.data();
-      check_mpi(MPI_Reduce_scatter_block(input.raw_data(), out, n, mpi_type(input.dtype()), mpi_op(op), comm_), what);
-      if (!scratch.empty()) std::memcpy(output.raw_data(), scratch.data(), scratch.size());
+      auto scratch = std::make_shared<std::vector<unsigned char>>(overlaps(input, output) ? output.nbytes() : 0);
+      void* out = scratch->empty() ? output.raw_data() : scratch->data();
+      check_mpi(MPI_Ireduce_scatter_block(input.raw_data(), out, n, mpi_type(input.dtype()), mpi_op(op), comm_, &request),
+                what);
+      finish(request, what, seq, input, output, scratch);
+      if (!scratch->empty()) std::memcpy(output.raw_data(), scratch->data(), scratch->size());
       if (op == ReduceOp::avg) divide(output.data<float>(), n, size_);
     });
   }
 
   Work broadcast(const Tensor& tensor, int root, StreamRef) override {
-    const std::string what = describe("broadcast");
+    const auto [what, seq] = next_call("broadcast");
     backend::require_root(what, root, size_);
     backend::require_on_device(what, "tensor", tensor, Device::cpu());
     const int bytes = mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()), "bytes");
     return calls_->enqueue(what, [=, this] {
-      check_mpi(MPI_Bcast(tensor.raw_data(), bytes, MPI_BYTE, root, comm_), what);
+      progress_->require_not_aborted(what);
+      MPI_Request request = MPI_REQUEST_NULL;
+      check_mpi(MPI_Ibcast(tensor.raw_data(), bytes, MPI_BYTE, root, comm_, &request), what);
+      finish(request, what, seq, tensor);
     });
   }
 
   Work all_gather(const Tensor& input, const Tensor& output, StreamRef) override {
-    const std::string what = describe("all_gather");
+    const auto [what, seq] = next_call("all_gather");
     backend::require_gatherable(what, input, output, size_, Device::cpu());
     const int bytes = mpi_count(what, static_cast<std::int64_t>(input.nbytes()), "bytes");
     mpi_count(what, static_cast<std::int64_t>(output.nbytes()), "bytes");
     return calls_->enqueue(what, [=, this] {
+      progress_->require_not_aborted(what);
       auto* out = static_cast<unsigned char*>(output.raw_data());
       const bool in_place = input.raw_data() == out + static_cast<std::size_t>(rank_) * input.nbytes();
-      std::vector<unsigned char> copy;
+      auto copy = std::make_shared<std::vector<unsigned char>>();
       const void* send = input.raw_data();
       if (in_place) {
         send = MPI_IN_PLACE;
       } else if (overlaps(input, output)) {
-        copy.assign(static_cast<const unsigned char*>(input.raw_data()),
-                    static_cast<const unsigned char*>(input.raw_data()) + input.nbytes());
-        send = copy.data();
+        copy->assign(static_cast<const unsigned char*>(input.raw_data()),
+                     static_cast<const unsigned char*>(input.raw_data()) + input.nbytes());
+        send = copy->data();
       }
-      check_mpi(MPI_Allgather(send, bytes, MPI_BYTE, out, bytes, MPI_BYTE, comm_), what);
+      MPI_Request request = MPI_REQUEST_NULL;
+      check_mpi(MPI_Iallgather(send, bytes, MPI_BYTE, out, bytes, MPI_BYTE, comm_, &request), what);
+      finish(request, what, seq, input, output, copy);
     });
   }
 
   Work send(const Tensor& tensor, int peer, StreamRef) override {
-    const std::string what = describe("send", peer);
+    const auto [what, seq] = next_call("send", peer);
     backend::require_peer(what, tensor, peer, rank_, size_, Device::cpu());
     const int bytes = mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()), "bytes");
     return calls_->enqueue(what, [=, this] {
-      check_mpi(MPI_Send(tensor.raw_data(), bytes, MPI_BYTE, peer, point_to_point_tag, comm_), what);
+      progress_->require_not_aborted(what);
+      MPI_Request request = MPI_REQUEST_NULL;
+      check_mpi(MPI_Isend(tensor.raw_data(), bytes, MPI_BYTE, peer, point_to_point_tag, comm_, &request), what);
+      finish(request, what, seq, tensor);
     });
   }
 
   Work recv(const Tensor& tensor, int peer, StreamRef) override {
-    const std::string what = describe("recv", peer);
+    const auto [what, seq] = next_call("recv", peer);
     backend::require_peer(what, tensor, peer, rank_, size_, Device::cpu());
     const int bytes = mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()), "bytes");
     return calls_->enqueue(what, [=, this] {
+      progress_->require_not_aborted(what);
+      // The size is checked before receiving: a matched probe, waited for like any call.
+      MPI_Message message = MPI_MESSAGE_NULL;
       MPI_Status status;
-      check_mpi(MPI_Probe(peer, point_to_point_tag, comm_, &status), what);
+      progress_->wait_for_message(peer, point_to_point_tag, comm_, message, status, what, seq);
       int sent = 0;
       check_mpi(MPI_Get_count(&status, MPI_BYTE, &sent), what);
       if (sent != bytes) {
         std::vector<unsigned char> drained(static_cast<std::size_t>(sent));  // let the sender finish
-        check_mpi(MPI_Recv(drained.data(), sent, MPI_BYTE, peer, point_to_point_tag, comm_, MPI_STATUS_IGNORE), what);
+        check_mpi(MPI_Mrecv(drained.data(), sent, MPI_BYTE, &message, MPI_STATUS_IGNORE), what);
         fail(ErrorCategory::invalid_argument, what, ": rank ", peer, " sent ", sent, " bytes but this recv expects ",
              tensor, " (", tensor.nbytes(), " bytes)");
       }
-      check_mpi(MPI_Recv(tensor.raw_data(), bytes, MPI_BYTE, peer, point_to_point_tag, comm_, MPI_STATUS_IGNORE),
-                what);
+      check_mpi(MPI_Mrecv(tensor.raw_data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE), what);
     });
   }
 
   Work barrier(StreamRef) override {
-    const std::string what = describe("barrier");
-    return calls_->enqueue(what, [=, this] { check_mpi(MPI_Barrier(comm_), what); });
+    const auto [what, seq] = next_call("barrier");
+    return calls_->enqueue(what, [=, this] {
+      progress_->require_not_aborted(what);
+      MPI_Request request = MPI_REQUEST_NULL;
+      check_mpi(MPI_Ibarrier(comm_, &request), what);
+      finish(request, what, seq);
+    });
   }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
@@ -236,9 +275,25 @@ class MpiCommunicator : public Communicator {
     return backend::describe_call("MPI", op, rank_, size_, Device::cpu(), peer);
   }
 
+  // The call's description with its sequence number ("MPI all_reduce #42 (rank 0 of 2)").
+  std::pair<std::string, std::int64_t> next_call(const char* op, int peer = -1) {
+    const std::int64_t seq = progress_->next_sequence();
+    std::string name = op;
+    name += " #";
+    name += std::to_string(seq);
+    return {backend::describe_call("MPI", name, rank_, size_, Device::cpu(), peer), seq};
+  }
+
+  // Waits for a request through progress_, keeping `held` (its buffers) alive if it times out.
+  template <class... Held>
+  void finish(MPI_Request& request, const std::string& what, std::int64_t seq, Held... held) {
+    progress_->wait(request, what, seq, std::make_shared<std::tuple<Held...>>(std::move(held)...));
+  }
+
   MPI_Comm comm_;
   CommOptions options_;
   int rank_ = 0, size_ = 1;
+  std::unique_ptr<detail::MpiProgress> progress_;
   std::unique_ptr<backend::CallQueue> calls_;
 };
 

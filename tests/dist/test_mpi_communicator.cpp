@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 #include <mpi.h>
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <thread>
 
@@ -63,6 +65,45 @@ TEST_CASE("a rank that joins an MPI collective too late gives a timeout on the o
     REQUIRE(waited >= std::chrono::milliseconds(400));
     REQUIRE(waited < std::chrono::milliseconds(1400));
     REQUIRE_THAT(later, Catch::StartsWith("timeout") && Catch::Contains("aborted by an earlier timeout"));
+  }
+  world_barrier();
+}
+
+TEST_CASE("a stuck rank is named by the others within the timeout plus 10%, and waiting costs no CPU",
+          "[dist][comm][stuck]") {
+  loom::comm::CommOptions options;
+  options.timeout = std::chrono::milliseconds(1000);
+  std::unique_ptr<Communicator> comm = loom::comm::make_mpi_world_communicator(options);
+  const Tensor t = Tensor::full({256}, DType::f32, 1);
+  comm->all_reduce(t, t, ReduceOp::sum).wait();  // call #1 completes everywhere
+  const int stuck = comm->size() - 1;
+  if (comm->rank() == stuck) {
+    // Busy elsewhere (as a stopped or slow rank is) past the others' timeout, then joins, so the
+    // collective completes and nothing stays pending.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    comm->all_reduce(t, t, ReduceOp::sum).wait();
+  } else {
+    rusage before{}, after{};
+    getrusage(RUSAGE_SELF, &before);
+    const auto start = std::chrono::steady_clock::now();
+    const std::string error = outcome([&] { comm->all_reduce(t, t, ReduceOp::sum).wait(); });
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    getrusage(RUSAGE_SELF, &after);
+    const double cpu = static_cast<double>(after.ru_utime.tv_sec - before.ru_utime.tv_sec + after.ru_stime.tv_sec -
+                                           before.ru_stime.tv_sec) +
+                       static_cast<double>(after.ru_utime.tv_usec - before.ru_utime.tv_usec + after.ru_stime.tv_usec -
+                                           before.ru_stime.tv_usec) * 1e-6;
+    INFO(error << "\nwaited " << waited << " s, CPU " << cpu << " s");
+    CHECK_THAT(error, Catch::StartsWith("timeout") && Catch::Contains("MPI all_reduce #2") &&
+                          Catch::Contains("not completed within 1000 ms") &&
+                          Catch::Contains("rank(s) " + std::to_string(stuck) + " did not answer"));
+    if (comm->size() > 2) {
+      const int other = comm->rank() == 0 ? 1 : 0;
+      CHECK_THAT(error, Catch::Contains("rank " + std::to_string(other) + " is waiting in this call too"));
+    }
+    CHECK(waited >= 1.0);
+    CHECK(waited < 1.25);  // the timeout + 10% (the answers' grace is 5%), with room for a loaded machine
+    CHECK(cpu < 0.3 * waited);
   }
   world_barrier();
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # train_gpt under faults, as an operator meets them: exit codes, SIGTERM/SIGUSR1 preemption with a
 # bit-exact continuation, honest resume, checkpoint retention, stale temporaries, divergence and a
-# second signal. usage: train_gpt_faults.sh TRAIN_GPT WORK_DIR [MPIEXEC]
+# second signal; with MPI, a stopped and a killed rank. usage: train_gpt_faults.sh TRAIN_GPT WORK_DIR [MPIEXEC]
 # With MPIEXEC it checks preemption of a 2-rank job through mpirun (Open MPI forwards SIGUSR1 to
 # the ranks; a SIGTERM to mpirun itself makes it kill the job).
 set -uo pipefail
@@ -28,6 +28,11 @@ start_until_step() {
   done
   fail "$log: the run ended or stalled before step $step"
   return 1
+}
+
+# The process ids whose parent is $1 (from /proc: no procps needed).
+children_of() {
+  grep -l "^PPid:[[:space:]]*$1\$" /proc/[0-9]*/status 2>/dev/null | sed 's|/proc/\([0-9]*\)/status|\1|' | sort -n
 }
 
 # The per-step losses of logs, in order, and the final weights of two run directories, compared.
@@ -135,6 +140,30 @@ if [ -n "$mpiexec" ]; then
   "$mpiexec" -np 2 "$train_gpt" --checkpoint-dir mpi --steps $mpi_steps --batch 4 "${quick[@]}" > mpi2.log 2>&1 ||
     fail "the resumed 2-rank run failed"
   same_run mpi_sigusr1 mpi_ref.log mpi_ref mpi $mpi_steps mpi1.log mpi2.log
+fi
+
+# 9. A stuck rank (SIGSTOP) and a dead one (SIGKILL) in a 2-rank job with a 2 s timeout: the job
+# fails promptly, and for the stuck one the others name it.
+if [ -n "$mpiexec" ]; then
+  for signal in STOP KILL; do
+    start_until_step "stuck_$signal.log" 20 "$mpiexec" -np 2 "$train_gpt" --steps 100000 --batch 4 --loom-timeout-ms 2000 \
+      "${quick[@]}" || continue
+    victim=$(children_of "$pid" | tail -1)
+    begin=$(date +%s%N)
+    kill -"$signal" "$victim"
+    wait "$pid"
+    code=$?
+    took_ms=$((($(date +%s%N) - begin) / 1000000))
+    kill -KILL "$victim" 2>/dev/null
+    if [ $code -ne 0 ] && [ $took_ms -lt 6000 ]; then
+      pass "2 ranks, one rank $signal: the job failed (exit $code) after $took_ms ms"
+    else
+      fail "2 ranks, one rank $signal: exit $code after $took_ms ms"
+    fi
+    if [ "$signal" = STOP ] && ! grep -q "not completed within 2000 ms.*did not answer" "stuck_$signal.log"; then
+      fail "the stuck rank was not named: $(grep -m1 timeout "stuck_$signal.log")"
+    fi
+  done
 fi
 
 echo "$failures failure(s)"

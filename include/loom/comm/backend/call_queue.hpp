@@ -37,5 +37,8 @@ class CallQueue {
 // True once any CallQueue in the process has abandoned a worker stuck in a call (MPI must then
 // not be finalized: that would wait for the stuck call).
 bool calls_were_abandoned();
+// Records that a call was left pending inside a backend (e.g. a nonblocking MPI request that timed
+// out and never completed), with the same consequence.
+void note_abandoned_call();
 
 }  // namespace loom::comm::backend
