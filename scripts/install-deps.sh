@@ -11,6 +11,7 @@ packages=(
   libopenblas-dev
   qemu-user
   python3
+  clang libclang-rt-14-dev
 )
 
 missing=()

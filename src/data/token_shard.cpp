@@ -1,7 +1,9 @@
 #include "loom/data/token_shard.hpp"
 
 #include <array>
+#include <cstring>
 #include <fstream>
+#include <iterator>
 
 #include "loom/core/error.hpp"
 
@@ -11,36 +13,38 @@ namespace {
 constexpr std::size_t header_ints = 256;
 }
 
-std::vector<std::uint16_t> read_token_shard(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) fail(ErrorCategory::io, "cannot open token shard '", path, "'");
-  const std::streamoff size = in.tellg();
-  in.seekg(0);
+std::vector<std::uint16_t> parse_token_shard(std::string_view bytes, const std::string& name) {
   std::array<std::int32_t, header_ints> header{};
-  if (size < static_cast<std::streamoff>(sizeof(header)) ||
-      !in.read(reinterpret_cast<char*>(header.data()), sizeof(header))) {
-    fail(ErrorCategory::corrupt_data, "token shard '", path, "' is shorter (", size,
-         " bytes) than its 1024-byte header");
+  const std::size_t size = bytes.size();
+  if (size < sizeof(header)) {
+    fail(ErrorCategory::corrupt_data, "token shard '", name, "' is shorter (", size, " bytes) than its 1024-byte header");
   }
+  std::memcpy(header.data(), bytes.data(), sizeof(header));
   if (header[0] != token_shard_magic) {
-    fail(ErrorCategory::corrupt_data, "token shard '", path, "' has magic ", header[0], ", expected ",
+    fail(ErrorCategory::corrupt_data, "token shard '", name, "' has magic ", header[0], ", expected ",
          token_shard_magic, " (not an llm.c token shard)");
   }
   if (header[1] != token_shard_version) {
-    fail(ErrorCategory::corrupt_data, "token shard '", path, "' has version ", header[1], ", expected ",
+    fail(ErrorCategory::corrupt_data, "token shard '", name, "' has version ", header[1], ", expected ",
          token_shard_version);
   }
   const std::int64_t count = header[2];
-  const std::streamoff expected = static_cast<std::streamoff>(sizeof(header)) + count * 2;
-  if (count < 0 || size != expected) {
-    fail(ErrorCategory::corrupt_data, "token shard '", path, "' declares ", count, " tokens (", expected,
-         " bytes) but holds ", size, " bytes", size < expected ? " (truncated)" : "");
+  const std::int64_t expected = static_cast<std::int64_t>(sizeof(header)) + count * 2;
+  if (count < 0 || static_cast<std::int64_t>(size) != expected) {
+    fail(ErrorCategory::corrupt_data, "token shard '", name, "' declares ", count, " tokens (", expected,
+         " bytes) but holds ", size, " bytes", static_cast<std::int64_t>(size) < expected ? " (truncated)" : "");
   }
   std::vector<std::uint16_t> tokens(static_cast<std::size_t>(count));
-  if (!in.read(reinterpret_cast<char*>(tokens.data()), static_cast<std::streamsize>(count * 2))) {
-    fail(ErrorCategory::io, "cannot read the tokens of shard '", path, "'");
-  }
+  if (!tokens.empty()) std::memcpy(tokens.data(), bytes.data() + sizeof(header), tokens.size() * 2);
   return tokens;
+}
+
+std::vector<std::uint16_t> read_token_shard(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(ErrorCategory::io, "cannot open token shard '", path, "'");
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) fail(ErrorCategory::io, "cannot read token shard '", path, "'");
+  return parse_token_shard(bytes, path);
 }
 
 void write_token_shard(const std::string& path, const std::vector<std::uint16_t>& tokens) {

@@ -15,6 +15,7 @@
 #include "loom/io/files.hpp"
 #include "loom/io/safetensors.hpp"
 #include "loom/optim/state_io.hpp"
+#include "src/io/checkpoint_manifest.hpp"
 
 namespace loom::io {
 
@@ -23,8 +24,8 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* format_name = "loom-checkpoint-1";
-const char* const data_files[] = {"model.safetensors", "optimizer.safetensors"};
+using detail::checkpoint_format;
+constexpr const auto& data_files = detail::checkpoint_data_files;
 
 json config_json(const model::Model& model) {
   json config = json::object();
@@ -38,11 +39,11 @@ std::string step_name(std::int64_t step) {
   return name;
 }
 
-void require_matching_config(const json& manifest, const model::Model& model, const std::string& where) {
-  const std::string architecture = manifest.value("architecture", "gpt");  // absent: written before other models
-  require(architecture == model.architecture_name(), "checkpoint '", where, "' holds a ", architecture,
-          " model but the run trains a ", model.architecture_name());
-  const json& saved = manifest.at("config");
+void require_matching_config(const detail::CheckpointManifest& manifest, const model::Model& model,
+                             const std::string& where) {
+  require(manifest.architecture == model.architecture_name(), "checkpoint '", where, "' holds a ",
+          manifest.architecture, " model but the run trains a ", model.architecture_name());
+  const json& saved = manifest.config;
   const json mine = config_json(model);
   for (const auto& [field, value] : mine.items()) {
     if (!saved.contains(field) || saved[field] != value) {
@@ -111,7 +112,7 @@ std::string write_checkpoint(const std::string& run_dir, const model::Model& mod
     const FileDigest d = digest_file((temporary / file).string());
     files[file] = {{"bytes", d.bytes}, {"crc32", d.crc32}};
   }
-  const json manifest = {{"format", format_name},
+  const json manifest = {{"format", checkpoint_format},
                          {"step", progress.step},
                          {"optimizer", optimizer.name()},
                          {"optimizer_steps", optimizer.steps_taken()},
@@ -183,52 +184,30 @@ namespace {
 // A checkpoint directory's manifest and data files, each file read once and its size and CRC-32
 // checked on the bytes that are then parsed. Throws a corrupt_data or io Error naming the problem.
 struct VerifiedCheckpoint {
-  json manifest;
+  detail::CheckpointManifest manifest;
   std::vector<SafetensorsContents> contents;  // model, optimizer
 };
 
 VerifiedCheckpoint read_verified(const std::string& dir) {
   const std::string state_path = (fs::path(dir) / "state.json").string();
-  VerifiedCheckpoint v;
-  try {
-    v.manifest = json::parse(read_file(state_path));
-  } catch (const json::exception& e) {
-    fail(ErrorCategory::corrupt_data, "checkpoint state '", state_path, "' is not valid JSON (", e.what(), ")");
-  }
-  try {
-    if (!v.manifest.is_object() || v.manifest.value("format", "") != format_name) {
-      fail(ErrorCategory::corrupt_data, "'", state_path, "' is not a ", format_name, " checkpoint");
+  VerifiedCheckpoint v{detail::parse_manifest(read_file(state_path), state_path), {}};
+  for (const char* file : data_files) {
+    const std::string file_path = (fs::path(dir) / file).string();
+    const std::string bytes = read_file(file_path);
+    const std::uint32_t crc = crc32(std::span(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()));
+    const detail::CheckpointManifest::File& expected = v.manifest.files.at(file);
+    if (bytes.size() != expected.bytes || crc != expected.crc32) {
+      fail(ErrorCategory::corrupt_data, "checkpoint file '", file_path, "' is damaged: ", bytes.size(),
+           " bytes with CRC-32 ", crc, ", expected ", expected.bytes, " bytes with CRC-32 ", expected.crc32);
     }
-    for (const char* file : data_files) {
-      const std::string file_path = (fs::path(dir) / file).string();
-      const std::string bytes = read_file(file_path);
-      const std::uint32_t crc = crc32(std::span(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()));
-      const json& expected = v.manifest.at("files").at(file);
-      if (bytes.size() != expected.at("bytes").get<std::uint64_t>() || crc != expected.at("crc32").get<std::uint32_t>()) {
-        fail(ErrorCategory::corrupt_data, "checkpoint file '", file_path, "' is damaged: ", bytes.size(),
-             " bytes with CRC-32 ", crc, ", expected ", expected.at("bytes").get<std::uint64_t>(), " bytes with CRC-32 ",
-             expected.at("crc32").get<std::uint32_t>());
-      }
-      v.contents.push_back(parse_safetensors(bytes, file_path));
-    }
-  } catch (const json::exception& e) {
-    fail(ErrorCategory::corrupt_data, "checkpoint state '", state_path, "' lacks a field or has a wrong type (",
-         e.what(), ")");
+    v.contents.push_back(parse_safetensors(bytes, file_path));
   }
   return v;
 }
 
 }  // namespace
 
-std::int64_t verify_checkpoint(const std::string& dir) {
-  const VerifiedCheckpoint v = read_verified(dir);
-  try {
-    return v.manifest.at("step").get<std::int64_t>();
-  } catch (const json::exception& e) {
-    fail(ErrorCategory::corrupt_data, "checkpoint state '", (fs::path(dir) / "state.json").string(),
-         "' lacks a field or has a wrong type (", e.what(), ")");
-  }
-}
+std::int64_t verify_checkpoint(const std::string& dir) { return read_verified(dir).manifest.progress.step; }
 
 TrainingProgress load_checkpoint(const std::string& path, model::Model& model, optim::Optimizer& optimizer) {
   std::string dir = path;
@@ -238,48 +217,28 @@ TrainingProgress load_checkpoint(const std::string& path, model::Model& model, o
                       "a 'latest' checkpoint");
     dir = *latest;
   }
-  const std::string state_path = (fs::path(dir) / "state.json").string();
-  VerifiedCheckpoint verified = read_verified(dir);
-  const json& manifest = verified.manifest;
-  try {
-    require_matching_config(manifest, model, dir);
-    const std::string precision = manifest.at("precision").get<std::string>();
-    require(precision == model.precision().name(), "checkpoint '", dir, "' was trained in ", precision,
-            " but the model is ", model.precision().name());
-    const std::string optimizer_name = manifest.at("optimizer").get<std::string>();
-    require(optimizer_name == optimizer.name(), "checkpoint '", dir, "' holds ", optimizer_name,
-            " state but the run uses ", optimizer.name());
-    const std::vector<SafetensorsContents>& contents = verified.contents;
-    const SafetensorsContents& weights = contents[0];
-    const SafetensorsContents& state = contents[1];
-    const std::vector<model::Parameter*> parameters = model.parameter_space().parameters();
-    std::vector<Expected> model_targets, state_targets;
-    for (const model::Parameter* p : parameters) {
-      model_targets.push_back({p->name(), p->value().shape(), p->value().dtype()});
-    }
-    for (const auto& [name, shape] : optim::state_layout(optimizer)) state_targets.push_back({name, shape, DType::f32});
-    // Everything is checked before anything is copied: a refused checkpoint leaves the run as it was.
-    require_same_tensors(weights.tensors, model_targets, (fs::path(dir) / data_files[0]).string());
-    require_same_tensors(state.tensors, state_targets, (fs::path(dir) / data_files[1]).string());
-    for (model::Parameter* p : parameters) copy(p->value(), weights.tensors.at(p->name()));
-    optim::scatter_state(optimizer, state.tensors);
-    optimizer.set_steps_taken(manifest.at("optimizer_steps").get<std::int64_t>());
-    TrainingProgress progress;
-    progress.step = manifest.at("step").get<std::int64_t>();
-    // Written before ZeRO: each rank's position in a stream partitioned over data_ranks ranks.
-    progress.batches_consumed = manifest.contains("batches_consumed")
-                                    ? manifest.at("batches_consumed").get<std::int64_t>()
-                                    : manifest.at("data_position").get<std::int64_t>() * manifest.value("data_ranks", 1);
-    progress.data_seed = manifest.at("data_seed").get<std::uint64_t>();
-    const json& scaler = manifest.at("loss_scaler");
-    progress.loss_scale = scaler.at("scale").get<float>();
-    progress.loss_scale_clean_steps = scaler.at("clean_steps").get<std::int64_t>();
-    progress.skipped_steps = scaler.at("skipped_steps").get<std::int64_t>();
-    return progress;
-  } catch (const json::exception& e) {
-    fail(ErrorCategory::corrupt_data, "checkpoint state '", state_path, "' lacks a field or has a wrong type (",
-         e.what(), ")");
+  const VerifiedCheckpoint verified = read_verified(dir);
+  const detail::CheckpointManifest& manifest = verified.manifest;
+  require_matching_config(manifest, model, dir);
+  require(manifest.precision == model.precision().name(), "checkpoint '", dir, "' was trained in ", manifest.precision,
+          " but the model is ", model.precision().name());
+  require(manifest.optimizer == optimizer.name(), "checkpoint '", dir, "' holds ", manifest.optimizer,
+          " state but the run uses ", optimizer.name());
+  const SafetensorsContents& weights = verified.contents[0];
+  const SafetensorsContents& state = verified.contents[1];
+  const std::vector<model::Parameter*> parameters = model.parameter_space().parameters();
+  std::vector<Expected> model_targets, state_targets;
+  for (const model::Parameter* p : parameters) {
+    model_targets.push_back({p->name(), p->value().shape(), p->value().dtype()});
   }
+  for (const auto& [name, shape] : optim::state_layout(optimizer)) state_targets.push_back({name, shape, DType::f32});
+  // Everything is checked before anything is copied: a refused checkpoint leaves the run as it was.
+  require_same_tensors(weights.tensors, model_targets, (fs::path(dir) / data_files[0]).string());
+  require_same_tensors(state.tensors, state_targets, (fs::path(dir) / data_files[1]).string());
+  for (model::Parameter* p : parameters) copy(p->value(), weights.tensors.at(p->name()));
+  optim::scatter_state(optimizer, state.tensors);
+  optimizer.set_steps_taken(manifest.optimizer_steps);
+  return manifest.progress;
 }
 
 }  // namespace loom::io

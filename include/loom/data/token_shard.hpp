@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace loom::data {
@@ -15,6 +16,8 @@ inline constexpr std::int32_t token_shard_version = 1;
 // Reads a whole shard; a missing file is an io Error, a bad magic/version, a truncated or
 // oversized file a corrupt_data Error naming the file and what was wrong.
 std::vector<std::uint16_t> read_token_shard(const std::string& path);
+// The same from a shard's bytes (name is used in errors).
+std::vector<std::uint16_t> parse_token_shard(std::string_view bytes, const std::string& name);
 // Writes a shard (for tools and tests); io Error on failure.
 void write_token_shard(const std::string& path, const std::vector<std::uint16_t>& tokens);
 

@@ -4,6 +4,8 @@
 // seeking, and the background prefetcher (same stream, errors delivered).
 #include <catch2/catch.hpp>
 
+#include <cstring>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -67,6 +69,11 @@ TEST_CASE("llm.c token shards round-trip, and damaged shards are named errors", 
   data::write_token_shard(path, tokens);
   REQUIRE(std::filesystem::file_size(path) == 1024 + 10);
   REQUIRE(data::read_token_shard(path) == tokens);
+  // An empty shard is valid (fuzz/token_shard found the zero-length copy being undefined).
+  std::string empty(1024, '\0');
+  const std::int32_t header[3] = {data::token_shard_magic, data::token_shard_version, 0};
+  std::memcpy(empty.data(), header, sizeof(header));
+  REQUIRE(data::parse_token_shard(empty, "empty").empty());
 
   std::filesystem::resize_file(path, 1024 + 7);
   REQUIRE_THROWS_MATCHES(data::read_token_shard(path), loom::Error,

@@ -21,6 +21,7 @@
 #include "loom/io/safetensors.hpp"
 #include "loom/optim/sgd.hpp"
 #include "loom/train/trainer.hpp"
+#include "src/io/checkpoint_manifest.hpp"
 #include "support/tensor_checks.hpp"
 #include "support/tiny_gpt.hpp"
 
@@ -317,4 +318,35 @@ TEST_CASE("retention keeps the newest N, every k-th and `latest`; stale temporar
   CHECK_FALSE(fs::exists(dir / ".step_00000008.tmp"));
   CHECK_FALSE(fs::exists(dir / ".step_00000007.old"));
   CHECK(fs::exists(dir / ".step_00000001.old"));
+}
+
+TEST_CASE("a checkpoint's state.json is checked field by field before anything is read", "[io]") {
+  const std::string good = R"({"format": "loom-checkpoint-1", "architecture": "gpt", "config": {"layers": 2},
+    "precision": "fp32", "optimizer": "adamw", "optimizer_steps": 4, "step": 4, "batches_consumed": 8, "data_seed": 5,
+    "loss_scaler": {"scale": 1.0, "clean_steps": 0, "skipped_steps": 0},
+    "files": {"model.safetensors": {"bytes": 10, "crc32": 7}, "optimizer.safetensors": {"bytes": 20, "crc32": 4294967295}}})";
+  const loom::io::detail::CheckpointManifest m = loom::io::detail::parse_manifest(good, "s.json");
+  CHECK(m.progress.step == 4);
+  CHECK(m.progress.batches_consumed == 8);
+  CHECK(m.files.at("optimizer.safetensors").crc32 == 4294967295u);
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    text.replace(text.find(from), from.size(), to);
+    return text;
+  };
+  const std::vector<std::pair<std::string, std::string>> damaged = {
+      {with("\"step\": 4", "\"step\": -4"), "'step' = -4"},
+      {with("\"scale\": 1.0", "\"scale\": 0"), "loss_scaler.scale = 0"},
+      {with("\"data_seed\": 5", "\"data_seed\": \"5\""), "'data_seed' = \"5\""},
+      {with("\"crc32\": 7", "\"crc32\": 7.5"), "'crc32' = 7.5"},
+      {with("\"files\"", "\"fils\""), "lacks the field 'files'"},
+      {with("\"precision\": \"fp32\"", "\"precision\": 32"), "'precision' = 32"},
+      {"[1, 2]", "is not a loom-checkpoint-1 checkpoint"},
+      {"{", "is not valid JSON"},
+  };
+  for (const auto& [text, fragment] : damaged) {
+    INFO(fragment);
+    CHECK_THROWS_MATCHES(loom::io::detail::parse_manifest(text, "s.json"), loom::Error,
+                         IsError(ErrorCategory::corrupt_data, {"s.json", fragment}));
+  }
 }

@@ -73,6 +73,17 @@ TEST_CASE("bad topology files are refused, naming the problem", "[topo]") {
   CHECK_THROWS_MATCHES(topo::topology_from_json("{\"format\": \"loom-topology-1\"}"), loom::Error,
                        IsError(ErrorCategory::corrupt_data, {"hosts"}));
   CHECK_THROWS_MATCHES(topo::topology_from_json("not json"), loom::Error, IsError(ErrorCategory::corrupt_data, {"not valid"}));
+  // Values that would ask for absurd memory or overflow a conversion (found by fuzz/topology_json).
+  CHECK_THROWS_MATCHES(topo::topology_from_json(R"({"format": "loom-topology-1", "hosts": [{"repeat": 2000000000}]})"),
+                       loom::Error, IsError(ErrorCategory::corrupt_data, {"'repeat' = 2000000000", "[1, 65536]"}));
+  CHECK_THROWS_MATCHES(
+      topo::topology_from_json(R"({"format": "loom-topology-1", "hosts": [{"gpus": [{"memory_gib": 1e300}]}]})"),
+      loom::Error, IsError(ErrorCategory::corrupt_data, {"a GPU", "'memory_gib' = 1e+300"}));
+  CHECK_THROWS_MATCHES(
+      topo::topology_from_json(R"({"format": "loom-topology-1", "hosts": [{"gpus": [{"count": 1000}, {"count": 1000}]}]})"),
+      loom::Error, IsError(ErrorCategory::corrupt_data, {"more than 1024 GPUs"}));
+  CHECK_THROWS_MATCHES(topo::topology_from_json(R"({"format": "loom-topology-1", "hosts": [{"nics": [{"socket": 0}]}]})"),
+                       loom::Error, IsError(ErrorCategory::corrupt_data, {"a NIC", "gbits"}));
   const std::string bad_pair = R"({"format": "loom-topology-1", "hosts": [{"name": "h", "gpus": [{"count": 2}],
       "nvlink_pairs": [{"a": 0, "b": 5, "links": 4}]}]})";
   CHECK_THROWS_MATCHES(topo::topology_from_json(bad_pair), loom::Error,

@@ -1,0 +1,93 @@
+#include "src/io/checkpoint_manifest.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "loom/core/error.hpp"
+
+namespace loom::io::detail {
+
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(const std::string& state_path, const std::string& what) {
+  fail(ErrorCategory::corrupt_data, "checkpoint state '", state_path, "' ", what);
+}
+
+const json& field(const json& object, const char* name, const std::string& state_path) {
+  if (!object.is_object() || !object.contains(name)) bad(state_path, std::string("lacks the field '") + name + "'");
+  return object.at(name);
+}
+
+std::int64_t count_field(const json& object, const char* name, const std::string& state_path) {
+  const json& value = field(object, name, state_path);
+  if (!value.is_number_integer() || value.get<std::int64_t>() < 0) {
+    bad(state_path, std::string("has '") + name + "' = " + value.dump() + ", not a count (an integer >= 0)");
+  }
+  return value.get<std::int64_t>();
+}
+
+std::string text_field(const json& object, const char* name, const std::string& state_path) {
+  const json& value = field(object, name, state_path);
+  if (!value.is_string()) bad(state_path, std::string("has '") + name + "' = " + value.dump() + ", not a string");
+  return value.get<std::string>();
+}
+
+}  // namespace
+
+CheckpointManifest parse_manifest(std::string_view text, const std::string& state_path) {
+  json manifest;
+  try {
+    manifest = json::parse(text);
+  } catch (const json::exception& e) {
+    bad(state_path, std::string("is not valid JSON (") + e.what() + ")");
+  }
+  if (!manifest.is_object() || !manifest.contains("format") || manifest["format"] != checkpoint_format) {
+    bad(state_path, std::string("is not a ") + checkpoint_format + " checkpoint");
+  }
+  CheckpointManifest m;
+  m.architecture = manifest.contains("architecture") ? text_field(manifest, "architecture", state_path) : "gpt";
+  m.config = field(manifest, "config", state_path);
+  if (!m.config.is_object()) bad(state_path, "has a 'config' that is not an object");
+  m.precision = text_field(manifest, "precision", state_path);
+  m.optimizer = text_field(manifest, "optimizer", state_path);
+  m.optimizer_steps = count_field(manifest, "optimizer_steps", state_path);
+  TrainingProgress& p = m.progress;
+  p.step = count_field(manifest, "step", state_path);
+  if (manifest.contains("batches_consumed")) {
+    p.batches_consumed = count_field(manifest, "batches_consumed", state_path);
+  } else {  // written before ZeRO: each rank's position in a stream partitioned over data_ranks ranks
+    const std::int64_t position = count_field(manifest, "data_position", state_path);
+    const std::int64_t ranks = manifest.contains("data_ranks") ? count_field(manifest, "data_ranks", state_path) : 1;
+    if (ranks < 1 || position > std::numeric_limits<std::int64_t>::max() / ranks) {
+      bad(state_path, "has data_position x data_ranks out of range");
+    }
+    p.batches_consumed = position * ranks;
+  }
+  const json& seed = field(manifest, "data_seed", state_path);
+  if (!seed.is_number_unsigned() && !(seed.is_number_integer() && seed.get<std::int64_t>() >= 0)) {
+    bad(state_path, "has 'data_seed' = " + seed.dump() + ", not an unsigned integer");
+  }
+  p.data_seed = seed.get<std::uint64_t>();
+  const json& scaler = field(manifest, "loss_scaler", state_path);
+  const json& scale = field(scaler, "scale", state_path);
+  if (!scale.is_number() || !(scale.get<double>() > 0) || !std::isfinite(scale.get<double>()) ||
+      scale.get<double>() > std::numeric_limits<float>::max()) {
+    bad(state_path, "has loss_scaler.scale = " + scale.dump() + ", not a positive finite number");
+  }
+  p.loss_scale = scale.get<float>();
+  p.loss_scale_clean_steps = count_field(scaler, "clean_steps", state_path);
+  p.skipped_steps = count_field(scaler, "skipped_steps", state_path);
+  const json& files = field(manifest, "files", state_path);
+  for (const char* name : checkpoint_data_files) {
+    const json& entry = field(files, name, state_path);
+    const std::int64_t bytes = count_field(entry, "bytes", state_path);
+    const std::int64_t crc = count_field(entry, "crc32", state_path);
+    if (crc > 0xffffffffLL) bad(state_path, std::string("has a crc32 of ") + name + " beyond 32 bits");
+    m.files[name] = {static_cast<std::uint64_t>(bytes), static_cast<std::uint32_t>(crc)};
+  }
+  return m;
+}
+
+}  // namespace loom::io::detail
