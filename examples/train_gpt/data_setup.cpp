@@ -77,7 +77,11 @@ RunData::RunData(const RunConfig& config, loom::data::Partition partition) : con
                   "'");
     std::vector<std::int32_t> tokens =
         text ? loom::data::read_text_tokens(config.data.substr(5)) : loom::data::read_shard_tokens(split(config.data.substr(7)));
-    // The last 10% is held out (at least one window).
+    // The last 10% is held out (at least one window), so the data needs two windows at least.
+    const auto needed = static_cast<std::size_t>(2 * (steps + 1));
+    loom::require(tokens.size() >= needed, "--data ", config.data, " holds ", tokens.size(), " tokens; sequences of ",
+                  steps, " need at least ", needed, " (", steps + 1, " to train on and as many held out for "
+                  "evaluation): use more data or a shorter --seq-len");
     const std::size_t cut = std::min(tokens.size() - std::min<std::size_t>(tokens.size(), steps + 1),
                                      tokens.size() * 9 / 10);
     std::vector<std::int32_t> held(tokens.begin() + static_cast<std::ptrdiff_t>(cut), tokens.end());

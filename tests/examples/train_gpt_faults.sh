@@ -52,6 +52,15 @@ code=$?
 if [ $code -eq 2 ] && grep -q "must be a positive number, got '0'" usage.log; then pass "--batch 0: exit 2, named"
 else fail "--batch 0: exit $code: $(cat usage.log)"; fi
 
+printf '0123456789' > ten.txt
+"$train_gpt" --data text:ten.txt > short.log 2>&1
+code=$?
+if [ $code -eq 2 ] && grep -q "holds 10 tokens; sequences of 64 need at least 130" short.log; then
+  pass "a 10-byte text file: exit 2, its size named"
+else
+  fail "a 10-byte text file: exit $code: $(tail -1 short.log)"
+fi
+
 # 2. SIGTERM: the step finishes, a checkpoint is committed, exit 4; the resumed run continues bit-exactly.
 steps=1500
 "$train_gpt" --checkpoint-dir ref --steps $steps "${quick[@]}" > ref.log 2>&1 || fail "the uninterrupted run failed"
