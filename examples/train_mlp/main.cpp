@@ -81,11 +81,18 @@ int run(const Options& o, loom::World& world) {
                 device.to_string().c_str(), world.size(), o.zero == 0 ? "DDP" : (o.zero == 1 ? "ZeRO-1" : "ZeRO-2"),
                 static_cast<double>(held.total()) / 1024, static_cast<double>(trainer.predicted_model_state().total()) / 1024);
   }
-  if (o.resume) {
-    loom::require(!o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
-    const bool found = static_cast<bool>(trainer.resume(o.checkpoint_dir));
-    if (leader) std::printf(found ? "resumed at step %lld\n" : "no checkpoint yet: from scratch (step %lld)\n",
-                            static_cast<long long>(trainer.steps_done()));
+  loom::require(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
+  if (!o.checkpoint_dir.empty()) {  // a checkpoint directory is always resumed from (as train_gpt's --resume auto)
+    const loom::train::Trainer::ResumeOutcome outcome = trainer.resume(o.checkpoint_dir);
+    for (const std::string& skipped : outcome.skipped) {
+      if (leader) std::printf("passed over: %s\n", skipped.c_str());
+    }
+    if (leader) {
+      std::printf(outcome ? "resumed at step %lld\n" : "no checkpoint yet: from scratch (step %lld)\n",
+                  static_cast<long long>(trainer.steps_done()));
+    }
+    loom::require(trainer.steps_done() < o.steps, "--steps ", o.steps, " is not beyond step ", trainer.steps_done(),
+                  " of the checkpoint '", outcome.checkpoint, "': nothing to train");
   }
   std::int64_t saved = trainer.steps_done();
   auto save = [&] {
@@ -131,7 +138,8 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "save checkpoints here");
   app.add_option("--checkpoint-every", o.checkpoint_every, "save every N steps (0: at the end only)")
       ->check(CLI::NonNegativeNumber);
-  app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --checkpoint-dir");
+  app.add_flag("--resume", o.resume, "continue from the newest checkpoint in --checkpoint-dir that verifies (the "
+               "default whenever --checkpoint-dir is given; kept for scripts that pass it)");
   app.add_option("--log-every", o.log_every, "print a line every N steps")->check(CLI::PositiveNumber);
   try {
     loom::InitOptions init = loom::parse_init_flags(argc, argv);

@@ -76,6 +76,15 @@ fi
 grep -q "^resumed from term/step_" term2.log || fail "the resumed run did not say where it resumed"
 same_run sigterm ref.log ref term $steps term1.log term2.log
 
+# 2b. --time-limit: the same path as a signal.
+"$train_gpt" --checkpoint-dir limit --steps 100000 --time-limit 1 "${quick[@]}" > limit.log 2>&1
+code=$?
+if [ $code -eq 4 ] && grep -qE "^stopped by the time limit after step [0-9]+: checkpoint limit/step_" limit.log; then
+  pass "--time-limit 1: exit 4, stopped $(grep -oE 'after step [0-9]+' limit.log | tail -1)"
+else
+  fail "--time-limit: exit $code: $(tail -2 limit.log)"
+fi
+
 # 3. --steps at or below the checkpoint's step: exit 2, naming both.
 "$train_gpt" --checkpoint-dir term --steps 10 "${quick[@]}" > below.log 2>&1
 code=$?
