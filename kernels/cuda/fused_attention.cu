@@ -47,6 +47,16 @@ __device__ __forceinline__ float dot(const float* a, const float* b, int n) {
   return sum;
 }
 
+// The key and value tiles starting at key k0 of the head whose q starts at qs, once every thread
+// is done with the previous ones; every thread sees them on return.
+template <class T>
+__device__ void load_key_tiles(float (*k)[pad], float (*v)[pad], const T* qs, std::int64_t k0, const Layout& d) {
+  __syncthreads();
+  load_tile(k, qs + d.channels, 3 * d.channels, k0, d.steps, d.head_size);
+  load_tile(v, qs + 2 * d.channels, 3 * d.channels, k0, d.steps, d.head_size);
+  __syncthreads();
+}
+
 // Max or sum over the 16 threads of one score row (lanes 0-15 or 16-31 of a warp).
 __device__ __forceinline__ float row_max(float v) {
   for (int offset = tile / 2; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
@@ -80,10 +90,7 @@ __global__ void __launch_bounds__(threads) forward_kernel(const T* qkv, T* out, 
   float m = -INFINITY, l = 0.0f, acc[per_thread] = {};
   const std::int64_t last_key = min(d.steps, q0 + tile) - 1;
   for (std::int64_t k0 = 0; k0 <= last_key; k0 += tile) {
-    __syncthreads();  // the previous tiles are no longer read
-    load_tile(k, qs + d.channels, width, k0, d.steps, d.head_size);
-    load_tile(v, qs + 2 * d.channels, width, k0, d.steps, d.head_size);
-    __syncthreads();
+    load_key_tiles(k, v, qs, k0, d);
     const std::int64_t key = k0 + c;
     const bool visible = key <= query && key < d.steps;
     const float s = visible ? dot(q[r], k[c], d.head_size) * d.scale : -INFINITY;
@@ -218,10 +225,7 @@ __global__ void __launch_bounds__(threads)
   float dq[per_thread] = {};
   const std::int64_t last_key = min(d.steps, q0 + tile) - 1;
   for (std::int64_t k0 = 0; k0 <= last_key; k0 += tile) {
-    __syncthreads();
-    load_tile(k, qs + d.channels, width, k0, d.steps, d.head_size);
-    load_tile(v, qs + 2 * d.channels, width, k0, d.steps, d.head_size);
-    __syncthreads();
+    load_key_tiles(k, v, qs, k0, d);
     const std::int64_t key = k0 + c;
     ds[r][c] = score_grad(q[r], k[c], v[c], dy[r], own_lse, own_delta, key <= query && query < d.steps && key < d.steps,
                           d)
