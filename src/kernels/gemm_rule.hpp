@@ -14,8 +14,8 @@
 namespace loom::kernels::detail {
 
 struct GemmRuleRow {
-  std::optional<GemmPrecision> precision;  // nullopt: any
-  std::optional<bool> trans_a, trans_b;    // nullopt: either
+  std::optional<GemmPrecision> precision{};  // nullopt: any
+  std::optional<bool> trans_a{}, trans_b{};  // nullopt: either
   std::int64_t min_m = 1, max_m = INT64_MAX;
   std::int64_t min_n = 1, max_n = INT64_MAX;
   std::int64_t min_k = 1, max_k = INT64_MAX;
