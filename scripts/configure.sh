@@ -14,5 +14,5 @@ cmake -S "$root" -B "$build_dir" "${generator[@]}" \
   -DCMAKE_BUILD_TYPE=Release \
   -DLOOM_CUDA="${LOOM_CUDA:-AUTO}" \
   -DLOOM_MPI="${LOOM_MPI:-AUTO}" \
-  -DLOOM_FUZZ_SECONDS="${LOOM_FUZZ_SECONDS:-20}" \
+  -DLOOM_FUZZ_SECONDS="${LOOM_FUZZ_SECONDS:-15}" \
   -DLOOM_WERROR="$werror"
