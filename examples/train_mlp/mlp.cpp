@@ -3,6 +3,7 @@
 #include <cmath>
 #include <random>
 
+#include "loom/core/caching_allocator.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/tensor_ops.hpp"
 #include "loom/kernels/cast.hpp"
@@ -50,6 +51,19 @@ std::vector<std::pair<std::string, std::int64_t>> Mlp::architecture() const {
           {"outputs", config_.outputs}};
 }
 
+namespace {
+
+// `buffer`, reallocated only when its shape, dtype or device changes: a step after the first
+// allocates nothing on the device.
+const Tensor& reuse(Tensor& buffer, const loom::Shape& shape, DType dtype, loom::Device device) {
+  if (!buffer.defined() || buffer.shape() != shape || buffer.dtype() != dtype || buffer.device() != device) {
+    buffer = Tensor::empty(shape, dtype, device);
+  }
+  return buffer;
+}
+
+}  // namespace
+
 float Mlp::forward(const Tensor& inputs, const Tensor& targets, loom::StreamRef stream) {
   loom::require(inputs.defined() && inputs.dtype() == DType::f32 && inputs.shape().rank() == 2 &&
                     inputs.shape()[1] == config_.inputs,
@@ -57,8 +71,9 @@ float Mlp::forward(const Tensor& inputs, const Tensor& targets, loom::StreamRef 
   loom::require(targets.defined() && targets.dtype() == DType::f32 &&
                     targets.shape() == loom::Shape{inputs.shape()[0], config_.outputs},
                 "MLP: targets must be [", inputs.shape()[0], ", ", config_.outputs, "] f32, got ", targets);
-  const Tensor x = inputs.to(device_, stream);
-  input_ = precision_.storage == DType::f32 ? x : Tensor::empty(x.shape(), precision_.storage, device_);
+  const Tensor x = inputs.device() == device_ ? inputs : reuse(staged_inputs_, inputs.shape(), DType::f32, device_);
+  if (inputs.device() != device_) loom::copy(x, inputs, stream);
+  input_ = precision_.storage == DType::f32 ? x : reuse(input_, x.shape(), precision_.storage, device_);
   if (precision_.storage != DType::f32) loom::kernels::cast(x, input_, {}, stream);
   Tensor h = input_;
   for (std::size_t l = 0; l < layers_.size(); ++l) {
@@ -67,15 +82,18 @@ float Mlp::forward(const Tensor& inputs, const Tensor& targets, loom::StreamRef 
   }
   output_ = h;
   // difference = y - target, in f32 (the loss and its gradient).
-  const Tensor y = output_.dtype() == DType::f32 ? output_ : Tensor::empty(output_.shape(), DType::f32, device_);
+  const Tensor y = output_.dtype() == DType::f32 ? output_ : reuse(output_f32_, output_.shape(), DType::f32, device_);
   if (output_.dtype() != DType::f32) loom::kernels::cast(output_, y, {}, stream);
-  const Tensor negated = Tensor::empty(targets.shape(), DType::f32);
   const Tensor host_targets = targets.to(loom::Device::cpu(), stream);
-  for (std::int64_t i = 0; i < negated.numel(); ++i) negated.data<float>()[i] = -host_targets.data<float>()[i];
-  negated_targets_ = negated.to(device_, stream);
-  difference_ = Tensor::empty(targets.shape(), DType::f32, device_);
+  reuse(host_negated_, targets.shape(), DType::f32, loom::Device::cpu());
+  for (std::int64_t i = 0; i < host_negated_.numel(); ++i) {
+    host_negated_.data<float>()[i] = -host_targets.data<float>()[i];
+  }
+  loom::copy(reuse(negated_targets_, targets.shape(), DType::f32, device_), host_negated_, stream);
+  reuse(difference_buffer_, targets.shape(), DType::f32, device_);
+  difference_ = difference_buffer_;
   loom::kernels::residual_add(y, negated_targets_, difference_, stream);
-  const Tensor squares = Tensor::zeros({1}, DType::f32, device_);
+  const Tensor squares = loom::scratch_zeros({1}, DType::f32, device_, stream);
   loom::kernels::sum_of_squares(std::span<const Tensor>(&difference_, 1), squares, stream);
   loom::synchronize(stream);
   return squares.to(loom::Device::cpu()).item<float>() / static_cast<float>(difference_.numel());
@@ -84,12 +102,12 @@ float Mlp::forward(const Tensor& inputs, const Tensor& targets, loom::StreamRef 
 void Mlp::backward(float loss_scale, loom::StreamRef stream) {
   loom::require(difference_.defined(), "MLP: backward needs a forward first");
   // d(mean (y - t)^2)/dy = 2 (y - t) / n, times the loss scale, in the storage dtype.
-  const Tensor found = Tensor::zeros({1}, DType::f32, device_);
+  const Tensor found = loom::scratch_zeros({1}, DType::f32, device_, stream);
   loom::kernels::unscale_and_check_finite(std::span<const Tensor>(&difference_, 1),
                                           2.0f * loss_scale / static_cast<float>(difference_.numel()), found, stream);
   Tensor d = difference_;
   if (precision_.storage != DType::f32) {
-    d = Tensor::empty(difference_.shape(), precision_.storage, device_);
+    d = reuse(gradient_, difference_.shape(), precision_.storage, device_);
     loom::kernels::cast(difference_, d, {}, stream);
   }
   for (std::size_t l = layers_.size(); l-- > 0;) {

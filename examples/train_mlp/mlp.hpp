@@ -49,6 +49,8 @@ class Mlp final : public loom::model::Model {
   std::vector<std::unique_ptr<loom::nn::Linear>> layers_;
   std::unique_ptr<loom::model::ParameterSpace> space_;
   loom::Tensor input_, output_, negated_targets_, difference_;
+  // Buffers kept between steps (difference_ is cleared by backward; its storage stays here).
+  loom::Tensor staged_inputs_, output_f32_, host_negated_, difference_buffer_, gradient_;
 };
 
 }  // namespace train_mlp
