@@ -33,6 +33,37 @@ __global__ void layernorm_forward_kernel(const T* x, const T* weight, const T* b
   }
 }
 
+// layernorm_forward_kernel over sum = a + b, which it also writes: each thread rounds its columns'
+// sums to T and reduces those, in the same order as the unfused kernel, so the bits are the same.
+template <class T>
+__global__ void residual_layernorm_forward_kernel(const T* a, const T* b, T* sum_out, const T* weight, const T* bias,
+                                                  T* out, float* mean, float* rstd, std::int64_t channels, float eps) {
+  const std::int64_t row = blockIdx.x;
+  const T* ar = a + row * channels;
+  const T* br = b + row * channels;
+  T* sr = sum_out + row * channels;
+  float sum = 0.0f;
+  for (std::int64_t c = threadIdx.x; c < channels; c += blockDim.x) {
+    const T x = from_f32<T>(to_f32(ar[c]) + to_f32(br[c]));
+    sr[c] = x;
+    sum += to_f32(x);
+  }
+  const float m = block_reduce(sum) / static_cast<float>(channels);
+  float squares = 0.0f;
+  for (std::int64_t c = threadIdx.x; c < channels; c += blockDim.x) {  // each thread rereads its own writes
+    const float d = to_f32(sr[c]) - m;
+    squares += d * d;
+  }
+  const float s = rsqrtf(block_reduce(squares) / static_cast<float>(channels) + eps);
+  for (std::int64_t c = threadIdx.x; c < channels; c += blockDim.x) {
+    out[row * channels + c] = from_f32<T>((to_f32(sr[c]) - m) * s * to_f32(weight[c]) + to_f32(bias[c]));
+  }
+  if (threadIdx.x == 0) {
+    mean[row] = m;
+    rstd[row] = s;
+  }
+}
+
 template <class T>
 __global__ void layernorm_dx_kernel(const T* dout, const T* x, const T* weight, const float* mean, const float* rstd,
                                     T* dx, std::int64_t channels) {
@@ -100,6 +131,20 @@ void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias
         device_data<float>(rstd), channels, eps);
   });
   check_launch("layernorm_forward");
+}
+
+void residual_layernorm_forward(const Tensor& a, const Tensor& b, const Tensor& sum, const Tensor& weight,
+                                const Tensor& bias, const Tensor& out, const Tensor& mean, const Tensor& rstd, float eps,
+                                void* stream) {
+  const DeviceGuard guard(a.device());
+  const std::int64_t channels = a.size(-1), rows = a.numel() / channels;
+  if (rows == 0) return;
+  visit_float_dtype(a.dtype(), [&]<class T>() {
+    residual_layernorm_forward_kernel<T><<<static_cast<unsigned>(rows), threads, 0, as_stream(stream)>>>(
+        device_data<T>(a), device_data<T>(b), device_data<T>(sum), device_data<T>(weight), device_data<T>(bias),
+        device_data<T>(out), device_data<float>(mean), device_data<float>(rstd), channels, eps);
+  });
+  check_launch("residual_layernorm_forward");
 }
 
 void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, const Tensor& mean,

@@ -21,6 +21,9 @@ void cast(const Tensor& src, const Tensor& dst, const CastOptions& options, void
 
 void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
                        const Tensor& mean, const Tensor& rstd, float eps, void* stream);
+void residual_layernorm_forward(const Tensor& a, const Tensor& b, const Tensor& sum, const Tensor& weight,
+                                const Tensor& bias, const Tensor& out, const Tensor& mean, const Tensor& rstd, float eps,
+                                void* stream);
 void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, const Tensor& mean,
                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias, void* stream);
 

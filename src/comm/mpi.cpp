@@ -262,6 +262,7 @@ class MpiCommunicator : public Communicator {
     // Owned by the call, not this frame: a call abandoned by the watchdog may still write it later.
     auto child = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
     calls_->run(what, [=, this] {
+      progress_->require_not_aborted(what);
       check_mpi(MPI_Comm_split(comm_, color == no_color ? MPI_UNDEFINED : color, key, child.get()), what);
     });
     if (*child == MPI_COMM_NULL) return nullptr;

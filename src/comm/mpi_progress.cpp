@@ -62,6 +62,7 @@ MpiProgress::~MpiProgress() {
   if (pending) {
     backend::note_abandoned_call();  // MPI_Finalize would wait for them
     new std::vector<std::shared_ptr<void>>(std::move(kept_));  // MPI may still write into them: never freed
+    new std::deque<Answer>(std::move(answers_));                 // nor read from these (a moved deque keeps its elements)
     return;
   }
   MPI_Comm_free(&side_);
@@ -97,8 +98,16 @@ void MpiProgress::wait_until(Done&& done, OnTimeout&& on_timeout, const std::str
   waiting_in_ = sequence;
   const auto start = Clock::now(), deadline = start + timeout_;
   auto sleep = std::chrono::duration_cast<std::chrono::microseconds>(first_sleep);
-  while (!done()) {
-    serve();
+  for (;;) {
+    try {
+      if (done()) break;
+      serve();
+    } catch (const Error& e) {  // an MPI error: the request may still be pending, so park it and abort
+      on_timeout();
+      waiting_in_ = 0;
+      abort_reason_ = e.what();
+      throw;
+    }
     const auto now = Clock::now();
     if (now >= deadline) {
       on_timeout();
@@ -156,7 +165,11 @@ void MpiProgress::time_out(const std::string& what, std::int64_t sequence) {
   }
   const auto until = Clock::now() + answer_grace(timeout_);
   for (;;) {
-    serve();
+    try {
+      serve();
+    } catch (const Error&) {  // the status channel failed: report what is known
+      break;
+    }
     bool all = true;
     for (MPI_Request& reply : replies) {
       int done = 1;

@@ -72,9 +72,26 @@ CheckpointSearch find_resumable_checkpoint(const std::string& run_dir) {
   if (fs::exists(pointer)) {
     search.any = true;
     try {
-      named = fs::path(*latest_checkpoint(run_dir));
-      if (!fs::exists(*named)) search.skipped.push_back("'latest' names " + named->filename().string() + ", which does not exist");
-      else if (std::find(candidates.begin(), candidates.end(), *named) == candidates.end()) candidates.push_back(*named);
+      const std::optional<std::string> target = latest_checkpoint(run_dir);
+      if (target) named = fs::path(*target);
+      if (!named || !fs::exists(*named)) {
+        search.skipped.push_back("'latest' names " + (named ? named->filename().string() : std::string("nothing")) +
+                                 ", which does not exist");
+      } else if (std::find(candidates.begin(), candidates.end(), *named) == candidates.end()) {
+        // Outside the step directories (a re-save's .step_N.old): tried where its step N ranks.
+        const std::string name = named->filename().string();
+        std::optional<std::int64_t> step;
+        if (name.starts_with(".step_") && name.ends_with(".old")) step = step_of(name.substr(1, name.size() - 5));
+        auto at = candidates.end();
+        if (step) {
+          at = candidates.begin();
+          for (const Committed& c : committed) {
+            if (c.step <= *step) break;
+            ++at;
+          }
+        }
+        candidates.insert(at, *named);
+      }
     } catch (const Error& e) {
       search.skipped.push_back(std::string("'latest' is unreadable: ") + e.what());
     }

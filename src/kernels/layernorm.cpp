@@ -2,6 +2,7 @@
 
 #include "kernels/cpu/training.hpp"
 #include "kernels/cuda/training.hpp"
+#include "loom/kernels/elementwise.hpp"
 #include "validate.hpp"
 
 namespace loom::kernels {
@@ -27,6 +28,40 @@ void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias
   }
   detail::dispatch(kernel, device, stream, [&] { cpu::layernorm_forward(x, weight, bias, out, mean, rstd, eps); },
                    [&](void* s) { cuda::layernorm_forward(x, weight, bias, out, mean, rstd, eps, s); });
+}
+
+void residual_layernorm_forward(const Tensor& a, const Tensor& b, const Tensor& sum, const Tensor& weight,
+                                const Tensor& bias, const Tensor& out, const Tensor& mean, const Tensor& rstd, float eps,
+                                StreamRef stream) {
+  const char* kernel = "residual_layernorm_forward";
+  const Device device = detail::common_device(kernel, {{"a", a}, {"b", b}, {"sum", sum}});
+  detail::require_same_dtype(kernel, {{"a", a}, {"b", b}, {"sum", sum}});
+  detail::require_shape(kernel, {"b", b}, a.shape());
+  detail::require_shape(kernel, {"sum", sum}, a.shape());
+  require(!sum.shares_storage_with(a) && !sum.shares_storage_with(b), kernel,
+          ": sum must not share storage with a or b");
+  if (device.is_cpu()) {  // the two CPU kernels, which are memory-bound on neither side of the fusion
+    residual_add(a, b, sum, stream);
+    layernorm_forward(sum, weight, bias, out, mean, rstd, eps, stream);
+    return;
+  }
+  // The LayerNorm's own checks, on sum (the kernel is not run by this call).
+  const std::int64_t channels = detail::last_dim(kernel, {"sum", sum});
+  require(channels > 0, kernel, ": the inputs must have a non-empty last dimension, got ", a);
+  require(eps > 0.0f, kernel, ": eps must be positive, got ", eps);
+  detail::common_device(kernel, {{"a", a}, {"weight", weight}, {"bias", bias}, {"out", out}, {"mean", mean},
+                                 {"rstd", rstd}});
+  detail::require_floating(kernel, {"a", a});
+  detail::require_same_dtype(kernel, {{"a", a}, {"weight", weight}, {"bias", bias}, {"out", out}});
+  detail::require_shape(kernel, {"weight", weight}, Shape{channels});
+  detail::require_shape(kernel, {"bias", bias}, Shape{channels});
+  detail::require_shape(kernel, {"out", out}, a.shape());
+  for (const Arg stat : {Arg{"mean", mean}, Arg{"rstd", rstd}}) {
+    detail::require_dtype(kernel, stat, DType::f32);
+    detail::require_numel(kernel, stat, a.numel() / channels);
+  }
+  detail::dispatch(kernel, device, stream, [] {},
+                   [&](void* s) { cuda::residual_layernorm_forward(a, b, sum, weight, bias, out, mean, rstd, eps, s); });
 }
 
 void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, const Tensor& mean,

@@ -25,8 +25,9 @@ void TransformerBlock::collect_parameters(std::vector<Parameter*>& out) {
 Tensor TransformerBlock::forward(const Tensor& x, StreamRef stream) {
   detail::ensure_buffer(hidden_, x.shape(), precision_.storage, x.device());
   detail::ensure_buffer(output_, x.shape(), precision_.storage, x.device());
-  kernels::residual_add(x, attn_.forward(ln1_.forward(x, stream), stream), hidden_, stream);
-  const Tensor mlp = fc_proj_.forward(fc_.forward(ln2_.forward(hidden_, stream), stream), stream);
+  // hidden = x + attn(ln1(x)), and ln2(hidden), in one pass.
+  const Tensor normed = ln2_.forward_residual(x, attn_.forward(ln1_.forward(x, stream), stream), hidden_, stream);
+  const Tensor mlp = fc_proj_.forward(fc_.forward(normed, stream), stream);
   kernels::residual_add(hidden_, mlp, output_, stream);
   return output_;
 }

@@ -32,6 +32,20 @@ Tensor LayerNorm::forward(const Tensor& x, StreamRef stream) {
   return output_.view(x.shape());
 }
 
+Tensor LayerNorm::forward_residual(const Tensor& a, const Tensor& b, const Tensor& sum, StreamRef stream) {
+  require(a.defined() && a.shape().rank() >= 1 && a.shape()[-1] == channels_, "LayerNorm '", weight_.name(),
+          "': input must end in ", channels_, " channels, got ", a);
+  input_ = detail::as_rows(sum);
+  const std::int64_t rows = input_.shape()[0];
+  const Device device = weight_.value().device();
+  detail::ensure_buffer(output_, input_.shape(), precision_.storage, device);
+  detail::ensure_buffer(mean_, {rows}, DType::f32, device);
+  detail::ensure_buffer(rstd_, {rows}, DType::f32, device);
+  kernels::residual_layernorm_forward(detail::as_rows(a), detail::as_rows(b), input_, weight_.value(), bias_.value(),
+                                      output_, mean_, rstd_, eps_, stream);
+  return output_.view(a.shape());
+}
+
 Tensor LayerNorm::backward(const Tensor& dy, StreamRef stream) {
   require(input_.defined(), "LayerNorm '", weight_.name(), "': backward before forward");
   const Tensor dy_rows = detail::as_rows(dy);

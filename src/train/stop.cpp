@@ -27,13 +27,17 @@ long long monotonic_ns() {
   return static_cast<long long>(now.tv_sec) * 1000000000LL + now.tv_nsec;
 }
 
-// Records the first signal; a second one restores the default action and raises it again.
+// Records the first signal (its time first, so a poll never sees a signal without its time). A
+// second one more than a second later restores the default action and raises it again; one within
+// the second is taken for the same notice delivered twice (to the process group and forwarded by
+// the launcher) and ignored.
 extern "C" void record_stop_signal(int signal_number) {
+  const long long now = monotonic_ns();
+  long long unset = 0;
+  received_at_ns.compare_exchange_strong(unset, now);
   int expected = 0;
-  if (received_signal.compare_exchange_strong(expected, signal_number)) {
-    received_at_ns.store(monotonic_ns());
-    return;
-  }
+  if (received_signal.compare_exchange_strong(expected, signal_number)) return;
+  if (now - received_at_ns.load() < 1000000000LL) return;
   struct sigaction default_action {};
   default_action.sa_handler = SIG_DFL;
   sigemptyset(&default_action.sa_mask);
@@ -58,9 +62,10 @@ std::string StopRequest::describe() const {
 StopRequests::StopRequests(double time_limit_seconds)
     : deadline_(std::chrono::steady_clock::now() +
                 std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                    std::chrono::duration<double>(time_limit_seconds > 0 ? time_limit_seconds : 0))),
-      has_deadline_(time_limit_seconds > 0) {
-  require(time_limit_seconds >= 0, "StopRequests: the time limit must not be negative, got ", time_limit_seconds, " s");
+                    std::chrono::duration<double>(time_limit_seconds > 0 && time_limit_seconds <= 1e9 ? time_limit_seconds : 0))),
+      has_deadline_(time_limit_seconds > 0 && time_limit_seconds <= 1e9) {
+  require(time_limit_seconds >= 0 && time_limit_seconds <= 1e9, "StopRequests: the time limit must be in [0, 1e9] s, got ",
+          time_limit_seconds, " s");
   bool expected = false;
   require(installed.compare_exchange_strong(expected, true), "StopRequests: only one may exist at a time");
   received_signal.store(0);
@@ -90,7 +95,8 @@ StopRequest StopRequests::poll(comm::Communicator* comm) const {
   if (signal_number != 0) {
     request.reason = StopReason::signal;
     request.signal = signal_number;
-    request.seconds_since = static_cast<double>(monotonic_ns() - received_at_ns.load()) * 1e-9;
+    const long long at = received_at_ns.load();
+    request.seconds_since = at != 0 ? static_cast<double>(monotonic_ns() - at) * 1e-9 : 0.0;
   } else if (has_deadline_ && now >= deadline_) {
     request.reason = StopReason::time_limit;
     request.seconds_since = std::chrono::duration<double>(now - deadline_).count();

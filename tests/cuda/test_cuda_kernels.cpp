@@ -117,6 +117,29 @@ TEST_CASE("CUDA layernorm forward and backward match the CPU", "[cuda][kernels]"
   }
 }
 
+TEST_CASE("CUDA residual_layernorm_forward equals the unfused GPU kernels bit for bit, and the CPU", "[cuda][kernels]") {
+  std::mt19937 rng(73);
+  for (DType dtype : floating) {
+    INFO(loom::dtype_name(dtype));
+    const auto a = loom::test::random_tensor({37, 768}, dtype, rng), b = loom::test::random_tensor({37, 768}, dtype, rng);
+    const auto w = loom::test::random_tensor({768}, dtype, rng), bias = loom::test::random_tensor({768}, dtype, rng);
+    const Tensor ga = a.tensor.to(gpu), gb = b.tensor.to(gpu), gw = w.tensor.to(gpu), gbias = bias.tensor.to(gpu);
+    const Tensor sum = gpu_like(ga), out = gpu_like(ga), sum2 = gpu_like(ga), out2 = gpu_like(ga);
+    const Tensor mean = Tensor::empty({37}, DType::f32, gpu), rstd = Tensor::empty({37}, DType::f32, gpu);
+    const Tensor mean2 = Tensor::empty({37}, DType::f32, gpu), rstd2 = Tensor::empty({37}, DType::f32, gpu);
+    loom::kernels::residual_layernorm_forward(ga, gb, sum, gw, gbias, out, mean, rstd);
+    loom::kernels::residual_add(ga, gb, sum2);
+    loom::kernels::layernorm_forward(sum2, gw, gbias, out2, mean2, rstd2);
+    require_matches(sum, sum2.to(Device::cpu()), 0, 0);
+    require_matches(out, out2.to(Device::cpu()), 0, 0);
+    const Tensor cpu_sum = Tensor::empty({37, 768}, dtype), cpu_out = Tensor::empty({37, 768}, dtype);
+    const Tensor cpu_mean = Tensor::empty({37}, DType::f32), cpu_rstd = Tensor::empty({37}, DType::f32);
+    loom::kernels::residual_layernorm_forward(a.tensor, b.tensor, cpu_sum, w.tensor, bias.tensor, cpu_out, cpu_mean,
+                                              cpu_rstd);
+    require_matches(out, cpu_out, tolerance(dtype), 1e-5);
+  }
+}
+
 TEST_CASE("CUDA softmax and cross-entropy match the CPU", "[cuda][kernels]") {
   std::mt19937 rng(73);
   for (DType dtype : floating) {

@@ -136,9 +136,10 @@ else
   fail "divergence: exit $code: $(grep -vE '^step' diverged.log | tail -3)"
 fi
 
-# 7. A second signal ends the process at once (slow steps, so it lands within one).
-start_until_step twice.log 1 "$train_gpt" --checkpoint-dir twice --steps 100000 --layers 6 --channels 256 --batch 64 \
-  "${quick[@]}" && { kill -TERM "$pid"; sleep 0.05; kill -TERM "$pid"; }
+# 7. A second signal (more than a second after the first: one within a second is the same notice
+# delivered twice) ends the process at once (slow steps, so it lands within one).
+start_until_step twice.log 1 "$train_gpt" --checkpoint-dir twice --steps 100000 --layers 8 --channels 384 --batch 128 \
+  "${quick[@]}" && { kill -TERM "$pid"; sleep 0.2; kill -TERM "$pid"; sleep 1.2; kill -TERM "$pid"; }
 wait "$pid"
 code=$?
 if [ $code -eq 143 ]; then pass "a second SIGTERM: killed at once (exit 143)"; else fail "a second SIGTERM: exit $code"; fi

@@ -12,6 +12,14 @@ namespace loom::kernels {
 void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
                        const Tensor& mean, const Tensor& rstd, float eps = 1e-5f, StreamRef stream = {});
 
+// The residual add and the LayerNorm after it in one pass: sum = a + b (rounded to the dtype),
+// then layernorm_forward(sum, ...). The same bits as those two calls on the same device; on a GPU
+// the sum is read back from registers instead of memory. a, b, sum: [..., C], one dtype; sum must
+// not share storage with a or b.
+void residual_layernorm_forward(const Tensor& a, const Tensor& b, const Tensor& sum, const Tensor& weight,
+                                const Tensor& bias, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                                float eps = 1e-5f, StreamRef stream = {});
+
 // dx is written (it must not share storage with dout or x); dweight and dbias are accumulated into
 // (+=), as parameter gradients are over micro-batches, summed in fp32 and rounded once.
 // dweight/dbias share one dtype: f32 or x's.

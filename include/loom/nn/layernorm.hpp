@@ -18,6 +18,10 @@ class LayerNorm {
 
   // x: [..., C]. Returns this layer's output buffer (valid until the next forward).
   Tensor forward(const Tensor& x, StreamRef stream = {});
+  // forward(a + b) that also writes the sum into `sum` (shaped like a; the residual stream),
+  // with the add fused into the normalisation's pass on a GPU. The same bits as
+  // residual_add then forward.
+  Tensor forward_residual(const Tensor& a, const Tensor& b, const Tensor& sum, StreamRef stream = {});
   // Accumulates the weight and bias gradients, marks them ready, returns dx (a buffer).
   Tensor backward(const Tensor& dy, StreamRef stream = {});
 

@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "loom/kernels/elementwise.hpp"
 #include "loom/kernels/layernorm.hpp"
 #include "support/reference.hpp"
 #include "support/tensor_checks.hpp"
@@ -107,4 +108,27 @@ TEST_CASE("layernorm checks shapes and statistics dtypes", "[kernels][layernorm]
   CHECK_THROWS_MATCHES(loom::kernels::layernorm_backward(dout, x, w, stats, stats, Tensor::zeros({3, 8}, DType::f32),
                                                          grads, Tensor::zeros({8}, DType::bf16)),
                        loom::Error, loom::test::IsError(loom::ErrorCategory::invalid_argument, {"'dbias' is bf16"}));
+}
+
+TEST_CASE("residual_layernorm_forward is residual_add then layernorm_forward, bit for bit", "[kernels][layernorm]") {
+  std::mt19937 rng(58);
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    const auto a = loom::test::random_tensor({5, 96}, dtype, rng), b = loom::test::random_tensor({5, 96}, dtype, rng);
+    const auto w = loom::test::random_tensor({96}, dtype, rng), bias = loom::test::random_tensor({96}, dtype, rng);
+    const Tensor sum = Tensor::empty({5, 96}, dtype), out = Tensor::empty({5, 96}, dtype);
+    const Tensor mean = Tensor::empty({5}, DType::f32), rstd = Tensor::empty({5}, DType::f32);
+    loom::kernels::residual_layernorm_forward(a.tensor, b.tensor, sum, w.tensor, bias.tensor, out, mean, rstd);
+    const Tensor sum2 = Tensor::empty({5, 96}, dtype), out2 = Tensor::empty({5, 96}, dtype);
+    const Tensor mean2 = Tensor::empty({5}, DType::f32), rstd2 = Tensor::empty({5}, DType::f32);
+    loom::kernels::residual_add(a.tensor, b.tensor, sum2);
+    loom::kernels::layernorm_forward(sum2, w.tensor, bias.tensor, out2, mean2, rstd2);
+    CHECK(loom::test::as_doubles(sum) == loom::test::as_doubles(sum2));
+    CHECK(loom::test::as_doubles(out) == loom::test::as_doubles(out2));
+    CHECK(mean.to_vector<float>() == mean2.to_vector<float>());
+    CHECK(rstd.to_vector<float>() == rstd2.to_vector<float>());
+  }
+  const Tensor a = Tensor::zeros({2, 8}, DType::f32), w = Tensor::zeros({8}, DType::f32);
+  const Tensor stat = Tensor::empty({2}, DType::f32), out = Tensor::empty({2, 8}, DType::f32);
+  CHECK_THROWS_MATCHES(loom::kernels::residual_layernorm_forward(a, a, a, w, w, out, stat, stat), loom::Error,
+                       loom::test::IsError(loom::ErrorCategory::invalid_argument, {"sum must not share storage"}));
 }

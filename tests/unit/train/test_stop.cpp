@@ -54,6 +54,8 @@ TEST_CASE("the time limit requests a stop once it has passed", "[train][stop]") 
   const loom::train::StopRequest request = stops.poll();
   CHECK(request.reason == StopReason::time_limit);
   CHECK(request.describe() == "the time limit");
-  CHECK_THROWS_MATCHES(StopRequests(-1), loom::Error, loom::test::IsError(loom::ErrorCategory::invalid_argument,
-                                                                          {"must not be negative"}));
+  for (double bad : {-1.0, 1e300}) {
+    CHECK_THROWS_MATCHES(StopRequests(bad), loom::Error,
+                         loom::test::IsError(loom::ErrorCategory::invalid_argument, {"must be in [0, 1e9] s"}));
+  }
 }
