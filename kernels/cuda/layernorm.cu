@@ -10,13 +10,12 @@ namespace {
 constexpr int threads = 256;
 constexpr std::int64_t max_chunks = 65535;  // gridDim.y limit
 
+// The rest of a row's LayerNorm once each thread has summed its columns of xr (`sum`): the mean,
+// the variance from xr again, the output and the statistics. Both forward kernels end here, so
+// they reduce in the same order and give the same bits.
 template <class T>
-__global__ void layernorm_forward_kernel(const T* x, const T* weight, const T* bias, T* out, float* mean, float* rstd,
-                                         std::int64_t channels, float eps) {
-  const std::int64_t row = blockIdx.x;
-  const T* xr = x + row * channels;
-  float sum = 0.0f;
-  for (std::int64_t c = threadIdx.x; c < channels; c += blockDim.x) sum += to_f32(xr[c]);
+__device__ void finish_layernorm_row(const T* xr, float sum, const T* weight, const T* bias, T* out_row, float* mean,
+                                     float* rstd, std::int64_t channels, float eps) {
   const float m = block_reduce(sum) / static_cast<float>(channels);
   float squares = 0.0f;
   for (std::int64_t c = threadIdx.x; c < channels; c += blockDim.x) {
@@ -25,12 +24,22 @@ __global__ void layernorm_forward_kernel(const T* x, const T* weight, const T* b
   }
   const float s = rsqrtf(block_reduce(squares) / static_cast<float>(channels) + eps);
   for (std::int64_t c = threadIdx.x; c < channels; c += blockDim.x) {
-    out[row * channels + c] = from_f32<T>((to_f32(xr[c]) - m) * s * to_f32(weight[c]) + to_f32(bias[c]));
+    out_row[c] = from_f32<T>((to_f32(xr[c]) - m) * s * to_f32(weight[c]) + to_f32(bias[c]));
   }
   if (threadIdx.x == 0) {
-    mean[row] = m;
-    rstd[row] = s;
+    *mean = m;
+    *rstd = s;
   }
+}
+
+template <class T>
+__global__ void layernorm_forward_kernel(const T* x, const T* weight, const T* bias, T* out, float* mean, float* rstd,
+                                         std::int64_t channels, float eps) {
+  const std::int64_t row = blockIdx.x;
+  const T* xr = x + row * channels;
+  float sum = 0.0f;
+  for (std::int64_t c = threadIdx.x; c < channels; c += blockDim.x) sum += to_f32(xr[c]);
+  finish_layernorm_row(xr, sum, weight, bias, out + row * channels, mean + row, rstd + row, channels, eps);
 }
 
 // layernorm_forward_kernel over sum = a + b, which it also writes: each thread rounds its columns'
@@ -48,20 +57,8 @@ __global__ void residual_layernorm_forward_kernel(const T* a, const T* b, T* sum
     sr[c] = x;
     sum += to_f32(x);
   }
-  const float m = block_reduce(sum) / static_cast<float>(channels);
-  float squares = 0.0f;
-  for (std::int64_t c = threadIdx.x; c < channels; c += blockDim.x) {  // each thread rereads its own writes
-    const float d = to_f32(sr[c]) - m;
-    squares += d * d;
-  }
-  const float s = rsqrtf(block_reduce(squares) / static_cast<float>(channels) + eps);
-  for (std::int64_t c = threadIdx.x; c < channels; c += blockDim.x) {
-    out[row * channels + c] = from_f32<T>((to_f32(sr[c]) - m) * s * to_f32(weight[c]) + to_f32(bias[c]));
-  }
-  if (threadIdx.x == 0) {
-    mean[row] = m;
-    rstd[row] = s;
-  }
+  // Each thread rereads only its own writes.
+  finish_layernorm_row(sr, sum, weight, bias, out + row * channels, mean + row, rstd + row, channels, eps);
 }
 
 template <class T>

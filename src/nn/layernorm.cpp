@@ -19,15 +19,18 @@ void LayerNorm::collect_parameters(std::vector<Parameter*>& out) {
   out.push_back(&bias_);
 }
 
+void LayerNorm::prepare_forward(const Tensor& input_rows) {
+  input_ = input_rows;
+  const Device device = weight_.value().device();
+  detail::ensure_buffer(output_, input_.shape(), precision_.storage, device);
+  detail::ensure_buffer(mean_, {input_.shape()[0]}, DType::f32, device);
+  detail::ensure_buffer(rstd_, {input_.shape()[0]}, DType::f32, device);
+}
+
 Tensor LayerNorm::forward(const Tensor& x, StreamRef stream) {
   require(x.defined() && x.shape().rank() >= 1 && x.shape()[-1] == channels_, "LayerNorm '", weight_.name(),
           "': input must end in ", channels_, " channels, got ", x);
-  input_ = detail::as_rows(x);
-  const std::int64_t rows = input_.shape()[0];
-  const Device device = weight_.value().device();
-  detail::ensure_buffer(output_, input_.shape(), precision_.storage, device);
-  detail::ensure_buffer(mean_, {rows}, DType::f32, device);
-  detail::ensure_buffer(rstd_, {rows}, DType::f32, device);
+  prepare_forward(detail::as_rows(x));
   kernels::layernorm_forward(input_, weight_.value(), bias_.value(), output_, mean_, rstd_, eps_, stream);
   return output_.view(x.shape());
 }
@@ -35,12 +38,7 @@ Tensor LayerNorm::forward(const Tensor& x, StreamRef stream) {
 Tensor LayerNorm::forward_residual(const Tensor& a, const Tensor& b, const Tensor& sum, StreamRef stream) {
   require(a.defined() && a.shape().rank() >= 1 && a.shape()[-1] == channels_, "LayerNorm '", weight_.name(),
           "': input must end in ", channels_, " channels, got ", a);
-  input_ = detail::as_rows(sum);
-  const std::int64_t rows = input_.shape()[0];
-  const Device device = weight_.value().device();
-  detail::ensure_buffer(output_, input_.shape(), precision_.storage, device);
-  detail::ensure_buffer(mean_, {rows}, DType::f32, device);
-  detail::ensure_buffer(rstd_, {rows}, DType::f32, device);
+  prepare_forward(detail::as_rows(sum));
   kernels::residual_layernorm_forward(detail::as_rows(a), detail::as_rows(b), input_, weight_.value(), bias_.value(),
                                       output_, mean_, rstd_, eps_, stream);
   return output_.view(a.shape());

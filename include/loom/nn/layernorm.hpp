@@ -30,6 +30,8 @@ class LayerNorm {
   void collect_parameters(std::vector<Parameter*>& out);
 
  private:
+  // Keeps input_rows ([rows, C]) for backward and sizes the output and statistics buffers.
+  void prepare_forward(const Tensor& input_rows);
   std::int64_t channels_;
   float eps_;
   Precision precision_;
