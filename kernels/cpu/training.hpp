@@ -36,6 +36,8 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& att
 void fused_attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, std::int64_t heads);
 void fused_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                               const Tensor& dqkv, std::int64_t heads);
+// x [B, T, K * NH * hs] <-> heads [K, B, NH, T, hs] (to_heads: x is read).
+void permute_heads(const Tensor& x, const Tensor& heads, std::int64_t num_heads, bool to_heads);
 void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, const Tensor& out);
 void embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& dwte, const Tensor& dwpe);
 

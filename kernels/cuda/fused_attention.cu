@@ -8,8 +8,9 @@
 //            the query tiles, and one per query tile accumulating dQ over the key tiles. Both
 //            recompute P from the log-sum-exp. No atomics: every output element is written by
 //            one thread after a loop in fixed order, so results are deterministic.
-// Arithmetic is fp32 on CUDA cores; a tensor-core version is the next step once a GPU has
-// measured this one against the composed path.
+// Arithmetic is fp32 on CUDA cores. f16/bf16 with head size 64 or 128 (aligned) go to the
+// tensor-core kernels of attention_mma.cu instead; this file keeps every other case.
+#include "attention_mma.hpp"
 #include "common.cuh"
 #include "training.hpp"
 
@@ -270,6 +271,10 @@ dim3 tiles_grid(const Tensor& qkv, const Layout& d) {
 
 void fused_attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, std::int64_t heads,
                              void* stream) {
+  if (attention_mma_applies(qkv, heads, {&qkv, &out})) {
+    attention_mma_forward(qkv, out, lse, heads, stream);
+    return;
+  }
   const DeviceGuard guard(qkv.device());
   const Layout d = layout_of(qkv, heads);
   const dim3 grid = tiles_grid(qkv, d);
@@ -288,15 +293,18 @@ void fused_attention_backward(const Tensor& dout, const Tensor& qkv, const Tenso
   const cudaStream_t s = as_stream(stream);
   const std::int64_t rows = qkv.size(0) * d.heads * d.steps;
   const StreamScratch delta(static_cast<std::size_t>(rows) * sizeof(float), s);
+  const bool tensor_cores = attention_mma_applies(qkv, heads, {&dout, &qkv, &out, &dqkv});
   visit_float_dtype(qkv.dtype(), [&]<class T>() {
     delta_kernel<T><<<grid_for(rows * 32, 256), 256, 0, s>>>(device_data<T>(dout), device_data<T>(out),
                                                             delta.as<float>(), d, rows);
+    if (tensor_cores) return;
     dkv_kernel<T><<<grid, threads, 0, s>>>(device_data<T>(qkv), device_data<T>(dout), device_data<float>(lse),
                                           delta.as<float>(), device_data<T>(dqkv), d);
     dq_kernel<T><<<grid, threads, 0, s>>>(device_data<T>(qkv), device_data<T>(dout), device_data<float>(lse),
                                          delta.as<float>(), device_data<T>(dqkv), d);
   });
   check_launch("fused_attention_backward");
+  if (tensor_cores) attention_mma_backward(dout, qkv, lse, delta.as<float>(), dqkv, heads, stream);
 }
 
 }  // namespace loom::kernels::cuda

@@ -78,4 +78,55 @@ __device__ __forceinline__ void store_result(const Output& out, const Epilogue& 
   static_cast<Out*>(out.data)[batch * out.batch_stride + gi * out.ld + gj] = from_f32<Out>(v);
 }
 
+// Eight consecutive elements of storage type T, 16-byte aligned (f32: 32 bytes in two 16-byte
+// accesses): one vector load or store of a row segment.
+template <class T>
+struct alignas(16) Eight {
+  T v[8];
+};
+
+template <class T>
+__device__ __forceinline__ bool aligned_16(const T* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
+
+// store_result for D[batch, gi, gj + c], c < count <= 8, from acc[c]: the same arithmetic per
+// element, with 16-byte loads and stores of D, C and the pre-activation where all eight elements
+// are in range and their addresses 16-byte aligned (the caller keeps gj a multiple of 8).
+template <class In, class Out>
+__device__ __forceinline__ void store_results(const Output& out, const Epilogue& e, std::int64_t batch,
+                                              std::int64_t gi, std::int64_t gj, const float (&acc)[8], int count) {
+  Out* d = static_cast<Out*>(out.data) + batch * out.batch_stride + gi * out.ld + gj;
+  const Out* c = e.c != nullptr ? static_cast<const Out*>(e.c) + batch * e.c_stride + gi * e.c_ld + gj : nullptr;
+  Out* pre = e.gelu && e.pre_activation != nullptr
+                 ? static_cast<Out*>(e.pre_activation) + (batch * out.m + gi) * out.n + gj
+                 : nullptr;
+  const bool vector = count == 8 && aligned_16(d) && (c == nullptr || aligned_16(c)) &&
+                      (pre == nullptr || aligned_16(pre));
+  if (!vector) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {  // a constant bound keeps acc in registers
+      if (i < count) store_result<In, Out>(out, e, batch, gi, gj + i, acc[i]);
+    }
+    return;
+  }
+  Eight<Out> c_values{}, pre_values{}, d_values{};
+  if (c != nullptr) c_values = *reinterpret_cast<const Eight<Out>*>(c);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    float v = e.alpha * acc[i];
+    if (c != nullptr) v += e.beta * to_f32(c_values.v[i]);
+    if (e.bias != nullptr) {
+      v += e.bias_is_f32 ? static_cast<const float*>(e.bias)[gj + i] : to_f32(static_cast<const In*>(e.bias)[gj + i]);
+    }
+    if (e.gelu) {
+      pre_values.v[i] = from_f32<Out>(v);
+      v = gelu(v);
+    }
+    d_values.v[i] = from_f32<Out>(v);
+  }
+  if (pre != nullptr) *reinterpret_cast<Eight<Out>*>(pre) = pre_values;
+  *reinterpret_cast<Eight<Out>*>(d) = d_values;
+}
+
 }  // namespace loom::kernels::cuda::gemm_detail

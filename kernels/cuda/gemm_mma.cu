@@ -1,19 +1,29 @@
 // loom's pipelined tensor-core GEMM for sm_80+ (Ampere; runs unchanged on Hopper), in the style
 // CUTLASS made standard for Ampere:
 // - a 128 x 128 block tile, 8 warps in 2 x 4, each warp 64 x 32 = 4 x 4 mma tiles of 16 x 8;
-// - K advances 64 bytes of input per stage (32 f16/bf16 or 16 f32 elements) through a 4-stage
-//   cp.async ring in shared memory, so global loads of later stages overlap the math of this one;
-//   out-of-range elements are zero-filled by cp.async itself (src-size), nothing is read past
-//   the operands;
+// - blocks are numbered in groups of 8 block rows (rasterization), so blocks running together
+//   share A's rows and B's columns in L2;
+// - K advances 128 bytes of input per stage (BK = 64 f16/bf16 or 32 f32 elements) through a
+//   3-stage cp.async ring in shared memory, so global loads of later stages overlap the math of
+//   this one; out-of-range elements are zero-filled by cp.async itself (src-size), nothing is read
+//   past the operands;
+// - fragments are double-buffered in registers: the next k-step's ldmatrix is issued before this
+//   k-step's mma;
 // - tiles keep the global layout (K- or MN-contiguous, that is the transposes) with rows padded
 //   so that fragment loads are free of bank conflicts;
 // - f16/bf16: ldmatrix.x4 (.trans for MN-contiguous tiles) feeding mma.sync m16n8k16;
 //   tf32: 32-bit shared loads rounded with cvt.rna.tf32 (as the CPU reference rounds: to nearest,
 //   ties away) feeding mma.sync m16n8k8; fp32 accumulation throughout;
-// - the epilogue runs straight from the accumulator registers (gemm_kernel_common.cuh).
+// - the epilogue goes through shared memory: the accumulators are staged as an fp32 tile, then each
+//   thread takes 8 consecutive columns of a row, so D, C and the pre-activation move in 16-byte
+//   accesses (gemm_kernel_common.cuh, store_results);
+// - split-K where the output has too few tiles to fill the GPU (weight gradients: M, N <= 3072,
+//   K = B * T): each split writes its fp32 partial tile to stream-ordered scratch, and a second
+//   kernel adds the splits in order and applies the epilogue, so results are deterministic.
 #include <type_traits>
 
 #include "gemm_kernel_common.cuh"
+#include "mma_common.cuh"
 
 namespace loom::kernels::cuda {
 
@@ -26,9 +36,14 @@ using gemm_detail::Output;
 constexpr int block_mn = 128;  // block tile extent in M and in N
 constexpr int warps_m = 2, warps_n = 4, warp_m = 64, warp_n = 32;
 constexpr int threads = 32 * warps_m * warps_n;
-constexpr int stages = 4;
-constexpr int stage_k_bytes = 64;
+constexpr int stages = 3;
+constexpr int stage_k_bytes = 128;
 constexpr int m_tiles = warp_m / 16, n_tiles = warp_n / 8;
+constexpr int raster_group = 8;                     // block rows per rasterization group
+constexpr int staged_pitch = block_mn + 8;          // fp32 epilogue tile row: conflict-free float2 stores
+constexpr int columns_per_thread = 8;               // epilogue: one 16-byte access of 16-bit D
+constexpr int max_splits = 16;
+constexpr std::int64_t min_k_tiles_per_split = 8;  // each split's pipeline fills
 
 template <class T>
 constexpr int block_k = stage_k_bytes / static_cast<int>(sizeof(T));
@@ -36,8 +51,8 @@ constexpr int block_k = stage_k_bytes / static_cast<int>(sizeof(T));
 // One operand's tile in shared memory, in its global layout: K-contiguous as [128][block_k + pad]
 // or MN-contiguous as [block_k][128 + pad]. The pads spread the 8 rows one ldmatrix (16 bytes per
 // row) or one tf32 fragment load (4 rows x 8 columns) touches over distinct banks: K-contiguous
-// rows are 80 bytes (20 banks) apart, MN-contiguous rows 272 bytes (16-bit, 4 banks mod 32) or
-// 544 bytes (f32, 8 banks mod 32).
+// rows are 144 bytes (36 banks, 4 mod 32) apart, MN-contiguous rows 272 bytes (16-bit, 4 banks
+// mod 32) or 544 bytes (f32, 8 banks mod 32).
 template <class T, bool KContiguous>
 struct Tile {
   static constexpr int pitch = KContiguous ? block_k<T> + 16 / static_cast<int>(sizeof(T)) : block_mn + 8;
@@ -46,28 +61,6 @@ struct Tile {
   static_assert(elements * sizeof(T) % 16 == 0, "tiles must keep 16-byte alignment");
   __device__ static int offset(int mn, int kk) { return KContiguous ? mn * pitch + kk : kk * pitch + mn; }
 };
-
-__device__ __forceinline__ unsigned shared_address(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-// Copies `bytes` (<= Chunk) from global memory and zero-fills the rest of the Chunk-byte slot.
-template <int Chunk>
-__device__ __forceinline__ void cp_async(void* smem, const void* gmem, int bytes) {
-  if constexpr (Chunk == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(smem)), "l"(gmem), "r"(bytes)
-                 : "memory");
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(shared_address(smem)), "l"(gmem),
-                 "n"(Chunk), "r"(bytes)
-                 : "memory");
-  }
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int Pending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
-}
 
 // Stages op(X)[mn0.., k0..] (block_mn x block_k) of an operand stored K-contiguous (X[mn * ld + k])
 // or MN-contiguous (X[k * ld + mn]); elements outside mn_limit x k_limit become zero.
@@ -86,46 +79,6 @@ __device__ __forceinline__ void load_tile(T* tile, const T* base, std::int64_t l
     const std::int64_t valid = outer < outer_limit ? (remaining < per_chunk ? remaining : per_chunk) : 0;
     const T* src = valid > 0 ? base + outer * ld + inner : base;
     cp_async<Chunk>(tile + row * Layout::pitch + col, src, valid > 0 ? static_cast<int>(valid * sizeof(T)) : 0);
-  }
-}
-
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(p))
-               : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(p))
-               : "memory");
-}
-
-__device__ __forceinline__ unsigned to_tf32(float x) {
-  unsigned r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-  return r;
-}
-
-// acc += a b for one 16 x 8 tile.
-template <class T>
-__device__ __forceinline__ void mma(float (&acc)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-  if constexpr (std::is_same_v<T, __half>) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  } else {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
   }
 }
 
@@ -177,36 +130,66 @@ __device__ __forceinline__ void load_fragments(const T* a_tile, const T* b_tile,
   }
 }
 
+// Where a block's tile sits: blocks are numbered down groups of raster_group block rows, a
+// column of the group at a time, so consecutive blocks reuse the same B columns and A rows.
+struct TilePlace {
+  std::int64_t row0, col0;
+};
+
+__device__ __forceinline__ TilePlace rasterized_tile(std::int64_t m, std::int64_t n) {
+  const int tiles_m = static_cast<int>((m + block_mn - 1) / block_mn);
+  const int tiles_n = static_cast<int>((n + block_mn - 1) / block_mn);
+  const int id = static_cast<int>(blockIdx.x), per_group = raster_group * tiles_n;
+  const int first_row = (id / per_group) * raster_group;
+  const int rows_here = min(tiles_m - first_row, raster_group);
+  const int within = id % per_group;
+  return TilePlace{static_cast<std::int64_t>(first_row + within % rows_here) * block_mn,
+                   static_cast<std::int64_t>(within / rows_here) * block_mn};
+}
+
+// Split-K: blockIdx.z = batch * splits + split; split s covers K tiles [s * tiles_per_split, ...).
+// With splits > 1 the raw fp32 sums go to partial[(split * batches + batch) * M * N + i * N + j].
+struct SplitK {
+  int splits;
+  std::int64_t k_tiles_per_split;
+  float* partial;
+};
+
 // T: input storage (float means tf32 math). A is stored M x K unless TransA (then K x M); B is
 // K x N unless TransB (then N x K). Chunk: bytes per cp.async (16, or 4 for unaligned f32 rows).
 template <class T, bool TransA, bool TransB, int Chunk>
 __global__ void __launch_bounds__(threads) mma_pipeline_gemm_kernel(Operand a, Operand b, Output out, bool out_f32,
-                                                                    Epilogue e) {
+                                                                    Epilogue e, SplitK split_k) {
   constexpr bool a_k_contiguous = !TransA, b_k_contiguous = TransB;
   using ALayout = Tile<T, a_k_contiguous>;
   using BLayout = Tile<T, b_k_contiguous>;
   constexpr int stage_elements = ALayout::elements + BLayout::elements;
   constexpr int mma_k = sizeof(T) == 2 ? 16 : 8;
+  constexpr int k_steps = block_k<T> / mma_k;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   T* const shared = reinterpret_cast<T*>(shared_bytes);
 
-  const std::int64_t batch = blockIdx.z;
-  const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.y) * block_mn;
-  const std::int64_t col0 = static_cast<std::int64_t>(blockIdx.x) * block_mn;
+  const std::int64_t batch = blockIdx.z / split_k.splits, split = blockIdx.z % split_k.splits;
+  const TilePlace place = rasterized_tile(out.m, out.n);
+  const std::int64_t row0 = place.row0, col0 = place.col0;
   const T* a_base = static_cast<const T*>(a.data) + batch * a.batch_stride;
   const T* b_base = static_cast<const T*>(b.data) + batch * b.batch_stride;
   const int warp = threadIdx.x / 32;
   const int warp_row = (warp / warps_n) * warp_m, warp_col = (warp % warps_n) * warp_n;
 
+  const std::int64_t all_k_tiles = (out.k + block_k<T> - 1) / block_k<T>;
+  const std::int64_t first_k_tile = split * split_k.k_tiles_per_split;
+  const std::int64_t k_tiles = min(all_k_tiles - first_k_tile, split_k.k_tiles_per_split);
+  const std::int64_t k_limit = min(out.k, (first_k_tile + k_tiles) * block_k<T>);
+
   auto load_stage = [&](int stage, std::int64_t k_tile) {
     T* a_tile = shared + stage * stage_elements;
-    const std::int64_t k0 = k_tile * block_k<T>;
-    load_tile<T, a_k_contiguous, Chunk>(a_tile, a_base, a.ld, row0, out.m, k0, out.k);
-    load_tile<T, b_k_contiguous, Chunk>(a_tile + ALayout::elements, b_base, b.ld, col0, out.n, k0, out.k);
+    const std::int64_t k0 = (first_k_tile + k_tile) * block_k<T>;
+    load_tile<T, a_k_contiguous, Chunk>(a_tile, a_base, a.ld, row0, out.m, k0, k_limit);
+    load_tile<T, b_k_contiguous, Chunk>(a_tile + ALayout::elements, b_base, b.ld, col0, out.n, k0, k_limit);
   };
 
   float acc[m_tiles][n_tiles][4] = {};
-  const std::int64_t k_tiles = (out.k + block_k<T> - 1) / block_k<T>;
   for (int s = 0; s < stages - 1; ++s) {
     if (s < k_tiles) load_stage(s, s);
     cp_async_commit();  // empty groups keep the count uniform
@@ -219,59 +202,162 @@ __global__ void __launch_bounds__(threads) mma_pipeline_gemm_kernel(Operand a, O
     cp_async_commit();
     const T* a_tile = shared + (kt % stages) * stage_elements;
     const T* b_tile = a_tile + ALayout::elements;
+    unsigned a_frag[2][m_tiles][4], b_frag[2][n_tiles][2];
+    load_fragments<T, a_k_contiguous, b_k_contiguous>(a_tile, b_tile, warp_row, warp_col, 0, a_frag[0], b_frag[0]);
 #pragma unroll
-    for (int kk = 0; kk < block_k<T>; kk += mma_k) {
-      unsigned a_frag[m_tiles][4], b_frag[n_tiles][2];
-      load_fragments<T, a_k_contiguous, b_k_contiguous>(a_tile, b_tile, warp_row, warp_col, kk, a_frag, b_frag);
+    for (int ks = 0; ks < k_steps; ++ks) {
+      if (ks + 1 < k_steps) {  // the next k-step's fragments load while this one multiplies
+        load_fragments<T, a_k_contiguous, b_k_contiguous>(a_tile, b_tile, warp_row, warp_col, (ks + 1) * mma_k,
+                                                          a_frag[(ks + 1) % 2], b_frag[(ks + 1) % 2]);
+      }
 #pragma unroll
       for (int i = 0; i < m_tiles; ++i) {
 #pragma unroll
-        for (int j = 0; j < n_tiles; ++j) mma<T>(acc[i][j], a_frag[i], b_frag[j]);
+        for (int j = 0; j < n_tiles; ++j) mma<T>(acc[i][j], a_frag[ks % 2][i], b_frag[ks % 2][j]);
       }
     }
   }
   cp_async_wait<0>();
+  __syncthreads();  // every warp is done with the pipeline's shared memory
 
-  // Accumulator layout of a 16 x 8 tile: {c0, c1} at row g, columns 2t and 2t + 1; {c2, c3} at row g + 8.
+  // Stage the accumulators as an fp32 tile. A 16 x 8 mma tile holds {c0, c1} at row g, columns
+  // 2t and 2t + 1, and {c2, c3} at row g + 8.
+  float* const staged = reinterpret_cast<float*>(shared_bytes);
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int i = 0; i < m_tiles; ++i) {
 #pragma unroll
     for (int j = 0; j < n_tiles; ++j) {
+      float* at = staged + (warp_row + i * 16 + g) * staged_pitch + warp_col + j * 8 + 2 * t;
+      *reinterpret_cast<float2*>(at) = make_float2(acc[i][j][0], acc[i][j][1]);
+      *reinterpret_cast<float2*>(at + 8 * staged_pitch) = make_float2(acc[i][j][2], acc[i][j][3]);
+    }
+  }
+  __syncthreads();
+
+  constexpr int segments_per_row = block_mn / columns_per_thread;
+  for (int idx = threadIdx.x; idx < block_mn * segments_per_row; idx += threads) {
+    const int r = idx / segments_per_row, c = (idx % segments_per_row) * columns_per_thread;
+    const std::int64_t gi = row0 + r, gj = col0 + c;
+    if (gi >= out.m || gj >= out.n) continue;
+    const int count = static_cast<int>(min(static_cast<std::int64_t>(columns_per_thread), out.n - gj));
+    float v[columns_per_thread];
+    const float4* from = reinterpret_cast<const float4*>(staged + r * staged_pitch + c);
+    const float4 lo = from[0], hi = from[1];
+    v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+    if (split_k.splits > 1) {
+      const std::int64_t batches = gridDim.z / split_k.splits;
+      float* to = split_k.partial + ((split * batches + batch) * out.m + gi) * out.n + gj;
+      if (count == columns_per_thread && gemm_detail::aligned_16(to)) {
+        reinterpret_cast<float4*>(to)[0] = lo;
+        reinterpret_cast<float4*>(to)[1] = hi;
+      } else {
 #pragma unroll
-      for (int v = 0; v < 4; ++v) {
-        const std::int64_t gi = row0 + warp_row + i * 16 + g + (v / 2) * 8;
-        const std::int64_t gj = col0 + warp_col + j * 8 + 2 * t + v % 2;
-        if (gi >= out.m || gj >= out.n) continue;
-        if (out_f32) gemm_detail::store_result<T, float>(out, e, batch, gi, gj, acc[i][j][v]);
-        else gemm_detail::store_result<T, T>(out, e, batch, gi, gj, acc[i][j][v]);
+        for (int q = 0; q < columns_per_thread; ++q) {
+          if (q < count) to[q] = v[q];
+        }
       }
+    } else if (out_f32) {
+      gemm_detail::store_results<T, float>(out, e, batch, gi, gj, v, count);
+    } else {
+      gemm_detail::store_results<T, T>(out, e, batch, gi, gj, v, count);
     }
   }
 }
 
-template <class T, bool TransA, bool TransB>
-constexpr std::size_t shared_bytes_for() {
-  return stages * (Tile<T, !TransA>::elements + Tile<T, TransB>::elements) * sizeof(T);
+// D from the splits' partial sums, added in split order, through the epilogue.
+template <class T>
+__global__ void split_k_reduce_kernel(const float* partial, int splits, std::int64_t batches, Output out, bool out_f32,
+                                      Epilogue e) {
+  const std::int64_t per_batch = out.m * out.n, total = batches * per_batch;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t idx = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += stride) {
+    float sum = 0.0f;
+    for (int s = 0; s < splits; ++s) sum += partial[s * total + idx];
+    const std::int64_t batch = idx / per_batch, gi = (idx % per_batch) / out.n, gj = idx % out.n;
+    if (out_f32) gemm_detail::store_result<T, float>(out, e, batch, gi, gj, sum);
+    else gemm_detail::store_result<T, T>(out, e, batch, gi, gj, sum);
+  }
 }
 
+// The pipeline's ring, or the staged fp32 epilogue tile if that is larger.
+template <class T, bool TransA, bool TransB>
+constexpr std::size_t shared_bytes_for() {
+  const std::size_t ring = stages * (Tile<T, !TransA>::elements + Tile<T, TransB>::elements) * sizeof(T);
+  const std::size_t staged = static_cast<std::size_t>(block_mn) * staged_pitch * sizeof(float);
+  return ring > staged ? ring : staged;
+}
+
+struct Launch {
+  Operand a, b;
+  Output out;
+  bool out_f32;
+  Epilogue e;
+  SplitK split_k;
+  dim3 grid;
+  cudaStream_t stream;
+};
+
 template <class T, bool TransA, bool TransB, int Chunk>
-void launch(const Operand& a, const Operand& b, const Output& out, bool out_f32, const Epilogue& e, dim3 grid,
-            cudaStream_t stream) {
+void launch(const Launch& l) {
   auto* kernel = mma_pipeline_gemm_kernel<T, TransA, TransB, Chunk>;
   constexpr std::size_t bytes = shared_bytes_for<T, TransA, TransB>();
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
         "cudaFuncSetAttribute(max dynamic shared memory) for loom's mma GEMM");
-  kernel<<<grid, threads, bytes, stream>>>(a, b, out, out_f32, e);
+  kernel<<<l.grid, threads, bytes, l.stream>>>(l.a, l.b, l.out, l.out_f32, l.e, l.split_k);
 }
 
 template <class T, int Chunk>
-void launch_layout(bool trans_a, bool trans_b, const Operand& a, const Operand& b, const Output& out, bool out_f32,
-                   const Epilogue& e, dim3 grid, cudaStream_t stream) {
-  if (!trans_a && !trans_b) launch<T, false, false, Chunk>(a, b, out, out_f32, e, grid, stream);
-  if (!trans_a && trans_b) launch<T, false, true, Chunk>(a, b, out, out_f32, e, grid, stream);
-  if (trans_a && !trans_b) launch<T, true, false, Chunk>(a, b, out, out_f32, e, grid, stream);
-  if (trans_a && trans_b) launch<T, true, true, Chunk>(a, b, out, out_f32, e, grid, stream);
+void launch_layout(bool trans_a, bool trans_b, const Launch& l) {
+  if (!trans_a && !trans_b) launch<T, false, false, Chunk>(l);
+  if (!trans_a && trans_b) launch<T, false, true, Chunk>(l);
+  if (trans_a && !trans_b) launch<T, true, false, Chunk>(l);
+  if (trans_a && trans_b) launch<T, true, true, Chunk>(l);
+}
+
+int multiprocessor_count() {
+  int device = 0, count = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
+        "cudaDeviceGetAttribute(multiprocessor count)");
+  return count;
+}
+
+// Splits of K for a GEMM of `tiles` output tiles: enough to give about two blocks per SM when the
+// tiles alone do not fill the GPU, with at least min_k_tiles_per_split K tiles in each.
+SplitK choose_split_k(std::int64_t tiles, std::int64_t batch, std::int64_t k_tiles, int sms) {
+  SplitK plan{1, k_tiles, nullptr};
+  if (tiles >= sms || k_tiles < 2 * min_k_tiles_per_split) return plan;
+  const std::int64_t wanted = std::min<std::int64_t>({(2 * sms + tiles - 1) / tiles, k_tiles / min_k_tiles_per_split,
+                                                      max_splits, 65535 / batch});
+  if (wanted < 2) return plan;
+  plan.k_tiles_per_split = (k_tiles + wanted - 1) / wanted;
+  plan.splits = static_cast<int>((k_tiles + plan.k_tiles_per_split - 1) / plan.k_tiles_per_split);
+  return plan;
+}
+
+template <class T, int Chunk>
+void run(bool trans_a, bool trans_b, Launch l) {
+  const std::int64_t tiles_m = (l.out.m + block_mn - 1) / block_mn, tiles_n = (l.out.n + block_mn - 1) / block_mn;
+  const std::int64_t batch = l.grid.z;
+  const std::int64_t k_tiles = (l.out.k + block_k<T> - 1) / block_k<T>;
+  l.split_k = choose_split_k(tiles_m * tiles_n * batch, batch, k_tiles, multiprocessor_count());
+  if (l.split_k.splits == 1) {
+    launch_layout<T, Chunk>(trans_a, trans_b, l);
+    check_launch("loom mma.sync GEMM");
+    return;
+  }
+  const std::int64_t total = batch * l.out.m * l.out.n;
+  const StreamScratch partial(static_cast<std::size_t>(l.split_k.splits * total) * sizeof(float), l.stream);
+  l.split_k.partial = partial.as<float>();
+  l.grid.z = static_cast<unsigned>(batch * l.split_k.splits);
+  launch_layout<T, Chunk>(trans_a, trans_b, l);
+  check_launch("loom mma.sync GEMM (split-K)");
+  constexpr int reduce_threads = 256;
+  split_k_reduce_kernel<T><<<grid_for(total, reduce_threads), reduce_threads, 0, l.stream>>>(
+      l.split_k.partial, l.split_k.splits, batch, l.out, l.out_f32, l.e);
+  check_launch("loom mma.sync GEMM split-K reduction");
 }
 
 // cp.async of 16 bytes needs every row (and batch) of the operand to start 16-byte aligned.
@@ -289,29 +375,30 @@ void gemm_loom(const StridedMatrix& a, const StridedMatrix& b, const std::option
                const StridedMatrix& d, const GemmOptions& options, const GemmShape& shape, void* stream) {
   require(options.precision != GemmPrecision::fp32, "gemm (loom backend): fp32 precision has no tensor-core kernel");
   require(shape.batch <= 65535, "gemm (loom backend): batch ", shape.batch, " exceeds 65535");
-  require((shape.m + block_mn - 1) / block_mn <= 65535, "gemm (loom backend): M = ", shape.m,
-          " needs more than 65535 row blocks of ", block_mn);
+  const std::int64_t tiles = ((shape.m + block_mn - 1) / block_mn) * ((shape.n + block_mn - 1) / block_mn);
+  require(tiles <= INT32_MAX, "gemm (loom backend): ", shape.m, " x ", shape.n, " needs ", tiles, " tiles of ",
+          block_mn, " x ", block_mn, ", more than a grid holds");
   if (shape.m > 0 && shape.n > 0) {
     const bool aligned = rows_16_byte_aligned(a) && rows_16_byte_aligned(b);
     if (options.precision == GemmPrecision::tf32 || aligned) {
       const DeviceGuard guard(d.tensor.device());
-      const Operand oa = gemm_detail::operand_of(a), ob = gemm_detail::operand_of(b);
-      const Output out = gemm_detail::output_of(d, shape);
-      const Epilogue e = gemm_detail::epilogue_of(c, options);
-      const bool out_f32 = d.tensor.dtype() == DType::f32;
-      const dim3 grid(static_cast<unsigned>((shape.n + block_mn - 1) / block_mn),
-                      static_cast<unsigned>((shape.m + block_mn - 1) / block_mn), static_cast<unsigned>(shape.batch));
-      const cudaStream_t s = as_stream(stream);
+      const Launch l{gemm_detail::operand_of(a),
+                     gemm_detail::operand_of(b),
+                     gemm_detail::output_of(d, shape),
+                     d.tensor.dtype() == DType::f32,
+                     gemm_detail::epilogue_of(c, options),
+                     SplitK{1, 0, nullptr},
+                     dim3(static_cast<unsigned>(tiles), 1, static_cast<unsigned>(shape.batch)),
+                     as_stream(stream)};
       const bool ta = options.trans_a, tb = options.trans_b;
       if (options.precision == GemmPrecision::tf32) {
-        if (aligned) launch_layout<float, 16>(ta, tb, oa, ob, out, out_f32, e, grid, s);
-        else launch_layout<float, 4>(ta, tb, oa, ob, out, out_f32, e, grid, s);
+        if (aligned) run<float, 16>(ta, tb, l);
+        else run<float, 4>(ta, tb, l);
       } else if (options.precision == GemmPrecision::bf16) {
-        launch_layout<__nv_bfloat16, 16>(ta, tb, oa, ob, out, out_f32, e, grid, s);
+        run<__nv_bfloat16, 16>(ta, tb, l);
       } else {
-        launch_layout<__half, 16>(ta, tb, oa, ob, out, out_f32, e, grid, s);
+        run<__half, 16>(ta, tb, l);
       }
-      check_launch("loom mma.sync GEMM");
     } else {
       gemm_wmma(a, b, c, d, options, shape, stream);
     }

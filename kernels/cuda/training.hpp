@@ -34,6 +34,8 @@ void fused_attention_forward(const Tensor& qkv, const Tensor& out, const Tensor&
                              void* stream);
 void fused_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                               const Tensor& dqkv, std::int64_t heads, void* stream);
+// x [B, T, K * NH * hs] <-> heads [K, B, NH, T, hs] (to_heads: x is read).
+void permute_heads(const Tensor& x, const Tensor& heads, std::int64_t num_heads, bool to_heads, void* stream);
 void accumulate_mean(const Tensor& values, double divisor, const Tensor& out, void* stream);
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses, std::int64_t vocab_size,
                            std::int64_t ignore_index, void* stream);

@@ -70,7 +70,6 @@ Tensor CausalSelfAttention::forward(const Tensor& x, StreamRef stream) {
 
 Tensor CausalSelfAttention::backward(const Tensor& dy, StreamRef stream) {
   const Tensor dheads = proj_.backward(dy, stream);
-  const std::int64_t steps = qkv_out_.shape()[1];
   const Device device = qkv_out_.device();
   detail::ensure_buffer(dqkv_, qkv_out_.shape(), precision_.storage, device);
   kernels::AttentionOptions options;
@@ -79,8 +78,7 @@ Tensor CausalSelfAttention::backward(const Tensor& dy, StreamRef stream) {
   if (last_kernel_ == AttentionKernel::fused) {
     kernels::fused_attention_backward(dheads, qkv_out_, heads_out_, lse_, dqkv_, options, stream);
   } else {
-    detail::ensure_buffer(scratch_, {heads_, steps, steps}, precision_.storage, device);
-    kernels::attention_backward(dheads, qkv_out_, att_, dqkv_, options, stream, scratch_);
+    kernels::attention_backward(dheads, qkv_out_, att_, dqkv_, options, stream);
   }
   return qkv_.backward(dqkv_, stream);
 }

@@ -1,6 +1,7 @@
 // The fused CUDA attention against the fused CPU attention (itself checked against fp64 and the
 // stored path in tests/unit), for every storage dtype and head sizes up to the kernel's limit,
-// and its determinism: two runs give the same bits.
+// and its determinism: two runs give the same bits. f16/bf16 with head size 64 or 128 run the
+// tensor-core kernels (attention_mma.cu), every other case the CUDA-core ones.
 #include <catch2/catch.hpp>
 
 #include <random>
@@ -43,8 +44,11 @@ TEST_CASE("CUDA fused attention matches the CPU fused attention and repeats its 
   struct Case {
     std::int64_t batch, steps, heads, head_size;
   };
-  // Ragged tiles (T not a multiple of 16), head sizes below, at and above a warp, the maximum.
-  for (const Case c : {Case{2, 70, 4, 24}, Case{1, 33, 2, 64}, Case{2, 128, 3, 128}, Case{3, 5, 1, 8}}) {
+  // Ragged tiles (T not a multiple of 16), head sizes below, at and above a warp, the maximum;
+  // for the tensor-core kernels (64-row tiles, 32-query steps in dK/dV) T below one tile, whole
+  // tiles, and several ragged ones.
+  for (const Case c : {Case{2, 70, 4, 24}, Case{1, 33, 2, 64}, Case{2, 128, 3, 128}, Case{3, 5, 1, 8},
+                       Case{2, 300, 2, 64}, Case{1, 200, 2, 128}}) {
     for (auto [precision, dtype, rel] : std::vector<std::tuple<GemmPrecision, DType, double>>{
              {GemmPrecision::fp32, DType::f32, 2e-5}, {GemmPrecision::bf16, DType::bf16, 2e-2},
              {GemmPrecision::fp16, DType::f16, 3e-3}}) {

@@ -4,11 +4,17 @@
 //   att [B, NH, T, T] = softmax(q k^T / sqrt(hs)) with the causal mask, kept for backward
 //   out [B, T, C]     = att v, heads side by side
 //
-// attention_forward/backward store att. Two implementations: the composed path, batched GEMMs over
-// strided views of qkv and a causal softmax, on every device and dtype (the reference); and on the
-// CPU, for f32 in fp32 precision, a causal path that computes only what the mask leaves (half the
-// score and probability products) with the same operations on the same values. automatic picks
-// the causal path where it applies.
+// attention_forward/backward store att. Three implementations, on the same operations:
+// - composed: per sequence, GEMMs batched over its heads on strided views of qkv, and a causal
+//   softmax; every device and dtype (the reference);
+// - head_major: the heads are first copied to [3, B, NH, T, hs] (split_heads), so that each of the
+//   GEMMs is one call batched over all B * NH heads, and the result copied back (merge_heads); its
+//   working memory (two such copies in backward, plus [B, NH, T, T]) comes from
+//   shared_scratch_allocator, so a training step allocates nothing after warm-up;
+// - on the CPU, for f32 in fp32 precision, a causal path that computes only what the mask leaves
+//   (half the score and probability products).
+// automatic picks the causal path where it applies, head_major on CUDA (one GEMM launch instead of
+// B, which otherwise bounds short GEMMs by the host), composed elsewhere.
 //
 // fused_attention_forward/backward never store att: forward keeps each query row's log-sum-exp
 //   lse [B, NH, T] (f32) = log sum_j exp(q_t k_j / sqrt(hs)) over the visible j
@@ -25,7 +31,7 @@
 
 namespace loom::kernels {
 
-enum class AttentionPath { automatic, composed };
+enum class AttentionPath { automatic, composed, head_major };
 
 struct AttentionOptions {
   std::int64_t num_heads = 1;
@@ -37,8 +43,8 @@ struct AttentionOptions {
 void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& att, const AttentionOptions& options,
                        StreamRef stream = {});
 
-// dqkv [B, T, 3C] is written. scratch ([NH, T, T], qkv's dtype) is optional working memory; one is
-// allocated when it is undefined.
+// dqkv [B, T, 3C] is written. scratch ([NH, T, T], qkv's dtype) is optional working memory for the
+// composed path; it comes from shared_scratch_allocator when undefined (the other paths ignore it).
 void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& att, const Tensor& dqkv,
                         const AttentionOptions& options, StreamRef stream = {}, const Tensor& scratch = {});
 
@@ -49,5 +55,11 @@ void fused_attention_forward(const Tensor& qkv, const Tensor& out, const Tensor&
 // dqkv [B, T, 3C] is written from dout, the forward's qkv, out and lse.
 void fused_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                               const Tensor& dqkv, const AttentionOptions& options, StreamRef stream = {});
+
+// Head layouts. x is [B, T, K * C] with K groups of NH heads of hs = C / NH columns side by side
+// (qkv: K = 3, out: K = 1); heads is [K, B, NH, T, hs], each head's T x hs matrix contiguous.
+// split_heads copies x into heads, merge_heads heads into x; any dtype, the bits are moved unchanged.
+void split_heads(const Tensor& x, const Tensor& heads, std::int64_t num_heads, StreamRef stream = {});
+void merge_heads(const Tensor& heads, const Tensor& x, std::int64_t num_heads, StreamRef stream = {});
 
 }  // namespace loom::kernels

@@ -48,7 +48,7 @@ class CausalSelfAttention {
   Precision precision_;
   AttentionKernel kernel_, last_kernel_ = AttentionKernel::automatic;
   Linear qkv_, proj_;
-  Tensor qkv_out_, att_, lse_, heads_out_, dqkv_, scratch_;
+  Tensor qkv_out_, att_, lse_, heads_out_, dqkv_;
 };
 
 }  // namespace loom::nn

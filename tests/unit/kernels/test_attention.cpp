@@ -103,6 +103,75 @@ TEST_CASE("the CPU causal attention path computes the composed path's values", "
   }
 }
 
+TEST_CASE("the head-major attention path computes the composed path's bits", "[kernels][attention]") {
+  // Every GEMM batched over B * NH heads on copies of the heads must give exactly what the
+  // per-sequence GEMMs on strided views give, in every precision (each element is the same sum in
+  // the same order); and against fp64 as a check that both are right.
+  std::mt19937 rng(64);
+  const std::int64_t batch = 3, steps = 37, channels = 40, heads = 5;  // hs = 8: 16-byte rows in bf16
+  for (auto [precision, dtype] : std::vector<std::pair<GemmPrecision, DType>>{
+           {GemmPrecision::fp32, DType::f32}, {GemmPrecision::tf32, DType::f32}, {GemmPrecision::bf16, DType::bf16},
+           {GemmPrecision::fp16, DType::f16}}) {
+    INFO(loom::kernels::to_string(precision));
+    auto qkv = loom::test::random_tensor({batch, steps, 3 * channels}, dtype, rng, 2.0);
+    auto dout = loom::test::random_tensor({batch, steps, channels}, dtype, rng);
+    AttentionOptions composed{heads, precision}, head_major = composed;
+    composed.path = loom::kernels::AttentionPath::composed;
+    head_major.path = loom::kernels::AttentionPath::head_major;
+    auto run = [&](const AttentionOptions& options) {
+      const Tensor out = Tensor::empty({batch, steps, channels}, dtype);
+      const Tensor att = Tensor::empty({batch, heads, steps, steps}, dtype);
+      const Tensor dqkv = Tensor::empty({batch, steps, 3 * channels}, dtype);
+      for (const Tensor& t : {out, att, dqkv}) loom::test::poison(t);
+      loom::kernels::attention_forward(qkv.tensor, out, att, options);
+      loom::kernels::attention_backward(dout.tensor, qkv.tensor, att, dqkv, options);
+      return std::array<Tensor, 3>{out, att, dqkv};
+    };
+    const auto got = run(head_major), expected = run(composed);
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO("output " << i << " (out, att, dqkv)");
+      REQUIRE(loom::test::as_doubles(got[i]) == loom::test::as_doubles(expected[i]));
+    }
+    const double tolerance = dtype == DType::f32 ? 3e-3 : 3e-2;
+    loom::test::require_close(got[0], attention64(qkv.values, batch, steps, channels, heads), tolerance, tolerance);
+  }
+}
+
+TEST_CASE("split_heads and merge_heads move each element to its head-major place and back", "[kernels][attention]") {
+  // Element values encode their [b, t, column] position, so every destination is checked exactly.
+  const std::int64_t batch = 2, steps = 3, groups = 3, heads = 2, head_size = 5, width = groups * heads * head_size;
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    INFO(dtype);
+    std::vector<double> values(static_cast<std::size_t>(batch * steps * width));
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(i);  // exact in bf16 up to 256
+    const Tensor x = loom::test::from_doubles(values, {batch, steps, width}, dtype).tensor;
+    const Tensor split = Tensor::empty({groups, batch, heads, steps, head_size}, dtype);
+    loom::test::poison(split);
+    loom::kernels::split_heads(x, split, heads);
+    const auto got = loom::test::as_doubles(split);
+    std::size_t i = 0;
+    for (std::int64_t k = 0; k < groups; ++k)
+      for (std::int64_t b = 0; b < batch; ++b)
+        for (std::int64_t h = 0; h < heads; ++h)
+          for (std::int64_t t = 0; t < steps; ++t)
+            for (std::int64_t c = 0; c < head_size; ++c, ++i) {
+              const std::int64_t column = (k * heads + h) * head_size + c;
+              REQUIRE(got[i] == static_cast<double>((b * steps + t) * width + column));
+            }
+    const Tensor back = Tensor::empty({batch, steps, width}, dtype);
+    loom::test::poison(back);
+    loom::kernels::merge_heads(split, back, heads);
+    REQUIRE(loom::test::as_doubles(back) == loom::test::as_doubles(x));
+  }
+  const Tensor x = Tensor::zeros({2, 3, 30}, DType::f32);
+  CHECK_THROWS_MATCHES(loom::kernels::split_heads(x, Tensor::zeros({3, 2, 2, 3, 4}, DType::f32), 2), loom::Error,
+                       loom::test::IsError(loom::ErrorCategory::invalid_argument, {"split_heads", "x"}));
+  CHECK_THROWS_MATCHES(loom::kernels::merge_heads(Tensor::zeros({3, 2, 2, 3, 5}, DType::f32), x, 3), loom::Error,
+                       loom::test::IsError(loom::ErrorCategory::invalid_argument, {"merge_heads", "[K, B, 3, T, hs]"}));
+  CHECK_THROWS_MATCHES(loom::kernels::split_heads(x, Tensor::zeros({3, 2, 2, 3, 5}, DType::bf16), 2), loom::Error,
+                       loom::test::IsError(loom::ErrorCategory::invalid_argument, {"split_heads"}));
+}
+
 TEST_CASE("attention rejects heads that do not divide the channels and mismatched precision", "[kernels][attention]") {
   const Tensor qkv = Tensor::zeros({1, 4, 30}, DType::f32);
   const Tensor out = Tensor::zeros({1, 4, 10}, DType::f32), att = Tensor::zeros({1, 3, 4, 4}, DType::f32);
