@@ -293,7 +293,7 @@ void fused_attention_backward(const Tensor& dout, const Tensor& qkv, const Tenso
   const cudaStream_t s = as_stream(stream);
   const std::int64_t rows = qkv.size(0) * d.heads * d.steps;
   const StreamScratch delta(static_cast<std::size_t>(rows) * sizeof(float), s);
-  const bool tensor_cores = attention_mma_applies(qkv, heads, {&dout, &qkv, &out, &dqkv});
+  const bool tensor_cores = attention_mma_applies(qkv, heads, {&dout, &qkv, &dqkv});
   visit_float_dtype(qkv.dtype(), [&]<class T>() {
     delta_kernel<T><<<grid_for(rows * 32, 256), 256, 0, s>>>(device_data<T>(dout), device_data<T>(out),
                                                             delta.as<float>(), d, rows);

@@ -18,8 +18,9 @@ void gemm_cublaslt(const StridedMatrix& a, const StridedMatrix& b, const std::op
 
 // loom's own tensor-core GEMM (sm_80+) for f16, bf16 and tf32 precision; same semantics as
 // gemm_cublaslt, epilogues included. Operands with 16-byte aligned rows (16-bit) or any f32 operands
-// (tf32) run the cp.async-pipelined mma.sync kernel (gemm_mma.cu); other 16-bit layouts run the
-// general WMMA kernel (gemm_wmma.cu).
+// (tf32) run the cp.async-pipelined mma.sync kernel (gemm_mma.cu); other 16-bit layouts, and 16-bit
+// GEMMs on GPUs with less shared memory per block than it needs (sm_86/sm_89), run the general WMMA
+// kernel (gemm_wmma.cu); tf32 there is an invalid_argument Error.
 void gemm_loom(const StridedMatrix& a, const StridedMatrix& b, const std::optional<StridedMatrix>& c,
                const StridedMatrix& d, const GemmOptions& options, const GemmShape& shape, void* stream);
 

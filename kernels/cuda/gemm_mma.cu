@@ -308,6 +308,24 @@ void launch(const Launch& l) {
   kernel<<<l.grid, threads, bytes, l.stream>>>(l.a, l.b, l.out, l.out_f32, l.e, l.split_k);
 }
 
+template <class T>
+std::size_t shared_bytes_for(bool trans_a, bool trans_b) {
+  if (!trans_a && !trans_b) return shared_bytes_for<T, false, false>();
+  if (!trans_a && trans_b) return shared_bytes_for<T, false, true>();
+  if (trans_a && !trans_b) return shared_bytes_for<T, true, false>();
+  return shared_bytes_for<T, true, true>();
+}
+
+// Shared memory one block may opt into on the current device (227 KiB on sm_90, 163 KiB on sm_80,
+// 99 KiB on sm_86/sm_89).
+std::size_t shared_memory_optin() {
+  int device = 0, bytes = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+        "cudaDeviceGetAttribute(max shared memory per block, opt-in)");
+  return static_cast<std::size_t>(bytes);
+}
+
 template <class T, int Chunk>
 void launch_layout(bool trans_a, bool trans_b, const Launch& l) {
   if (!trans_a && !trans_b) launch<T, false, false, Chunk>(l);
@@ -324,12 +342,13 @@ int multiprocessor_count() {
   return count;
 }
 
-// Splits of K for a GEMM of `tiles` output tiles: enough to give about two blocks per SM when the
-// tiles alone do not fill the GPU, with at least min_k_tiles_per_split K tiles in each.
+// Splits of K for a GEMM of `tiles` output tiles: enough for about one block per SM (one is what
+// fits: ~170 registers x 256 threads, 108 KiB of shared memory) when the tiles alone do not fill
+// the GPU, with at least min_k_tiles_per_split K tiles in each.
 SplitK choose_split_k(std::int64_t tiles, std::int64_t batch, std::int64_t k_tiles, int sms) {
   SplitK plan{1, k_tiles, nullptr};
   if (tiles >= sms || k_tiles < 2 * min_k_tiles_per_split) return plan;
-  const std::int64_t wanted = std::min<std::int64_t>({(2 * sms + tiles - 1) / tiles, k_tiles / min_k_tiles_per_split,
+  const std::int64_t wanted = std::min<std::int64_t>({(sms + tiles - 1) / tiles, k_tiles / min_k_tiles_per_split,
                                                       max_splits, 65535 / batch});
   if (wanted < 2) return plan;
   plan.k_tiles_per_split = (k_tiles + wanted - 1) / wanted;
@@ -379,9 +398,16 @@ void gemm_loom(const StridedMatrix& a, const StridedMatrix& b, const std::option
   require(tiles <= INT32_MAX, "gemm (loom backend): ", shape.m, " x ", shape.n, " needs ", tiles, " tiles of ",
           block_mn, " x ", block_mn, ", more than a grid holds");
   if (shape.m > 0 && shape.n > 0) {
+    const DeviceGuard guard(d.tensor.device());
+    const bool tf32 = options.precision == GemmPrecision::tf32;
+    const std::size_t needed = tf32 ? shared_bytes_for<float>(options.trans_a, options.trans_b)
+                                    : shared_bytes_for<__half>(options.trans_a, options.trans_b);
+    const bool fits = needed <= shared_memory_optin();
+    require(fits || !tf32, "gemm (loom backend): the tf32 kernel needs ", needed,
+            " bytes of shared memory per block, more than this GPU offers (", shared_memory_optin(),
+            "); use GemmBackend::cublaslt");
     const bool aligned = rows_16_byte_aligned(a) && rows_16_byte_aligned(b);
-    if (options.precision == GemmPrecision::tf32 || aligned) {
-      const DeviceGuard guard(d.tensor.device());
+    if (fits && (tf32 || aligned)) {
       const Launch l{gemm_detail::operand_of(a),
                      gemm_detail::operand_of(b),
                      gemm_detail::output_of(d, shape),

@@ -1,5 +1,5 @@
 // split_heads / merge_heads on CUDA: one thread per 16 bytes where every row of hs elements is
-// 16-byte aligned in both layouts (the usual case), per element otherwise; threads follow the
+// 16-byte aligned in both layouts (the usual case), per element (of any size) otherwise; threads follow the
 // head-major order, so the [K, B, NH, T, hs] side is read or written contiguously.
 #include <cstdint>
 
@@ -53,16 +53,12 @@ void permute_heads(const Tensor& x, const Tensor& heads, std::int64_t num_heads,
                       reinterpret_cast<std::uintptr_t>(heads.raw_data()) % 16 == 0;
   HeadDims d{heads.size(0), heads.size(1), num_heads, heads.size(3), 0};
   const cudaStream_t s = as_stream(stream);
-  if (packed) {
-    d.row_units = row_bytes / 16;
-    launch<Bytes16>(x, heads, d, to_heads, s);
-  } else if (element == 4) {
-    d.row_units = heads.size(4);
-    launch<std::uint32_t>(x, heads, d, to_heads, s);
-  } else {
-    d.row_units = heads.size(4);
-    launch<std::uint16_t>(x, heads, d, to_heads, s);
-  }
+  d.row_units = packed ? row_bytes / 16 : heads.size(4);
+  if (packed) launch<Bytes16>(x, heads, d, to_heads, s);
+  else if (element == 1) launch<std::uint8_t>(x, heads, d, to_heads, s);
+  else if (element == 2) launch<std::uint16_t>(x, heads, d, to_heads, s);
+  else if (element == 4) launch<std::uint32_t>(x, heads, d, to_heads, s);
+  else launch<std::uint64_t>(x, heads, d, to_heads, s);
   check_launch("permute_heads");
 }
 

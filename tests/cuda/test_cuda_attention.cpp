@@ -77,3 +77,22 @@ TEST_CASE("CUDA fused attention refuses head sizes above 128 by name", "[cuda][a
   CHECK_THROWS_MATCHES(loom::kernels::fused_attention_forward(qkv, out, lse, AttentionOptions{1, GemmPrecision::fp32}),
                        loom::Error, loom::test::IsError(loom::ErrorCategory::invalid_argument, {"head size 256", "128"}));
 }
+
+TEST_CASE("CUDA split_heads and merge_heads move 1- and 8-byte elements one by one", "[cuda][attention]") {
+  // Unaligned rows (hs = 5 bytes, 3 x 8 bytes) take the per-element path, with the element's size.
+  const std::int64_t groups = 3, batch = 2, heads = 2, steps = 7;
+  auto check = [&]<class T>(std::int64_t head_size) {
+    std::vector<T> values(static_cast<std::size_t>(batch * steps * groups * heads * head_size));
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<T>(i * 7 + 1);
+    const Tensor x = Tensor::from_vector(values, {batch, steps, groups * heads * head_size});
+    const Tensor cpu_heads = Tensor::empty({groups, batch, heads, steps, head_size}, x.dtype());
+    loom::kernels::split_heads(x, cpu_heads, heads);
+    const Tensor gpu_heads = Tensor::zeros(cpu_heads.shape(), x.dtype(), gpu), back = Tensor::zeros(x.shape(), x.dtype(), gpu);
+    loom::kernels::split_heads(x.to(gpu), gpu_heads, heads);
+    REQUIRE(gpu_heads.to(Device::cpu()).to_vector<T>() == cpu_heads.to_vector<T>());
+    loom::kernels::merge_heads(gpu_heads, back, heads);
+    REQUIRE(back.to(Device::cpu()).to_vector<T>() == values);
+  };
+  check.operator()<std::uint8_t>(5);
+  check.operator()<std::int64_t>(3);
+}

@@ -19,8 +19,10 @@
 // fused_attention_forward/backward never store att: forward keeps each query row's log-sum-exp
 //   lse [B, NH, T] (f32) = log sum_j exp(q_t k_j / sqrt(hs)) over the visible j
 // and backward recomputes the probabilities from it (FlashAttention-2's recurrence), so memory is
-// O(T), not O(T^2). Arithmetic is fp32 for every storage dtype; results are deterministic (no
-// atomics) and agree with the composed path to fp32 rounding. On CUDA head_size must be <= 128.
+// O(T), not O(T^2). Results are deterministic (no atomics). Arithmetic is fp32 for every storage
+// dtype (agreeing with the composed path to fp32 rounding), except that on CUDA f16/bf16 with head
+// size 64 or 128 run on tensor cores, where the probabilities and score gradients are rounded to
+// the storage dtype before their products, as FlashAttention does. On CUDA head_size must be <= 128.
 #pragma once
 
 #include <cstdint>

@@ -13,10 +13,10 @@
 namespace loom::nn {
 
 // automatic: stored while one layer's probabilities ([B, NH, T, T] in the storage dtype) take at
-// most fused_threshold_bytes, fused beyond. Stored is the faster kernel on the CPU and, until a
-// GPU has measured the fused CUDA kernel (fp32 on CUDA cores) against the stored path's
-// tensor-core GEMMs, presumed faster on GPUs at GPT-2's lengths; fused bounds memory for long
-// sequences. Decided at each forward.
+// most fused_threshold_bytes, fused beyond. Stored is the faster kernel on the CPU; on GPUs both
+// run on tensor cores (cuBLASLt GEMMs over every head at once, or loom's FlashAttention-2 kernels
+// for f16/bf16 with head size 64 or 128), and stored stays the choice at GPT-2's lengths until a
+// GPU has measured the two; fused bounds memory for long sequences. Decided at each forward.
 enum class AttentionKernel { automatic, stored, fused };
 inline constexpr std::int64_t fused_threshold_bytes = std::int64_t{512} << 20;
 
