@@ -1,6 +1,8 @@
-// Softmax and fused cross-entropy: one block per row, fp32 block reductions (max, then the sum
-// of exponentials), so no probability tensor is kept for cross-entropy.
+// Softmax and fused cross-entropy: one block per row, rows read and written in chunks of 8 elements
+// (16-byte accesses where aligned, row_chunks.cuh), fp32 block reductions (max, then the sum of
+// exponentials), so no probability tensor is kept for cross-entropy.
 #include "common.cuh"
+#include "row_chunks.cuh"
 #include "training.hpp"
 
 namespace loom::kernels::cuda {
@@ -11,12 +13,26 @@ constexpr int threads = 256;
 
 // log(sum(exp(row[0..n)))) over the block.
 template <class T>
-__device__ float block_logsumexp(const T* row, std::int64_t n) {
+__device__ float block_logsumexp(const T* row, std::int64_t n, bool vector) {
   float m = -INFINITY;
-  for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, to_f32(row[j]));
+  for_own_chunks(n, [&](std::int64_t k, int valid) {
+    float x[row_chunk];
+    load_chunk(row, k, valid, vector, x);
+#pragma unroll
+    for (int e = 0; e < row_chunk; ++e) {
+      if (e < valid) m = fmaxf(m, x[e]);
+    }
+  });
   m = block_reduce<true>(m);
   float sum = 0.0f;
-  for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x) sum += expf(to_f32(row[j]) - m);
+  for_own_chunks(n, [&](std::int64_t k, int valid) {
+    float x[row_chunk];
+    load_chunk(row, k, valid, vector, x);
+#pragma unroll
+    for (int e = 0; e < row_chunk; ++e) {
+      if (e < valid) sum += expf(x[e] - m);
+    }
+  });
   return m + logf(block_reduce(sum));
 }
 
@@ -26,31 +42,50 @@ __device__ std::int64_t target_of(const T* targets, std::int64_t r) {
 }
 
 template <class T>
-__global__ void softmax_forward_kernel(const T* x, T* out, std::int64_t n, bool causal) {
+__global__ void softmax_forward_kernel(const T* x, T* out, std::int64_t n, bool causal, bool vector) {
   const std::int64_t r = blockIdx.x;
   const std::int64_t kept = causal ? r % n + 1 : n;
   const T* row = x + r * n;
-  const float lse = block_logsumexp(row, kept);
-  __syncthreads();  // out may be x: every thread has read the row before anyone writes it
-  for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    out[r * n + j] = from_f32<T>(j < kept ? expf(to_f32(row[j]) - lse) : 0.0f);
-  }
+  const float lse = block_logsumexp(row, kept, vector);
+  // out may be x: each element is read and written by the same thread
+  for_own_chunks(n, [&](std::int64_t k, int valid) {
+    float v[row_chunk];
+    load_chunk(row, k, valid, vector, v);
+#pragma unroll
+    for (int e = 0; e < row_chunk; ++e) v[e] = k * row_chunk + e < kept ? expf(v[e] - lse) : 0.0f;
+    store_chunk(out + r * n, k, valid, vector, v);
+  });
 }
 
 template <class T>
-__global__ void softmax_backward_kernel(const T* y, const T* dy, T* dx, std::int64_t n) {
+__global__ void softmax_backward_kernel(const T* y, const T* dy, T* dx, std::int64_t n, bool vector) {
   const std::int64_t r = blockIdx.x;
   float dot = 0.0f;
-  for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x) dot += to_f32(y[r * n + j]) * to_f32(dy[r * n + j]);
+  for_own_chunks(n, [&](std::int64_t k, int valid) {
+    float yv[row_chunk], g[row_chunk];
+    load_chunk(y + r * n, k, valid, vector, yv);
+    load_chunk(dy + r * n, k, valid, vector, g);
+#pragma unroll
+    for (int e = 0; e < row_chunk; ++e) {
+      if (e < valid) dot += yv[e] * g[e];
+    }
+  });
   dot = block_reduce(dot);
-  for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    dx[r * n + j] = from_f32<T>(to_f32(y[r * n + j]) * (to_f32(dy[r * n + j]) - dot));
-  }
+  // dx may be dy: each element is read and written by the same thread
+  for_own_chunks(n, [&](std::int64_t k, int valid) {
+    float yv[row_chunk], g[row_chunk];
+    load_chunk(y + r * n, k, valid, vector, yv);
+    load_chunk(dy + r * n, k, valid, vector, g);
+#pragma unroll
+    for (int e = 0; e < row_chunk; ++e) yv[e] = yv[e] * (g[e] - dot);
+    store_chunk(dx + r * n, k, valid, vector, yv);
+  });
 }
 
 template <class T, class Target>
 __global__ void cross_entropy_forward_kernel(const T* logits, const Target* targets, float* losses,
-                                             std::int64_t padded, std::int64_t vocab, std::int64_t ignore) {
+                                             std::int64_t padded, std::int64_t vocab, std::int64_t ignore,
+                                             bool vector) {
   const std::int64_t r = blockIdx.x;
   const std::int64_t t = target_of(targets, r);
   if (t == ignore) {
@@ -62,28 +97,38 @@ __global__ void cross_entropy_forward_kernel(const T* logits, const Target* targ
     return;
   }
   const T* row = logits + r * padded;
-  const float lse = block_logsumexp(row, vocab);
+  const float lse = block_logsumexp(row, vocab, vector);
   if (threadIdx.x == 0) losses[r] = lse - to_f32(row[t]);
 }
 
 template <class T, class Target>
 __global__ void cross_entropy_backward_kernel(const T* logits, const Target* targets, const float* dlosses, T* dlogits,
-                                              std::int64_t padded, std::int64_t vocab, std::int64_t ignore) {
+                                              std::int64_t padded, std::int64_t vocab, std::int64_t ignore,
+                                              bool vector) {
   const std::int64_t r = blockIdx.x;
   const std::int64_t t = target_of(targets, r);
   const T* row = logits + r * padded;
   T* out = dlogits + r * padded;
   if (t == ignore) {
-    for (std::int64_t j = threadIdx.x; j < padded; j += blockDim.x) out[j] = from_f32<T>(0.0f);
+    for_own_chunks(padded, [&](std::int64_t k, int valid) {
+      const float zeros[row_chunk] = {};
+      store_chunk(out, k, valid, vector, zeros);
+    });
     return;
   }
-  const float lse = block_logsumexp(row, vocab);
+  const float lse = block_logsumexp(row, vocab, vector);
   const float g = dlosses[r];
   // In place is safe: each element is read and written by the same thread, after the reductions.
-  for (std::int64_t j = threadIdx.x; j < padded; j += blockDim.x) {
-    const float d = j < vocab ? g * (expf(to_f32(row[j]) - lse) - (j == t ? 1.0f : 0.0f)) : 0.0f;
-    out[j] = from_f32<T>(d);
-  }
+  for_own_chunks(padded, [&](std::int64_t k, int valid) {
+    float v[row_chunk];
+    load_chunk(row, k, valid, vector, v);
+#pragma unroll
+    for (int e = 0; e < row_chunk; ++e) {
+      const std::int64_t j = k * row_chunk + e;
+      v[e] = j < vocab ? g * (expf(v[e] - lse) - (j == t ? 1.0f : 0.0f)) : 0.0f;
+    }
+    store_chunk(out, k, valid, vector, v);
+  });
 }
 
 // One block: each thread sums a strided subset in double, then a fixed tree over the threads.
@@ -114,7 +159,7 @@ void softmax_forward(const Tensor& x, const Tensor& out, bool causal, void* stre
   if (rows == 0) return;
   visit_float_dtype(x.dtype(), [&]<class T>() {
     softmax_forward_kernel<T><<<static_cast<unsigned>(rows), threads, 0, as_stream(stream)>>>(
-        device_data<T>(x), device_data<T>(out), n, causal);
+        device_data<T>(x), device_data<T>(out), n, causal, rows_vector_aligned(n, {x.raw_data(), out.raw_data()}));
   });
   check_launch("softmax_forward");
 }
@@ -125,7 +170,8 @@ void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, void*
   if (rows == 0) return;
   visit_float_dtype(y.dtype(), [&]<class T>() {
     softmax_backward_kernel<T><<<static_cast<unsigned>(rows), threads, 0, as_stream(stream)>>>(
-        device_data<T>(y), device_data<T>(dy), device_data<T>(dx), n);
+        device_data<T>(y), device_data<T>(dy), device_data<T>(dx), n,
+        rows_vector_aligned(n, {y.raw_data(), dy.raw_data(), dx.raw_data()}));
   });
   check_launch("softmax_backward");
 }
@@ -139,7 +185,7 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Te
     visit_target_dtype(targets.dtype(), [&]<class Target>() {
       cross_entropy_forward_kernel<T, Target><<<static_cast<unsigned>(rows), threads, 0, as_stream(stream)>>>(
           device_data<T>(logits), device_data<Target>(targets), device_data<float>(losses), padded, vocab_size,
-          ignore_index);
+          ignore_index, rows_vector_aligned(padded, {logits.raw_data()}));
     });
   });
   check_launch("cross_entropy_forward");
@@ -154,7 +200,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
     visit_target_dtype(targets.dtype(), [&]<class Target>() {
       cross_entropy_backward_kernel<T, Target><<<static_cast<unsigned>(rows), threads, 0, as_stream(stream)>>>(
           device_data<T>(logits), device_data<Target>(targets), device_data<float>(dlosses), device_data<T>(dlogits),
-          padded, vocab_size, ignore_index);
+          padded, vocab_size, ignore_index, rows_vector_aligned(padded, {logits.raw_data(), dlogits.raw_data()}));
     });
   });
   check_launch("cross_entropy_backward");

@@ -140,6 +140,44 @@ TEST_CASE("CUDA residual_layernorm_forward equals the unfused GPU kernels bit fo
   }
 }
 
+TEST_CASE("CUDA row kernels give the same bits from aligned rows (16-byte accesses) and unaligned ones",
+          "[cuda][kernels]") {
+  // Views one element into their buffers leave every row unaligned, so LayerNorm and softmax move
+  // element by element there; each thread owns the same elements in the same order either way.
+  std::mt19937 rng(76);
+  const std::int64_t rows = 6, channels = 776, n = rows * channels;
+  for (DType dtype : floating) {
+    INFO(loom::dtype_name(dtype));
+    const auto values = loom::test::random_tensor({n}, dtype, rng, 3.0), grads = loom::test::random_tensor({n}, dtype, rng);
+    const auto w = loom::test::random_tensor({channels}, dtype, rng), b = loom::test::random_tensor({channels}, dtype, rng);
+    const Tensor gw = w.tensor.to(gpu), gb = b.tensor.to(gpu);
+    // The same values at offset 0 and at offset 1 of a GPU buffer, as [rows, channels].
+    auto placed = [&](const Tensor& source, std::int64_t offset) {
+      const Tensor buffer = Tensor::zeros({n + 8}, dtype, gpu);
+      const Tensor view = buffer.slice(offset, offset + n);
+      loom::kernels::cast(source.to(gpu), view);
+      return view.view({rows, channels});
+    };
+    std::vector<std::vector<double>> results[2];
+    for (std::int64_t offset : {0, 1}) {
+      const Tensor x = placed(values.tensor, offset), dy = placed(grads.tensor, offset);
+      const Tensor out = placed(grads.tensor, offset), dx = placed(grads.tensor, offset);
+      const Tensor mean = Tensor::empty({rows}, DType::f32, gpu), rstd = Tensor::empty({rows}, DType::f32, gpu);
+      const Tensor dw = Tensor::zeros({channels}, DType::f32, gpu), db = Tensor::zeros({channels}, DType::f32, gpu);
+      loom::kernels::layernorm_forward(x, gw, gb, out, mean, rstd);
+      loom::kernels::layernorm_backward(dy, x, gw, mean, rstd, dx, dw, db);
+      const Tensor y = placed(grads.tensor, offset), dsoft = placed(grads.tensor, offset);
+      loom::kernels::softmax_forward(x, y, {}, /*causal=*/false);
+      loom::kernels::softmax_backward(y, dy, dsoft);
+      for (const Tensor& t : {out, mean, rstd, dx, y, dsoft}) results[offset].push_back(loom::test::as_doubles(t.to(Device::cpu())));
+    }
+    for (std::size_t i = 0; i < results[0].size(); ++i) {
+      INFO("output " << i << " (LayerNorm out, mean, rstd, dx; softmax y, dx)");
+      REQUIRE(results[0][i] == results[1][i]);
+    }
+  }
+}
+
 TEST_CASE("CUDA softmax and cross-entropy match the CPU", "[cuda][kernels]") {
   std::mt19937 rng(73);
   for (DType dtype : floating) {
