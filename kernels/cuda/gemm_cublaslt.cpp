@@ -95,14 +95,23 @@ struct Workspace {
   ~Workspace() { cudaFreeAsync(data, stream); }
 };
 
+// One GEMM configuration ready to run: its descriptor (every setting but the pointers), its layouts
+// and the heuristic's algorithm.
+struct Plan {
+  MatmulDesc desc;
+  Layout a, b, c, d;
+  cublasLtMatmulAlgo_t algo{};
+};
+
 // What a thread keeps per device between GEMMs: one handle, one workspace per stream (a stream's
-// GEMMs run in order, so they can share one; two streams cannot), and the heuristic's choice per
-// configuration. Creating a handle, allocating 32 MiB and running the heuristic cost far more host
-// time than a small GEMM, and training issues the same few configurations every step.
+// GEMMs run in order, so they can share one; two streams cannot), and a Plan per configuration.
+// Creating a handle, allocating 32 MiB, building descriptors and layouts and running the heuristic
+// cost far more host time than a small GEMM, and training issues the same few configurations every
+// step: after the first, a GEMM only sets its bias and pre-activation pointers.
 struct DeviceCache {
   Handle handle;
   std::map<cudaStream_t, void*> workspaces;
-  std::map<std::string, cublasLtMatmulAlgo_t> algorithms;
+  std::map<std::string, std::unique_ptr<Plan>> plans;
   DeviceCache() = default;
   DeviceCache(const DeviceCache&) = delete;
   DeviceCache& operator=(const DeviceCache&) = delete;
@@ -161,10 +170,6 @@ void gemm_cublaslt(const StridedMatrix& a, const StridedMatrix& b, const std::op
   if (shape.m == 0 || shape.n == 0) return;
 
   DeviceCache& cache = device_cache(d.tensor.device().index());
-  MatmulDesc desc(options.precision == GemmPrecision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
-  desc.set(CUBLASLT_MATMUL_DESC_TRANSA, options.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
-  desc.set(CUBLASLT_MATMUL_DESC_TRANSB, options.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
-
   const bool gelu = e.activation == Activation::gelu, bias = e.bias.defined(), aux = e.pre_activation.defined();
   // cuBLASLt keeps the pre-activation only with a leading dimension and batch stride divisible by 8;
   // otherwise the GEMM writes the pre-activation itself and loom applies GELU after.
@@ -174,7 +179,60 @@ void gemm_cublaslt(const StridedMatrix& a, const StridedMatrix& b, const std::op
   if (gelu && fused_aux) epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   else if (gelu && !gelu_after) epilogue = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
   else if (bias) epilogue = CUBLASLT_EPILOGUE_BIAS;
-  desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+
+  // cuBLASLt's A = our B (column-major b.cols x b.rows), its B = our A, C/D = D^T (N x M). When
+  // GELU follows, the GEMM's D is the contiguous pre-activation.
+  void* d_data = gelu_after ? e.pre_activation.raw_data() : d.tensor.raw_data();
+  const std::int64_t d_ld = gelu_after ? shape.n : d.ld;
+  const std::int64_t d_stride = gelu_after ? (shape.batch == 1 ? 0 : shape.m * shape.n) : stride_of(d);
+  const std::int64_t c_ld = c ? c->ld : d_ld, c_stride = c ? stride_of(*c) : d_stride;
+  const void* c_data = c ? c->tensor.raw_data() : d_data;
+  const std::size_t in_size = dtype_size(input), out_size = dtype_size(output);
+  const std::uint32_t align_a = operand_alignment(b.tensor.raw_data(), b.ld, stride_of(b), in_size),
+                      align_b = operand_alignment(a.tensor.raw_data(), a.ld, stride_of(a), in_size),
+                      align_c = operand_alignment(c_data, c_ld, c_stride, out_size),
+                      align_d = operand_alignment(d_data, d_ld, d_stride, out_size);
+
+  // Everything a plan depends on: the descriptor's settings, the layouts and the alignments (not
+  // the pointers themselves).
+  const std::string key = loom::detail::concat(
+      static_cast<int>(options.precision), options.trans_a, options.trans_b, ' ', static_cast<int>(epilogue), ' ',
+      static_cast<int>(input), static_cast<int>(output), ' ', shape.batch, 'x', shape.m, 'x', shape.n, 'x', shape.k,
+      ' ', a.ld, ',', stride_of(a), ' ', b.ld, ',', stride_of(b), ' ', c_ld, ',', c_stride, ' ', d_ld, ',', d_stride,
+      ' ', align_a, ',', align_b, ',', align_c, ',', align_d, ' ', fused_aux);
+  std::unique_ptr<Plan>& plan = cache.plans[key];
+  if (!plan) {
+    auto made = std::unique_ptr<Plan>(new Plan{
+        MatmulDesc(options.precision == GemmPrecision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F),
+        Layout(input, b.cols, b.rows, b.ld, shape.batch, stride_of(b)),
+        Layout(input, a.cols, a.rows, a.ld, shape.batch, stride_of(a)),
+        Layout(output, shape.n, shape.m, c_ld, shape.batch, c_stride),
+        Layout(output, shape.n, shape.m, d_ld, shape.batch, d_stride)});
+    made->desc.set(CUBLASLT_MATMUL_DESC_TRANSA, options.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
+    made->desc.set(CUBLASLT_MATMUL_DESC_TRANSB, options.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
+    made->desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+    if (bias) made->desc.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(output));
+    if (fused_aux) {
+      // pre_activation is [batch, M, N] row-major: column-major N x M, ld N.
+      made->desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, shape.n);
+      made->desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, shape.m * shape.n);
+    }
+    Preference preference;
+    preference.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace_bytes);
+    preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a);
+    preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b);
+    preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c);
+    preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d);
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    check(cublasLtMatmulAlgoGetHeuristic(cache.handle.value, made->desc.value, made->a.value, made->b.value,
+                                         made->c.value, made->d.value, preference.value, 1, &heuristic, &found),
+          what + ": cublasLtMatmulAlgoGetHeuristic");
+    loom::detail::count_device_call(loom::detail::DeviceCall::blas_algorithm_search);
+    if (found == 0) fail(ErrorCategory::cuda, what, ": cuBLASLt has no algorithm for this configuration");
+    made->algo = heuristic.algo;
+    plan = std::move(made);
+  }
 
   // cuBLASLt wants the bias in D's dtype: a 16-bit bias for an f32 D is widened (exactly).
   std::optional<Workspace> widened;
@@ -186,65 +244,14 @@ void gemm_cublaslt(const StridedMatrix& a, const StridedMatrix& b, const std::op
       cast(e.bias, wide, {}, stream);
       bias_data = widened->data;
     }
-    desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_data);
-    desc.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(output));
+    plan->desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_data);
   }
-  if (fused_aux) {
-    // pre_activation is [batch, M, N] row-major: column-major N x M, ld N.
-    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, e.pre_activation.raw_data());
-    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, shape.n);
-    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, shape.m * shape.n);
-  }
-
-  // cuBLASLt's A = our B (column-major b.cols x b.rows), its B = our A, C/D = D^T (N x M). When
-  // GELU follows, the GEMM's D is the contiguous pre-activation.
-  void* d_data = gelu_after ? e.pre_activation.raw_data() : d.tensor.raw_data();
-  const std::int64_t d_ld = gelu_after ? shape.n : d.ld;
-  const std::int64_t d_stride = gelu_after ? (shape.batch == 1 ? 0 : shape.m * shape.n) : stride_of(d);
-  const std::size_t in_size = dtype_size(input), out_size = dtype_size(output);
-  const Layout layout_a(input, b.cols, b.rows, b.ld, shape.batch, stride_of(b));
-  const Layout layout_b(input, a.cols, a.rows, a.ld, shape.batch, stride_of(a));
-  const Layout layout_d(output, shape.n, shape.m, d_ld, shape.batch, d_stride);
-  const Layout layout_c = c ? Layout(output, c->cols, c->rows, c->ld, shape.batch, stride_of(*c))
-                            : Layout(output, shape.n, shape.m, d_ld, shape.batch, d_stride);
-  const void* c_data = c ? c->tensor.raw_data() : d_data;
-
-  Preference preference;
-  preference.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace_bytes);
-  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                 operand_alignment(b.tensor.raw_data(), b.ld, stride_of(b), in_size));
-  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                 operand_alignment(a.tensor.raw_data(), a.ld, stride_of(a), in_size));
-  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                 c ? operand_alignment(c_data, c->ld, stride_of(*c), out_size) : operand_alignment(c_data, d_ld, d_stride, out_size));
-  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, operand_alignment(d_data, d_ld, d_stride, out_size));
-
-  // Everything the heuristic's answer depends on: the descriptor's settings, the layouts and the
-  // alignments (not the pointers themselves).
-  const std::string key = loom::detail::concat(
-      static_cast<int>(options.precision), options.trans_a, options.trans_b, ' ', static_cast<int>(epilogue), ' ',
-      static_cast<int>(input), static_cast<int>(output), ' ', shape.batch, 'x', shape.m, 'x', shape.n, 'x', shape.k,
-      ' ', a.ld, ',', stride_of(a), ' ', b.ld, ',', stride_of(b), ' ', c ? c->ld : -1, ',', c ? stride_of(*c) : -1,
-      ' ', d_ld, ',', d_stride, ' ', operand_alignment(b.tensor.raw_data(), b.ld, stride_of(b), in_size), ',',
-      operand_alignment(a.tensor.raw_data(), a.ld, stride_of(a), in_size), ',',
-      c ? operand_alignment(c_data, c->ld, stride_of(*c), out_size) : 0U, ',',
-      operand_alignment(d_data, d_ld, d_stride, out_size), ' ', fused_aux);
-  auto chosen = cache.algorithms.find(key);
-  if (chosen == cache.algorithms.end()) {
-    cublasLtMatmulHeuristicResult_t heuristic{};
-    int found = 0;
-    check(cublasLtMatmulAlgoGetHeuristic(cache.handle.value, desc.value, layout_a.value, layout_b.value,
-                                         layout_c.value, layout_d.value, preference.value, 1, &heuristic, &found),
-          what + ": cublasLtMatmulAlgoGetHeuristic");
-    loom::detail::count_device_call(loom::detail::DeviceCall::blas_algorithm_search);
-    if (found == 0) fail(ErrorCategory::cuda, what, ": cuBLASLt has no algorithm for this configuration");
-    chosen = cache.algorithms.emplace(key, heuristic.algo).first;
-  }
+  if (fused_aux) plan->desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, e.pre_activation.raw_data());
 
   const float alpha = options.alpha, beta = c ? options.beta : 0.0f;
-  check(cublasLtMatmul(cache.handle.value, desc.value, &alpha, b.tensor.raw_data(), layout_a.value,
-                       a.tensor.raw_data(), layout_b.value, &beta, c_data, layout_c.value, d_data, layout_d.value,
-                       &chosen->second, cache.workspace(s), workspace_bytes, s),
+  check(cublasLtMatmul(cache.handle.value, plan->desc.value, &alpha, b.tensor.raw_data(), plan->a.value,
+                       a.tensor.raw_data(), plan->b.value, &beta, c_data, plan->c.value, d_data, plan->d.value,
+                       &plan->algo, cache.workspace(s), workspace_bytes, s),
         what + ": cublasLtMatmul");
   if (gelu_after) gemm_gelu_from_pre_activation(e.pre_activation, d, shape, stream);
   if (e.bias_grad.defined()) gemm_bias_grad(a, options.trans_a, shape, e.bias_grad, stream);
