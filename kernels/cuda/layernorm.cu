@@ -165,7 +165,7 @@ void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias
   const std::int64_t channels = x.size(-1), rows = x.numel() / channels;
   if (rows == 0) return;
   visit_float_dtype(x.dtype(), [&]<class T>() {
-    layernorm_forward_kernel<T><<<static_cast<unsigned>(rows), threads, 0, as_stream(stream)>>>(
+    layernorm_forward_kernel<T><<<static_cast<unsigned>(rows), row_threads(channels), 0, as_stream(stream)>>>(
         device_data<T>(x), device_data<T>(weight), device_data<T>(bias), device_data<T>(out), device_data<float>(mean),
         device_data<float>(rstd), channels, eps,
         rows_vector_aligned(channels, {x.raw_data(), weight.raw_data(), bias.raw_data(), out.raw_data()}));
@@ -180,7 +180,7 @@ void residual_layernorm_forward(const Tensor& a, const Tensor& b, const Tensor& 
   const std::int64_t channels = a.size(-1), rows = a.numel() / channels;
   if (rows == 0) return;
   visit_float_dtype(a.dtype(), [&]<class T>() {
-    residual_layernorm_forward_kernel<T><<<static_cast<unsigned>(rows), threads, 0, as_stream(stream)>>>(
+    residual_layernorm_forward_kernel<T><<<static_cast<unsigned>(rows), row_threads(channels), 0, as_stream(stream)>>>(
         device_data<T>(a), device_data<T>(b), device_data<T>(sum), device_data<T>(weight), device_data<T>(bias),
         device_data<T>(out), device_data<float>(mean), device_data<float>(rstd), channels, eps,
         rows_vector_aligned(channels, {a.raw_data(), b.raw_data(), sum.raw_data(), weight.raw_data(), bias.raw_data(),
@@ -202,7 +202,7 @@ void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weigh
   float* db_partial = dw_partial + chunks * channels;
   const unsigned channel_blocks = static_cast<unsigned>((channels + threads - 1) / threads);
   visit_float_dtype(x.dtype(), [&]<class T>() {
-    layernorm_dx_kernel<T><<<static_cast<unsigned>(rows), threads, 0, s>>>(
+    layernorm_dx_kernel<T><<<static_cast<unsigned>(rows), row_threads(channels), 0, s>>>(
         device_data<T>(dout), device_data<T>(x), device_data<T>(weight), device_data<float>(mean),
         device_data<float>(rstd), device_data<T>(dx), channels,
         rows_vector_aligned(channels, {dout.raw_data(), x.raw_data(), weight.raw_data(), dx.raw_data()}));

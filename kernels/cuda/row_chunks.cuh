@@ -60,6 +60,13 @@ __device__ __forceinline__ void for_own_chunks(std::int64_t n, Body&& body) {
   }
 }
 
+// Threads for one block per row of n elements: one per chunk, in whole warps, at most 256. It
+// depends on n alone (never on alignment), and so does the chunks' ownership.
+inline int row_threads(std::int64_t n) {
+  const std::int64_t chunks = (n + row_chunk - 1) / row_chunk;
+  return static_cast<int>(std::clamp<std::int64_t>((chunks + 31) / 32 * 32, 32, 256));
+}
+
 // Whether rows `row_stride` elements apart, starting at each pointer, are all 16-byte aligned.
 inline bool rows_vector_aligned(std::int64_t row_stride, std::initializer_list<const void*> pointers) {
   if (row_stride % row_chunk != 0) return false;

@@ -158,7 +158,7 @@ void softmax_forward(const Tensor& x, const Tensor& out, bool causal, void* stre
   const std::int64_t n = x.size(-1), rows = n == 0 ? 0 : x.numel() / n;
   if (rows == 0) return;
   visit_float_dtype(x.dtype(), [&]<class T>() {
-    softmax_forward_kernel<T><<<static_cast<unsigned>(rows), threads, 0, as_stream(stream)>>>(
+    softmax_forward_kernel<T><<<static_cast<unsigned>(rows), row_threads(n), 0, as_stream(stream)>>>(
         device_data<T>(x), device_data<T>(out), n, causal, rows_vector_aligned(n, {x.raw_data(), out.raw_data()}));
   });
   check_launch("softmax_forward");
@@ -169,7 +169,7 @@ void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, void*
   const std::int64_t n = y.size(-1), rows = n == 0 ? 0 : y.numel() / n;
   if (rows == 0) return;
   visit_float_dtype(y.dtype(), [&]<class T>() {
-    softmax_backward_kernel<T><<<static_cast<unsigned>(rows), threads, 0, as_stream(stream)>>>(
+    softmax_backward_kernel<T><<<static_cast<unsigned>(rows), row_threads(n), 0, as_stream(stream)>>>(
         device_data<T>(y), device_data<T>(dy), device_data<T>(dx), n,
         rows_vector_aligned(n, {y.raw_data(), dy.raw_data(), dx.raw_data()}));
   });
@@ -183,7 +183,7 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Te
   if (rows == 0) return;
   visit_float_dtype(logits.dtype(), [&]<class T>() {
     visit_target_dtype(targets.dtype(), [&]<class Target>() {
-      cross_entropy_forward_kernel<T, Target><<<static_cast<unsigned>(rows), threads, 0, as_stream(stream)>>>(
+      cross_entropy_forward_kernel<T, Target><<<static_cast<unsigned>(rows), row_threads(padded), 0, as_stream(stream)>>>(
           device_data<T>(logits), device_data<Target>(targets), device_data<float>(losses), padded, vocab_size,
           ignore_index, rows_vector_aligned(padded, {logits.raw_data()}));
     });
@@ -198,7 +198,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
   if (rows == 0) return;
   visit_float_dtype(logits.dtype(), [&]<class T>() {
     visit_target_dtype(targets.dtype(), [&]<class Target>() {
-      cross_entropy_backward_kernel<T, Target><<<static_cast<unsigned>(rows), threads, 0, as_stream(stream)>>>(
+      cross_entropy_backward_kernel<T, Target><<<static_cast<unsigned>(rows), row_threads(padded), 0, as_stream(stream)>>>(
           device_data<T>(logits), device_data<Target>(targets), device_data<float>(dlosses), device_data<T>(dlogits),
           padded, vocab_size, ignore_index, rows_vector_aligned(padded, {logits.raw_data(), dlogits.raw_data()}));
     });

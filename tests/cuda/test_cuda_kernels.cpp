@@ -132,6 +132,8 @@ TEST_CASE("CUDA residual_layernorm_forward equals the unfused GPU kernels bit fo
     loom::kernels::layernorm_forward(sum2, gw, gbias, out2, mean2, rstd2);
     require_matches(sum, sum2.to(Device::cpu()), 0, 0);
     require_matches(out, out2.to(Device::cpu()), 0, 0);
+    require_matches(mean, mean2.to(Device::cpu()), 0, 0);
+    require_matches(rstd, rstd2.to(Device::cpu()), 0, 0);
     const Tensor cpu_sum = Tensor::empty({37, 768}, dtype), cpu_out = Tensor::empty({37, 768}, dtype);
     const Tensor cpu_mean = Tensor::empty({37}, DType::f32), cpu_rstd = Tensor::empty({37}, DType::f32);
     loom::kernels::residual_layernorm_forward(a.tensor, b.tensor, cpu_sum, w.tensor, bias.tensor, cpu_out, cpu_mean,
@@ -142,37 +144,58 @@ TEST_CASE("CUDA residual_layernorm_forward equals the unfused GPU kernels bit fo
 
 TEST_CASE("CUDA row kernels give the same bits from aligned rows (16-byte accesses) and unaligned ones",
           "[cuda][kernels]") {
-  // Views one element into their buffers leave every row unaligned, so LayerNorm and softmax move
-  // element by element there; each thread owns the same elements in the same order either way.
+  // Views one element into their buffers leave every row unaligned, so LayerNorm, softmax and
+  // cross-entropy move element by element there; each thread owns the same elements in the same
+  // order either way. 2056 channels are 257 chunks of 8: the first thread of a 256-thread block
+  // owns two; causal rows of 264 and a vocabulary of 2051 in rows of 2056 end in partial chunks on
+  // the aligned path too; softmax backward and cross-entropy backward also run in place.
   std::mt19937 rng(76);
-  const std::int64_t rows = 6, channels = 776, n = rows * channels;
+  const std::int64_t rows = 6, channels = 2056, steps = 264, vocab = 2051;
   for (DType dtype : floating) {
     INFO(loom::dtype_name(dtype));
-    const auto values = loom::test::random_tensor({n}, dtype, rng, 3.0), grads = loom::test::random_tensor({n}, dtype, rng);
+    const auto values = loom::test::random_tensor({rows * channels}, dtype, rng, 3.0);
+    const auto grads = loom::test::random_tensor({rows * channels}, dtype, rng);
+    const auto scores = loom::test::random_tensor({2 * steps * steps}, dtype, rng, 4.0);
+    const auto score_grads = loom::test::random_tensor({2 * steps * steps}, dtype, rng);
     const auto w = loom::test::random_tensor({channels}, dtype, rng), b = loom::test::random_tensor({channels}, dtype, rng);
     const Tensor gw = w.tensor.to(gpu), gb = b.tensor.to(gpu);
-    // The same values at offset 0 and at offset 1 of a GPU buffer, as [rows, channels].
-    auto placed = [&](const Tensor& source, std::int64_t offset) {
-      const Tensor buffer = Tensor::zeros({n + 8}, dtype, gpu);
-      const Tensor view = buffer.slice(offset, offset + n);
+    const Tensor targets = Tensor::from_vector(std::vector<std::int32_t>{0, 2050, 17, -1, 3, 1999}, {rows}).to(gpu);
+    const Tensor dloss = loom::test::random_tensor({rows}, DType::f32, rng).tensor.to(gpu);
+    // The same values at `offset` elements into a GPU buffer, in `shape`.
+    auto placed = [&](const Tensor& source, std::int64_t offset, const loom::Shape& shape) {
+      const Tensor buffer = Tensor::zeros({source.numel() + 8}, dtype, gpu);
+      const Tensor view = buffer.slice(offset, offset + source.numel());
       loom::kernels::cast(source.to(gpu), view);
-      return view.view({rows, channels});
+      return view.view(shape);
     };
     std::vector<std::vector<double>> results[2];
     for (std::int64_t offset : {0, 1}) {
-      const Tensor x = placed(values.tensor, offset), dy = placed(grads.tensor, offset);
-      const Tensor out = placed(grads.tensor, offset), dx = placed(grads.tensor, offset);
+      const loom::Shape matrix{rows, channels}, causal{2, steps, steps};
+      const Tensor x = placed(values.tensor, offset, matrix), dy = placed(grads.tensor, offset, matrix);
+      const Tensor out = placed(grads.tensor, offset, matrix), dx = placed(grads.tensor, offset, matrix);
       const Tensor mean = Tensor::empty({rows}, DType::f32, gpu), rstd = Tensor::empty({rows}, DType::f32, gpu);
       const Tensor dw = Tensor::zeros({channels}, DType::f32, gpu), db = Tensor::zeros({channels}, DType::f32, gpu);
       loom::kernels::layernorm_forward(x, gw, gb, out, mean, rstd);
       loom::kernels::layernorm_backward(dy, x, gw, mean, rstd, dx, dw, db);
-      const Tensor y = placed(grads.tensor, offset), dsoft = placed(grads.tensor, offset);
-      loom::kernels::softmax_forward(x, y, {}, /*causal=*/false);
-      loom::kernels::softmax_backward(y, dy, dsoft);
-      for (const Tensor& t : {out, mean, rstd, dx, y, dsoft}) results[offset].push_back(loom::test::as_doubles(t.to(Device::cpu())));
+      const Tensor sum = placed(grads.tensor, offset, matrix), fused = placed(grads.tensor, offset, matrix);
+      const Tensor mean2 = Tensor::empty({rows}, DType::f32, gpu), rstd2 = Tensor::empty({rows}, DType::f32, gpu);
+      loom::kernels::residual_layernorm_forward(x, dy, sum, gw, gb, fused, mean2, rstd2);
+      const Tensor s = placed(scores.tensor, offset, causal), ds = placed(score_grads.tensor, offset, causal);
+      const Tensor y = placed(scores.tensor, offset, causal);
+      loom::kernels::softmax_forward(s, y, {}, /*causal=*/true);
+      loom::kernels::softmax_backward(y, ds, ds);  // in place
+      loom::kernels::CrossEntropyOptions options;
+      options.vocab_size = vocab;
+      const Tensor losses = Tensor::empty({rows}, DType::f32, gpu), logits = placed(values.tensor, offset, matrix);
+      loom::kernels::cross_entropy_forward(logits, targets, losses, options);
+      loom::kernels::cross_entropy_backward(logits, targets, dloss, logits, options);  // in place
+      for (const Tensor& t : {out, mean, rstd, dx, sum, fused, mean2, rstd2, y, ds, losses, logits}) {
+        results[offset].push_back(loom::test::as_doubles(t.to(Device::cpu())));
+      }
     }
     for (std::size_t i = 0; i < results[0].size(); ++i) {
-      INFO("output " << i << " (LayerNorm out, mean, rstd, dx; softmax y, dx)");
+      INFO("output " << i << " (LayerNorm out, mean, rstd, dx; residual sum, out, mean, rstd; causal softmax y, "
+                        "dx; cross-entropy losses, dlogits)");
       REQUIRE(results[0][i] == results[1][i]);
     }
   }
