@@ -7,7 +7,8 @@
 #   4 memcheck      compute-sanitizer memcheck on the kernel tests
 #   5 gemm          gemm_bench (loom vs cuBLASLt, time and result) in NN/TN/NT at the GPT-2 and square shapes
 #   6 train         train_bench GPT-2 124M bf16 at B = 8 (fused and stored attention) and 16, MFU
-#   7 kernels/comm  kernel_bench, alloc_bench, one-GPU allreduce_bench and ddp_bench
+#   7 kernels/comm  kernel_bench, attention_bench (composed, head-major, fused at GPT-2's shape), alloc_bench,
+#                   one-GPU allreduce_bench and ddp_bench
 #   8 train_gpt     a short run of the example
 # OUTDIR gets one log per step, a JSON per benchmark and summary.txt; the summary (a table of the
 # steps with their status and seconds, then the key lines) is printed on exit whatever happened.
@@ -71,7 +72,7 @@ printf '%s\t%s\t-\n' preflight "${gpu:+GPU found}${gpu:-no GPU: rehearsal}" >> "
 
 # 2. Build only what the steps run.
 generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
-targets=(loom_cuda_tests loom_smoke train_gpt loom-topo gemm_bench kernel_bench alloc_bench train_bench
+targets=(loom_cuda_tests loom_smoke train_gpt loom-topo gemm_bench kernel_bench attention_bench alloc_bench train_bench
          allreduce_bench ddp_bench)
 build_script="cmake -S '$root' -B '$build' ${generator[*]} -DCMAKE_BUILD_TYPE=Release -DLOOM_MPI=OFF \
   -DCMAKE_CUDA_COMPILER='$nvcc_path' -DCMAKE_CUDA_ARCHITECTURES='$arch' -DCMAKE_PREFIX_PATH='$root/.carry/usr' &&
@@ -123,6 +124,8 @@ bench train-b8-stored 60 train_bench --device cuda:0 --precision bf16 --layers 1
 bench train-b16 75 train_bench --device cuda:0 --precision bf16 --layers 12 --heads 12 --channels 768 \
   --context 1024 --vocab 50257 --batch 16 --steps 10 --warmup 2 --peak-shape 4096
 bench kernels 45 kernel_bench --device cuda:0 --repeats 20 --rows 16384 --channels 768
+bench attention 45 attention_bench --device cuda:0 --dtype bf16 --batch 8 --context 1024 --heads 12 --head-size 64 \
+  --repeats 10
 bench alloc 20 alloc_bench --device cuda:0
 bench allreduce 45 allreduce_bench -b 1K -e 1G -f 4 -n 20 --rounds 5
 bench ddp 60 ddp_bench --device cuda --precision bf16 --workloads gpt2-124m --ranks 1 --steps 10 --warmup 2
