@@ -19,14 +19,6 @@
 
 namespace {
 
-loom::Tensor random_tensor(const loom::Shape& shape, loom::DType dtype, loom::Device device, std::mt19937& rng) {
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  const loom::Tensor f32 = loom::Tensor::empty(shape, loom::DType::f32);
-  for (float& v : f32.span<float>()) v = dist(rng);
-  const loom::Tensor out = loom::Tensor::empty(shape, dtype);
-  loom::kernels::cast(f32, out);
-  return out.to(device);
-}
 
 loom::kernels::GemmPrecision precision_of(loom::DType dtype) {
   if (dtype == loom::DType::bf16) return loom::kernels::GemmPrecision::bf16;
@@ -58,15 +50,13 @@ int main(int argc, char** argv) {
 
   try {
     const loom::DType dtype = loom::parse_dtype(dtype_name);
-    const loom::Device device = device_name == "auto"
-                                    ? (loom::cuda_runtime_status().available() ? loom::Device::cuda(0) : loom::Device::cpu())
-                                    : loom::Device::parse(device_name);
+    const loom::Device device = loom::bench::bench_device(device_name);
     const loom::Stream stream(device);
     const loom::StreamRef s = stream.ref();
     const std::int64_t channels = heads * head_size;
     std::mt19937 rng(11);
-    const loom::Tensor qkv = random_tensor({batch, steps, 3 * channels}, dtype, device, rng);
-    const loom::Tensor dout = random_tensor({batch, steps, channels}, dtype, device, rng);
+    const loom::Tensor qkv = loom::bench::random_tensor({batch, steps, 3 * channels}, dtype, device, rng);
+    const loom::Tensor dout = loom::bench::random_tensor({batch, steps, channels}, dtype, device, rng);
     const loom::Tensor out = loom::Tensor::empty({batch, steps, channels}, dtype, device);
     const loom::Tensor dqkv = loom::Tensor::empty(qkv.shape(), dtype, device);
     const loom::Tensor att = loom::Tensor::empty({batch, heads, steps, steps}, dtype, device);

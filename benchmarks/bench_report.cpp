@@ -12,9 +12,24 @@
 #include "loom/core/build_info.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/gpu_info.hpp"
+#include "loom/kernels/cast.hpp"
 #include "loom/kernels/cpu_isa.hpp"
 
 namespace loom::bench {
+
+Device bench_device(const std::string& name) {
+  if (name != "auto") return Device::parse(name);
+  return cuda_runtime_status().available() ? Device::cuda(0) : Device::cpu();
+}
+
+Tensor random_tensor(const Shape& shape, DType dtype, Device device, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const Tensor f32 = Tensor::empty(shape, DType::f32);
+  for (float& v : f32.span<float>()) v = dist(rng);
+  const Tensor out = Tensor::empty(shape, dtype);
+  kernels::cast(f32, out);
+  return out.to(device);
+}
 
 double median(std::vector<double> samples) {
   require(!samples.empty(), "median of no samples");

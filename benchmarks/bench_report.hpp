@@ -6,10 +6,12 @@
 
 #include <chrono>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "loom/core/stream.hpp"
+#include "loom/core/tensor.hpp"
 
 namespace loom::bench {
 
@@ -32,6 +34,12 @@ nlohmann::json cpu_description();
 
 // {"benchmark", "commit", "machine": {host, cpus, cpu, gpus, build}, "config", "rows"}
 nlohmann::json make_record(const std::string& benchmark, const nlohmann::json& config);
+
+// "auto": the first GPU when one is usable, else the CPU; otherwise Device::parse(name).
+Device bench_device(const std::string& name);
+
+// Uniform values in [-1, 1) drawn as f32 on the host, cast to dtype, placed on device.
+Tensor random_tensor(const Shape& shape, DType dtype, Device device, std::mt19937& rng);
 
 // Writes record to path (pretty-printed); throws an io loom::Error when it cannot.
 void write_json(const std::string& path, const nlohmann::json& record);

@@ -21,16 +21,6 @@
 
 namespace {
 
-
-loom::Tensor random_tensor(const loom::Shape& shape, loom::DType dtype, loom::Device device, std::mt19937& rng) {
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  const loom::Tensor f32 = loom::Tensor::empty(shape, loom::DType::f32);
-  for (float& v : f32.span<float>()) v = dist(rng);
-  const loom::Tensor out = loom::Tensor::empty(shape, dtype);
-  loom::kernels::cast(f32, out);
-  return out.to(device);
-}
-
 struct KernelCase {
   std::string name;
   double bytes;                  // bytes the kernel must read and write at least once
@@ -54,9 +44,7 @@ int main(int argc, char** argv) {
 
   try {
     const loom::DType dtype = loom::parse_dtype(dtype_name);
-    const loom::Device device = device_name == "auto"
-                                    ? (loom::cuda_runtime_status().available() ? loom::Device::cuda(0) : loom::Device::cpu())
-                                    : loom::Device::parse(device_name);
+    const loom::Device device = loom::bench::bench_device(device_name);
     const loom::Stream stream(device);
     const loom::StreamRef s = stream.ref();
     const std::int64_t n = rows * channels;
@@ -64,12 +52,12 @@ int main(int argc, char** argv) {
     std::mt19937 rng(9);
     auto empty = [&](const loom::Shape& shape, loom::DType t) { return loom::Tensor::empty(shape, t, device); };
     auto zeros = [&](const loom::Shape& shape) { return loom::Tensor::zeros(shape, loom::DType::f32, device); };
-    const loom::Tensor x = random_tensor({rows, channels}, dtype, device, rng), y = random_tensor({rows, channels}, dtype, device, rng);
+    const loom::Tensor x = loom::bench::random_tensor({rows, channels}, dtype, device, rng), y = loom::bench::random_tensor({rows, channels}, dtype, device, rng);
     const loom::Tensor out = empty({rows, channels}, dtype);
-    const loom::Tensor w = random_tensor({channels}, dtype, device, rng), b = random_tensor({channels}, dtype, device, rng);
+    const loom::Tensor w = loom::bench::random_tensor({channels}, dtype, device, rng), b = loom::bench::random_tensor({channels}, dtype, device, rng);
     const loom::Tensor mean = empty({rows}, loom::DType::f32), rstd = empty({rows}, loom::DType::f32);
     const loom::Tensor dw = zeros({channels}), db = zeros({channels});
-    const loom::Tensor master = random_tensor({n}, loom::DType::f32, device, rng);
+    const loom::Tensor master = loom::bench::random_tensor({n}, loom::DType::f32, device, rng);
     const loom::Tensor m = zeros({n}), v = zeros({n});
     const loom::Tensor model = empty({n}, loom::DType::bf16);
     const loom::Tensor targets = loom::Tensor::zeros({rows}, loom::DType::i32, device), losses = empty({rows}, loom::DType::f32);

@@ -94,12 +94,16 @@ __global__ void layernorm_dx_kernel(const T* dout, const T* x, const T* weight, 
   const T* xr = x + row * channels;
   const T* gr = dout + row * channels;
   const float mu = mean[row], rs = rstd[row];
-  float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
-  for_own_chunks(channels, [&](std::int64_t k, int valid) {
-    float xv[row_chunk], g[row_chunk], w[row_chunk];
+  // x, dout and weight of one chunk; both passes read them the same way.
+  auto load = [&](std::int64_t k, int valid, float (&xv)[row_chunk], float (&g)[row_chunk], float (&w)[row_chunk]) {
     load_chunk(xr, k, valid, vector, xv);
     load_chunk(gr, k, valid, vector, g);
     load_chunk(weight, k, valid, vector, w);
+  };
+  float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
+  for_own_chunks(channels, [&](std::int64_t k, int valid) {
+    float xv[row_chunk], g[row_chunk], w[row_chunk];
+    load(k, valid, xv, g, w);
 #pragma unroll
     for (int e = 0; e < row_chunk; ++e) {
       const float dnorm = g[e] * w[e];
@@ -113,9 +117,7 @@ __global__ void layernorm_dx_kernel(const T* dout, const T* x, const T* weight, 
   const float dnorm_norm_mean = block_reduce(dnorm_norm_sum) / static_cast<float>(channels);
   for_own_chunks(channels, [&](std::int64_t k, int valid) {
     float xv[row_chunk], g[row_chunk], w[row_chunk];
-    load_chunk(xr, k, valid, vector, xv);
-    load_chunk(gr, k, valid, vector, g);
-    load_chunk(weight, k, valid, vector, w);
+    load(k, valid, xv, g, w);
 #pragma unroll
     for (int e = 0; e < row_chunk; ++e) {
       const float norm = (xv[e] - mu) * rs;
