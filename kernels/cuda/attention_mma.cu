@@ -371,8 +371,7 @@ Dims dims_of(const Tensor& qkv, std::int64_t heads) {
 template <class Kernel>
 void launch(Kernel* kernel, std::size_t shared_bytes, const Tensor& qkv, const Dims& d, cudaStream_t stream,
             const char* name, auto... args) {
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes)),
-        std::string("cudaFuncSetAttribute(max dynamic shared memory) for ") + name);
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), shared_bytes, name);
   const dim3 grid(static_cast<unsigned>((d.steps + block_rows - 1) / block_rows),
                   static_cast<unsigned>(qkv.size(0) * d.heads));
   kernel<<<grid, threads, shared_bytes, stream>>>(args..., d);
@@ -383,7 +382,11 @@ void launch(Kernel* kernel, std::size_t shared_bytes, const Tensor& qkv, const D
 template <class Body>
 void visit(const Tensor& qkv, std::int64_t heads, Body&& body) {
   const bool half = qkv.dtype() == DType::f16;
-  if (qkv.size(2) / 3 / heads == 64) {
+  const std::int64_t head_size = qkv.size(2) / 3 / heads;
+  if (head_size != 64 && head_size != 128) {
+    fail(ErrorCategory::invalid_argument, "fused attention (tensor cores) takes head size 64 or 128, got ", head_size);
+  }
+  if (head_size == 64) {
     if (half) body.template operator()<__half, 64>();
     else body.template operator()<__nv_bfloat16, 64>();
   } else {

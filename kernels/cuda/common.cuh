@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <set>
+#include <utility>
 #include <string>
 
 #include "loom/core/cuda_check.hpp"
@@ -94,6 +96,22 @@ inline void retain_pool_memory() {
   check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold),
         "cudaMemPoolSetAttribute(release threshold)");
   done.insert(device);
+}
+
+// Lets `kernel` launch with `bytes` of dynamic shared memory (past the 48 KiB default) on the
+// current device. The attribute is set once per kernel and device (again only for a larger size),
+// not at every launch.
+inline void allow_dynamic_shared_memory(const void* kernel, std::size_t bytes, const std::string& name) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, std::size_t> allowed;
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  const std::lock_guard lock(mutex);
+  std::size_t& current = allowed[{kernel, device}];
+  if (current >= bytes) return;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+        "cudaFuncSetAttribute(max dynamic shared memory) for " + name);
+  current = bytes;
 }
 
 // Stream-ordered scratch memory (cudaMallocAsync from the device's pool), released on the same stream.

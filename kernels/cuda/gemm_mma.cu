@@ -303,8 +303,7 @@ template <class T, bool TransA, bool TransB, int Chunk>
 void launch(const Launch& l) {
   auto* kernel = mma_pipeline_gemm_kernel<T, TransA, TransB, Chunk>;
   constexpr std::size_t bytes = shared_bytes_for<T, TransA, TransB>();
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
-        "cudaFuncSetAttribute(max dynamic shared memory) for loom's mma GEMM");
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), bytes, "loom's mma GEMM");
   kernel<<<l.grid, threads, bytes, l.stream>>>(l.a, l.b, l.out, l.out_f32, l.e, l.split_k);
 }
 

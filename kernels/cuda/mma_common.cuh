@@ -13,15 +13,19 @@ __device__ __forceinline__ unsigned shared_address(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
+// cp.async takes a global-space address; a generic pointer to global memory converts to one.
+__device__ __forceinline__ std::size_t global_address(const void* p) { return __cvta_generic_to_global(p); }
+
 // Copies `bytes` (<= Chunk) from global memory and zero-fills the rest of the Chunk-byte slot.
 template <int Chunk>
 __device__ __forceinline__ void cp_async(void* smem, const void* gmem, int bytes) {
   if constexpr (Chunk == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(smem)), "l"(gmem), "r"(bytes)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(smem)),
+                 "l"(global_address(gmem)), "r"(bytes)
                  : "memory");
   } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(shared_address(smem)), "l"(gmem),
-                 "n"(Chunk), "r"(bytes)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(shared_address(smem)),
+                 "l"(global_address(gmem)), "n"(Chunk), "r"(bytes)
                  : "memory");
   }
 }
