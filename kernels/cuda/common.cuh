@@ -11,8 +11,8 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <utility>
 #include <string>
+#include <utility>
 
 #include "loom/core/cuda_check.hpp"
 #include "loom/core/cuda_device_guard.hpp"
