@@ -2,7 +2,9 @@
 // raw call on the same buffers in the same run, so that loom's overhead is a printed ratio.
 //   mpirun -np 2 build/benchmarks/allreduce_bench -b 8 -e 64M -f 4     (CPU: MPI backend)
 //   build/benchmarks/allreduce_bench -b 1K -e 1G -f 2                 (one GPU: NCCL backend)
-// time is the per-call time (median over rounds of the mean over -n calls; the slowest rank),
+// time is the per-call time (median over rounds of the mean over -n calls; the slowest rank); the
+// raw columns time the backend's own call on the same buffers, out of place and in place, in rounds
+// alternating with loom's, and loom/raw is loom's time over raw's (below 1: loom is faster);
 // algbw = size / time, busbw = algbw x 2(n-1)/n for all_reduce and x (n-1)/n for reduce_scatter
 // and all_gather; size is the full buffer (all ranks' blocks for reduce_scatter/all_gather).
 // #wrong counts elements that differ from the exact result of crafted inputs (-c 1).
@@ -114,9 +116,12 @@ std::int64_t count_wrong(Communicator& comm, const std::string& collective, cons
   return total.item<std::int64_t>();
 }
 
-// Per-call seconds of `calls` back-to-back calls, on the slowest rank.
+// Per-call seconds of `calls` back-to-back calls, on the slowest rank. One untimed call first:
+// loom's and the raw rounds alternate on the same buffers, and neither should be timed on buffers
+// the other has just brought into cache.
 double slowest_per_call(Communicator& comm, const std::function<void()>& sync, const std::function<void()>& one,
                         int calls) {
+  one();
   sync();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < calls; ++i) one();
@@ -224,11 +229,12 @@ int main(int argc, char** argv) {
       std::printf("# loom allreduce_bench: %s, %d rank(s), backend %s on %s, --algo %s, raw baseline %s\n",
                   s.collective.c_str(), n, std::string(comm.backend()).c_str(), world->device().to_string().c_str(),
                   s.algo.c_str(), raw ? raw->name().c_str() : "none");
-      std::printf("#%51s%34s%34s%22s\n", "", "out-of-place", "in-place", "raw backend");
-      std::printf("#%11s %12s %8s %6s %9s %8s %8s %7s %9s %8s %8s %7s %9s %10s\n", "size", "count", "type", "redop",
-                  "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "time", "loom/raw");
-      std::printf("#%11s %12s %8s %6s %9s %8s %8s %7s %9s %8s %8s %7s %9s %10s\n", "(B)", "(elements)", "", "", "(us)",
-                  "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "");
+      std::printf("#%51s%34s%34s%38s\n", "", "out-of-place", "in-place", "raw backend (out / in place)");
+      std::printf("#%11s %12s %8s %6s %9s %8s %8s %7s %9s %8s %8s %7s %9s %9s %9s %9s\n", "size", "count", "type",
+                  "redop", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "time", "time",
+                  "loom/raw", "loom/raw");
+      std::printf("#%11s %12s %8s %6s %9s %8s %8s %7s %9s %8s %8s %7s %9s %9s %9s %9s\n", "(B)", "(elements)", "", "",
+                  "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "out", "in");
     }
     nlohmann::json rows = nlohmann::json::array();
     for (double bytes_wanted = static_cast<double>(smallest); bytes_wanted <= static_cast<double>(largest) * 1.0000001;
@@ -241,18 +247,24 @@ int main(int argc, char** argv) {
       const auto sync = [&] { comm.barrier().wait(); };
       const bool has_raw = raw && raw->run(s.collective, b.input, b.output, op);
       for (int i = 0; i < s.warmup; ++i) loom_call(b.input, b.output);
-      std::vector<double> outside, inside, direct;
-      for (int round = 0; round < s.rounds; ++round) {
+      std::vector<double> outside, inside, direct, direct_in_place;
+      const auto raw_sync = [&] { raw->barrier(); };
+      for (int round = 0; round < s.rounds; ++round) {  // loom and raw alternate, in the same buffers
         outside.push_back(slowest_per_call(comm, sync, [&] { loom_call(b.input, b.output); }, s.iterations));
         if (has_raw) {
           direct.push_back(slowest_per_call(
-              comm, [&] { raw->barrier(); }, [&] { raw->run(s.collective, b.input, b.output, op); }, s.iterations));
+              comm, raw_sync, [&] { raw->run(s.collective, b.input, b.output, op); }, s.iterations));
         }
         inside.push_back(
             slowest_per_call(comm, sync, [&] { loom_call(b.in_place_input, b.in_place_output); }, s.iterations));
+        if (has_raw) {
+          direct_in_place.push_back(slowest_per_call(
+              comm, raw_sync, [&] { raw->run(s.collective, b.in_place_input, b.in_place_output, op); }, s.iterations));
+        }
       }
       const double t_out = loom::bench::median(outside), t_in = loom::bench::median(inside);
       const double t_raw = has_raw ? loom::bench::median(direct) : 0;
+      const double t_raw_in = has_raw ? loom::bench::median(direct_in_place) : 0;
       const std::int64_t wrong_out = s.check ? count_wrong(comm, s.collective, b.input, b.output, op, block) : -1;
       const std::int64_t wrong_in =
           s.check ? count_wrong(comm, s.collective, b.in_place_input, b.in_place_output, op, block) : -1;
@@ -262,8 +274,8 @@ int main(int argc, char** argv) {
                     static_cast<long long>(count), s.type.c_str(), std::string(loom::comm::to_string(op)).c_str(),
                     t_out * 1e6, gbps(t_out), gbps(t_out) * bus_factor, static_cast<long long>(wrong_out), t_in * 1e6,
                     gbps(t_in), gbps(t_in) * bus_factor, static_cast<long long>(wrong_in));
-        if (has_raw) std::printf(" %9.2f %10.3f\n", t_raw * 1e6, t_out / t_raw);
-        else std::printf(" %9s %10s\n", "-", "-");
+        if (has_raw) std::printf(" %9.2f %9.2f %9.3f %9.3f\n", t_raw * 1e6, t_raw_in * 1e6, t_out / t_raw, t_in / t_raw_in);
+        else std::printf(" %9s %9s %9s %9s\n", "-", "-", "-", "-");
       }
       nlohmann::json row = {{"size_bytes", bytes},
                             {"count", count},
@@ -273,8 +285,10 @@ int main(int argc, char** argv) {
                                               {"busbw_gbps", gbps(t_out) * bus_factor}, {"wrong", wrong_out}}},
                             {"in_place", {{"time_us", t_in * 1e6}, {"algbw_gbps", gbps(t_in)},
                                           {"busbw_gbps", gbps(t_in) * bus_factor}, {"wrong", wrong_in}}}};
-      if (has_raw) row["raw"] = {{"time_us", t_raw * 1e6}, {"loom_over_raw", t_out / t_raw},
-                                 {"added_us", (t_out - t_raw) * 1e6}};
+      if (has_raw) {
+        row["raw"] = {{"time_us", t_raw * 1e6}, {"loom_over_raw", t_out / t_raw}, {"added_us", (t_out - t_raw) * 1e6},
+                      {"in_place_time_us", t_raw_in * 1e6}, {"in_place_loom_over_raw", t_in / t_raw_in}};
+      }
       rows.push_back(row);
     }
     if (lead && !s.json.empty()) {

@@ -44,17 +44,25 @@ class RawMpi final : public RawCollective {
     else if (input.dtype() == DType::i64) type = MPI_INT64_T;
     else if (input.dtype() != DType::f32) return false;
     const MPI_Op mpi_op = op == comm::ReduceOp::max ? MPI_MAX : op == comm::ReduceOp::min ? MPI_MIN : MPI_SUM;
-    const void* send = input.raw_data() == output.raw_data() ? MPI_IN_PLACE : input.raw_data();
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    // In place as loom defines it (output == input; the rank's block of the larger buffer) runs as
+    // MPI's in place (MPI_IN_PLACE; a reduce-scatter's result then lands at the buffer's start).
+    const auto* in = static_cast<const unsigned char*>(input.raw_data());
+    const auto* out = static_cast<const unsigned char*>(output.raw_data());
     if (collective == "all_reduce") {
+      const void* send = in == out ? MPI_IN_PLACE : in;
       check_mpi(MPI_Allreduce(send, output.raw_data(), static_cast<int>(output.numel()), type, mpi_op, MPI_COMM_WORLD),
                 "MPI_Allreduce");
     } else if (collective == "reduce_scatter") {
-      check_mpi(MPI_Reduce_scatter_block(input.raw_data(), output.raw_data(), static_cast<int>(output.numel()), type,
-                                         mpi_op, MPI_COMM_WORLD),
+      const bool in_place = out == in + static_cast<std::size_t>(rank) * output.nbytes();
+      check_mpi(MPI_Reduce_scatter_block(in_place ? MPI_IN_PLACE : in, in_place ? input.raw_data() : output.raw_data(),
+                                         static_cast<int>(output.numel()), type, mpi_op, MPI_COMM_WORLD),
                 "MPI_Reduce_scatter_block");
     } else {
-      check_mpi(MPI_Allgather(input.raw_data(), static_cast<int>(input.nbytes()), MPI_BYTE, output.raw_data(),
-                              static_cast<int>(input.nbytes()), MPI_BYTE, MPI_COMM_WORLD),
+      const bool in_place = in == out + static_cast<std::size_t>(rank) * input.nbytes();
+      check_mpi(MPI_Allgather(in_place ? MPI_IN_PLACE : in, static_cast<int>(input.nbytes()), MPI_BYTE,
+                              output.raw_data(), static_cast<int>(input.nbytes()), MPI_BYTE, MPI_COMM_WORLD),
                 "MPI_Allgather");
     }
     if (op == comm::ReduceOp::avg && collective != "all_gather") {  // MPI has no average: sum, then divide

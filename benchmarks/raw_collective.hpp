@@ -13,8 +13,9 @@ class RawCollective {
  public:
   virtual ~RawCollective() = default;
   virtual std::string name() const = 0;  // e.g. "MPI_Allreduce"
-  // Runs `collective` (all_reduce, reduce_scatter or all_gather) to completion; false when the
-  // backend has no such call for this dtype (MPI has no f16/bf16).
+  // Runs `collective` (all_reduce, reduce_scatter or all_gather) to completion, in place when the
+  // buffers are laid out as loom's in place (MPI: MPI_IN_PLACE); false when the backend has no
+  // such call for this dtype (MPI has no f16/bf16).
   virtual bool run(const std::string& collective, const Tensor& input, const Tensor& output, comm::ReduceOp op) = 0;
   virtual void barrier() = 0;
 };

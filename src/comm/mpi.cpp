@@ -3,10 +3,10 @@
 #include <mpi.h>
 
 #include <climits>
-#include <memory>
-#include <tuple>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "loom/core/error.hpp"
@@ -14,41 +14,24 @@
 #include "loom/comm/backend/call_checks.hpp"
 #include "loom/comm/backend/call_queue.hpp"
 #include "src/comm/checked.hpp"
-#include "src/comm/mpi_progress.hpp"
+#include "src/comm/mpi/collectives.hpp"
+#include "src/comm/mpi/gate.hpp"
+#include "src/comm/mpi/status.hpp"
+#include "src/comm/mpi/transfers.hpp"
 #include "src/comm/reduce.hpp"
 
 namespace loom::comm {
 
 namespace {
 
-MPI_Datatype mpi_type(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return MPI_FLOAT;
-    case DType::i32: return MPI_INT32_T;
-    case DType::i64: return MPI_INT64_T;
-    default: fail(ErrorCategory::invalid_argument, "no MPI datatype for ", dtype);
-  }
-}
-
-MPI_Op mpi_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::max: return MPI_MAX;
-    case ReduceOp::min: return MPI_MIN;
-    default: return MPI_SUM;  // avg: sum, then divide
-  }
-}
+using detail::CollectiveKind;
+using detail::CollectiveSignature;
 
 bool is_16bit(DType dtype) { return dtype == DType::f16 || dtype == DType::bf16; }
 
 void divide(float* values, std::int64_t n, int size) {
   const auto divisor = static_cast<float>(size);
   for (std::int64_t i = 0; i < n; ++i) values[i] /= divisor;
-}
-
-bool overlaps(const Tensor& a, const Tensor& b) {
-  const auto* pa = static_cast<const unsigned char*>(a.raw_data());
-  const auto* pb = static_cast<const unsigned char*>(b.raw_data());
-  return a.nbytes() > 0 && b.nbytes() > 0 && pa < pb + b.nbytes() && pb < pa + a.nbytes();
 }
 
 int mpi_count(const std::string& what, std::int64_t count, const char* unit = "elements") {
@@ -68,27 +51,105 @@ void check_thread_level() {
           "): initialize with loom::init or MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)");
 }
 
+CollectiveSignature signature(CollectiveKind kind) { return {kind, -1, -1, -1, 0}; }
+
+// What a communicator's calls use, on whichever thread runs them (one at a time: the CallQueue's).
+// The calls hold it by shared_ptr: a call abandoned inside MPI_Comm_split may return after the
+// communicator is gone.
+struct Engine {
+  Engine(MPI_Comm comm, int rank_in, int size_in, std::chrono::milliseconds timeout,
+         backend::CallQueue::Handle calls)
+      : owned{comm}, collectives{duplicate(comm)}, rank(rank_in), size(size_in),
+        status(comm, rank, size, timeout, std::move(calls), "MPI communicator"),
+        transfers(status),
+        gate(comm, rank, size) {}
+
+  static MPI_Comm duplicate(MPI_Comm comm) {
+    MPI_Comm out = MPI_COMM_NULL;
+    check_mpi(MPI_Comm_dup(comm, &out), "MPI_Comm_dup (collective traffic)");
+    check_mpi(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    return out;
+  }
+
+  // One call: `body` transfers through `transfers`, so it returns when the communicator is aborted
+  // (a timeout names the missing peers). `held` are the call's tensors, kept alive past an
+  // abandoned call. An MPI error aborts the communicator and the peers are told.
+  template <class Body>
+  void run(const std::string& what, std::int64_t sequence, std::int64_t collective, std::shared_ptr<void> held,
+           Body&& body) {
+    status.begin(sequence, collective, &what);
+    transfers.hold(std::move(held));
+    try {
+      if (status.aborted()) status.throw_aborted(what);
+      body(detail::MpiPeers{collectives.value, rank, size, transfers, what});
+    } catch (const Error& e) {
+      status.end();
+      if (e.category() != ErrorCategory::mpi) throw;
+      const std::string detail = what + ": " + e.detail();
+      status.abort(e.category(), detail);
+      throw Error(e.category(), detail);
+    }
+    transfers.release();
+    status.end();
+  }
+
+  ~Engine() {
+    // An aborted communicator is never freed: its peers' messages may still arrive, and a later
+    // communicator given its context id by MPI would receive them.
+    const bool keep = status.aborted() || backend::calls_were_abandoned();
+    owned.keep = collectives.keep = keep;
+    if (keep) gate.keep_communicator();
+  }
+
+  // Freed last, after the status channel and the gate.
+  struct OwnedComm {
+    MPI_Comm value;
+    bool keep = false;
+    ~OwnedComm() {
+      int finalized = 1;
+      MPI_Finalized(&finalized);
+      if (!finalized && !keep) MPI_Comm_free(&value);
+    }
+  } owned, collectives;
+  int rank, size;
+  detail::MpiStatus status;
+  detail::MpiTransfers transfers;
+  detail::MpiGate gate;
+};
+
+// A tensor's memory as a call uses it; the call's `held` tuple keeps the tensor alive.
+struct View {
+  void* data;
+  std::int64_t numel;
+  DType dtype;
+  std::size_t nbytes;
+};
+View view_of(const Tensor& t) {
+  if (!t.defined()) return {nullptr, 0, DType::f32, 0};  // a reduce's output off the root
+  return {t.raw_data(), t.numel(), t.dtype(), t.nbytes()};
+}
+
+template <class... T>
+std::shared_ptr<void> hold(const T&... tensors) {
+  return std::make_shared<std::tuple<T...>>(tensors...);
+}
+
 class MpiCommunicator : public Communicator {
  public:
-  MpiCommunicator(MPI_Comm comm, const CommOptions& options) : comm_(comm), options_(options) {
-    check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-    check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
-    check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
-    progress_ = std::make_unique<detail::MpiProgress>(comm_, rank_, size_, options.timeout);
-    // The calls bound their own waits (MpiProgress); the watchdog only catches a blocking call
-    // (split) that never returns.
-    calls_ = std::make_unique<backend::CallQueue>(
-        "MPI communicator",
-        options.timeout + detail::MpiProgress::answer_grace(options.timeout) + std::chrono::seconds(1));
+  MpiCommunicator(MPI_Comm comm, const CommOptions& options) : options_(options) {
+    check_mpi(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    check_mpi(MPI_Comm_rank(comm, &rank_), "MPI_Comm_rank");
+    check_mpi(MPI_Comm_size(comm, &size_), "MPI_Comm_size");
+    // No CallQueue watchdog: the engine's status thread watches the calls and names the peers.
+    // Inline: no call blocks inside MPI (but split, which the gate guards), so the thread that
+    // waits for a call may run it, sparing small calls two thread hand-offs.
+    calls_ = std::make_unique<backend::CallQueue>("MPI communicator", std::chrono::milliseconds(0), true);
+    engine_ = std::make_shared<Engine>(comm, rank_, size_, options.timeout, calls_->handle());
   }
 
   ~MpiCommunicator() override {
-    calls_.reset();  // runs what is queued (or abandons a stuck call)
-    progress_.reset();
-    int finalized = 1;
-    MPI_Finalized(&finalized);
-    // After a timeout, an abandoned call may still be inside MPI with comm_: leave it allocated.
-    if (!finalized && !backend::calls_were_abandoned()) MPI_Comm_free(&comm_);
+    calls_.reset();  // runs what is queued (a stuck call is failed by the status thread, then abandoned)
+    engine_.reset();
   }
 
   int rank() const override { return rank_; }
@@ -97,174 +158,156 @@ class MpiCommunicator : public Communicator {
   std::string_view backend() const override { return "mpi"; }
 
   Work all_reduce(const Tensor& input, const Tensor& output, ReduceOp op, StreamRef) override {
-    const auto [what, seq] = next_call("all_reduce");
+    std::string what = next_call("all_reduce");
     backend::require_reducible(what, input, output, op, 1, Device::cpu());
-    const int n = mpi_count(what, input.numel());
-    return calls_->enqueue(what, [=, this] {
-      progress_->require_not_aborted(what);
-      MPI_Request request = MPI_REQUEST_NULL;
-      if (is_16bit(input.dtype())) {
-        auto values = std::make_shared<std::vector<float>>(detail::widen_to_f32(input));
-        check_mpi(MPI_Iallreduce(MPI_IN_PLACE, values->data(), n, MPI_FLOAT, mpi_op(op), comm_, &request), what);
-        finish(request, what, seq, values);
-        if (op == ReduceOp::avg) divide(values->data(), n, size_);
-        detail::narrow_from_f32(values->data(), output);
+    mpi_count(what, input.numel());
+    return collective(std::move(what), hold(input, output), [in = view_of(input), out = view_of(output), op](
+                                                                const detail::MpiPeers& peers) {
+      if (is_16bit(in.dtype)) {
+        float* values = peers.transfers.scratch<float>(detail::MpiTransfers::staging_slot, static_cast<std::size_t>(in.numel));
+        detail::widen_to_f32(in.data, in.dtype, in.numel, values);
+        detail::all_reduce(peers, values, values, in.numel, DType::f32, op);
+        if (op == ReduceOp::avg) divide(values, in.numel, peers.size);
+        detail::narrow_from_f32(values, out.data, out.dtype, out.numel);
         return;
       }
-      const void* send = input.raw_data() == output.raw_data() ? MPI_IN_PLACE : input.raw_data();
-      check_mpi(MPI_Iallreduce(send, output.raw_data(), n, mpi_type(input.dtype()), mpi_op(op), comm_, &request), what);
-      finish(request, what, seq, input, output);
-      if (op == ReduceOp::avg) divide(output.data<float>(), n, size_);
+      detail::all_reduce(peers, in.data, out.data, in.numel, in.dtype, op);
+      if (op == ReduceOp::avg) divide(static_cast<float*>(out.data), in.numel, peers.size);
     });
   }
 
   Work reduce(const Tensor& input, const Tensor& output, ReduceOp op, int root, StreamRef) override {
-    const auto [what, seq] = next_call("reduce");
+    std::string what = next_call("reduce");
     backend::require_root(what, root, size_);
     const bool is_root = rank_ == root;
     backend::require_reducible(what, input, is_root ? output : input, op, 1, Device::cpu());
-    const int n = mpi_count(what, input.numel());
-    return calls_->enqueue(what, [=, this] {
-      progress_->require_not_aborted(what);
-      MPI_Request request = MPI_REQUEST_NULL;
-      if (is_16bit(input.dtype())) {
-        auto values = std::make_shared<std::vector<float>>(detail::widen_to_f32(input));
-        check_mpi(MPI_Ireduce(is_root ? MPI_IN_PLACE : values->data(), is_root ? values->data() : nullptr, n, MPI_FLOAT,
-                              mpi_op(op), root, comm_, &request),
-                  what);
-        finish(request, what, seq, values);
+    mpi_count(what, input.numel());
+    return collective(std::move(what), hold(input, output), [in = view_of(input), out = view_of(output), op, root,
+                                                             is_root](const detail::MpiPeers& peers) {
+      if (is_16bit(in.dtype)) {
+        float* values = peers.transfers.scratch<float>(detail::MpiTransfers::staging_slot, static_cast<std::size_t>(in.numel));
+        detail::widen_to_f32(in.data, in.dtype, in.numel, values);
+        detail::reduce(peers, values, values, in.numel, DType::f32, op, root);
         if (!is_root) return;
-        if (op == ReduceOp::avg) divide(values->data(), n, size_);
-        detail::narrow_from_f32(values->data(), output);
+        if (op == ReduceOp::avg) divide(values, in.numel, peers.size);
+        detail::narrow_from_f32(values, out.data, out.dtype, out.numel);
         return;
       }
-      const void* send = is_root && input.raw_data() == output.raw_data() ? MPI_IN_PLACE : input.raw_data();
-      check_mpi(MPI_Ireduce(send, is_root ? output.raw_data() : nullptr, n, mpi_type(input.dtype()), mpi_op(op), root,
-                            comm_, &request),
-                what);
-      finish(request, what, seq, input, output);
-      if (is_root && op == ReduceOp::avg) divide(output.data<float>(), n, size_);
+      detail::reduce(peers, in.data, is_root ? out.data : nullptr, in.numel, in.dtype, op, root);
+      if (is_root && op == ReduceOp::avg) divide(static_cast<float*>(out.data), in.numel, peers.size);
     });
   }
 
   Work reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op, StreamRef) override {
-    const auto [what, seq] = next_call("reduce_scatter");
+    std::string what = next_call("reduce_scatter");
     backend::require_reducible(what, input, output, op, size_, Device::cpu());
-    const int n = mpi_count(what, output.numel());
+    mpi_count(what, output.numel());
     mpi_count(what, input.numel());
-    return calls_->enqueue(what, [=, this] {
-      progress_->require_not_aborted(what);
-      MPI_Request request = MPI_REQUEST_NULL;
-      if (is_16bit(input.dtype())) {
-        auto in = std::make_shared<std::vector<float>>(detail::widen_to_f32(input));
-        auto out = std::make_shared<std::vector<float>>(static_cast<std::size_t>(n));
-        check_mpi(MPI_Ireduce_scatter_block(in->data(), out->data(), n, MPI_FLOAT, mpi_op(op), comm_, &request), what);
-        finish(request, what, seq, in, out);
-        if (op == ReduceOp::avg) divide(out->data(), n, size_);
-        detail::narrow_from_f32(out->data(), output);
+    return collective(std::move(what), hold(input, output), [in = view_of(input), out = view_of(output), op](
+                                                                const detail::MpiPeers& peers) {
+      const std::int64_t n = out.numel;
+      if (is_16bit(in.dtype)) {
+        float* values = peers.transfers.scratch<float>(detail::MpiTransfers::staging_slot, static_cast<std::size_t>(in.numel));
+        detail::widen_to_f32(in.data, in.dtype, in.numel, values);
+        float* mine = values + static_cast<std::size_t>(peers.rank) * static_cast<std::size_t>(n);
+        detail::reduce_scatter(peers, values, mine, n, DType::f32, op);
+        if (op == ReduceOp::avg) divide(mine, n, peers.size);
+        detail::narrow_from_f32(mine, out.data, out.dtype, n);
         return;
       }
-      // MPI forbids aliased buffers; an output inside the input (in place) goes through a copy.
-      auto scratch = std::make_shared<std::vector<unsigned char>>(overlaps(input, output) ? output.nbytes() : 0);
-      void* out = scratch->empty() ? output.raw_data() : scratch->data();
-      check_mpi(MPI_Ireduce_scatter_block(input.raw_data(), out, n, mpi_type(input.dtype()), mpi_op(op), comm_, &request),
-                what);
-      finish(request, what, seq, input, output, scratch);
-      if (!scratch->empty()) std::memcpy(output.raw_data(), scratch->data(), scratch->size());
-      if (op == ReduceOp::avg) divide(output.data<float>(), n, size_);
+      // In place is this rank's block of the input; any other overlap goes through a copy.
+      const auto* input_bytes = static_cast<const unsigned char*>(in.data);
+      const auto* output_bytes = static_cast<const unsigned char*>(out.data);
+      const bool in_place = output_bytes == input_bytes + static_cast<std::size_t>(peers.rank) * out.nbytes;
+      const bool overlap = out.nbytes > 0 && output_bytes < input_bytes + in.nbytes &&
+                           input_bytes < output_bytes + out.nbytes;
+      if (!in_place && overlap) {
+        auto* result = peers.transfers.scratch<unsigned char>(detail::MpiTransfers::staging_slot, out.nbytes);
+        detail::reduce_scatter(peers, in.data, result, n, in.dtype, op);
+        std::memcpy(out.data, result, out.nbytes);
+      } else {
+        detail::reduce_scatter(peers, in.data, out.data, n, in.dtype, op);
+      }
+      if (op == ReduceOp::avg) divide(static_cast<float*>(out.data), n, peers.size);
     });
   }
 
   Work broadcast(const Tensor& tensor, int root, StreamRef) override {
-    const auto [what, seq] = next_call("broadcast");
+    std::string what = next_call("broadcast");
     backend::require_root(what, root, size_);
     backend::require_on_device(what, "tensor", tensor, Device::cpu());
-    const int bytes = mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()), "bytes");
-    return calls_->enqueue(what, [=, this] {
-      progress_->require_not_aborted(what);
-      MPI_Request request = MPI_REQUEST_NULL;
-      check_mpi(MPI_Ibcast(tensor.raw_data(), bytes, MPI_BYTE, root, comm_, &request), what);
-      finish(request, what, seq, tensor);
+    mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()), "bytes");
+    return collective(std::move(what), hold(tensor), [t = view_of(tensor), root](const detail::MpiPeers& peers) {
+      detail::broadcast(peers, t.data, static_cast<std::int64_t>(t.nbytes), root);
     });
   }
 
   Work all_gather(const Tensor& input, const Tensor& output, StreamRef) override {
-    const auto [what, seq] = next_call("all_gather");
+    std::string what = next_call("all_gather");
     backend::require_gatherable(what, input, output, size_, Device::cpu());
-    const int bytes = mpi_count(what, static_cast<std::int64_t>(input.nbytes()), "bytes");
+    mpi_count(what, static_cast<std::int64_t>(input.nbytes()), "bytes");
     mpi_count(what, static_cast<std::int64_t>(output.nbytes()), "bytes");
-    return calls_->enqueue(what, [=, this] {
-      progress_->require_not_aborted(what);
-      auto* out = static_cast<unsigned char*>(output.raw_data());
-      const bool in_place = input.raw_data() == out + static_cast<std::size_t>(rank_) * input.nbytes();
-      auto copy = std::make_shared<std::vector<unsigned char>>();
-      const void* send = input.raw_data();
-      if (in_place) {
-        send = MPI_IN_PLACE;
-      } else if (overlaps(input, output)) {
-        copy->assign(static_cast<const unsigned char*>(input.raw_data()),
-                     static_cast<const unsigned char*>(input.raw_data()) + input.nbytes());
-        send = copy->data();
-      }
-      MPI_Request request = MPI_REQUEST_NULL;
-      check_mpi(MPI_Iallgather(send, bytes, MPI_BYTE, out, bytes, MPI_BYTE, comm_, &request), what);
-      finish(request, what, seq, input, output, copy);
+    return collective(std::move(what), hold(input, output), [in = view_of(input), out = view_of(output)](
+                                                                const detail::MpiPeers& peers) {
+      detail::all_gather(peers, in.data, out.data, static_cast<std::int64_t>(in.nbytes));
     });
   }
 
   Work send(const Tensor& tensor, int peer, StreamRef) override {
-    const auto [what, seq] = next_call("send", peer);
+    std::string what = next_call("send", peer);
     backend::require_peer(what, tensor, peer, rank_, size_, Device::cpu());
     const int bytes = mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()), "bytes");
-    return calls_->enqueue(what, [=, this] {
-      progress_->require_not_aborted(what);
+    return point_to_point(std::move(what), hold(tensor), [data = tensor.raw_data(), bytes, peer](
+                                                             const detail::MpiPeers& peers, MPI_Comm comm) {
       MPI_Request request = MPI_REQUEST_NULL;
-      check_mpi(MPI_Isend(tensor.raw_data(), bytes, MPI_BYTE, peer, point_to_point_tag, comm_, &request), what);
-      finish(request, what, seq, tensor);
+      check_mpi(MPI_Isend(data, bytes, MPI_BYTE, peer, point_to_point_tag, comm, &request), peers.what);
+      peers.transfers.wait_all(std::span<MPI_Request>(&request, 1), peers.what);
     });
   }
 
   Work recv(const Tensor& tensor, int peer, StreamRef) override {
-    const auto [what, seq] = next_call("recv", peer);
+    std::string what = next_call("recv", peer);
     backend::require_peer(what, tensor, peer, rank_, size_, Device::cpu());
     const int bytes = mpi_count(what, static_cast<std::int64_t>(tensor.nbytes()), "bytes");
-    return calls_->enqueue(what, [=, this] {
-      progress_->require_not_aborted(what);
-      // The size is checked before receiving: a matched probe, waited for like any call.
+    return point_to_point(std::move(what), hold(tensor), [tensor, bytes, peer](const detail::MpiPeers& peers,
+                                                                                MPI_Comm comm) {
+      // The size is checked before receiving: a matched probe, waited for like any transfer.
       MPI_Message message = MPI_MESSAGE_NULL;
       MPI_Status status;
-      progress_->wait_for_message(peer, point_to_point_tag, comm_, message, status, what, seq);
+      peers.transfers.wait_for_message(peer, point_to_point_tag, comm, message, status, peers.what);
       int sent = 0;
-      check_mpi(MPI_Get_count(&status, MPI_BYTE, &sent), what);
+      check_mpi(MPI_Get_count(&status, MPI_BYTE, &sent), peers.what);
       if (sent != bytes) {
         std::vector<unsigned char> drained(static_cast<std::size_t>(sent));  // let the sender finish
-        check_mpi(MPI_Mrecv(drained.data(), sent, MPI_BYTE, &message, MPI_STATUS_IGNORE), what);
-        fail(ErrorCategory::invalid_argument, what, ": rank ", peer, " sent ", sent, " bytes but this recv expects ",
-             tensor, " (", tensor.nbytes(), " bytes)");
+        check_mpi(MPI_Mrecv(drained.data(), sent, MPI_BYTE, &message, MPI_STATUS_IGNORE), peers.what);
+        fail(ErrorCategory::invalid_argument, peers.what, ": rank ", peer, " sent ", sent,
+             " bytes but this recv expects ", tensor, " (", tensor.nbytes(), " bytes)");
       }
-      check_mpi(MPI_Mrecv(tensor.raw_data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE), what);
+      check_mpi(MPI_Mrecv(tensor.raw_data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE), peers.what);
     });
   }
 
+  // The arrival gate is a barrier, which also checks that every rank is at the same collective.
   Work barrier(StreamRef) override {
-    const auto [what, seq] = next_call("barrier");
-    return calls_->enqueue(what, [=, this] {
-      progress_->require_not_aborted(what);
-      MPI_Request request = MPI_REQUEST_NULL;
-      check_mpi(MPI_Ibarrier(comm_, &request), what);
-      finish(request, what, seq);
+    return collective(next_call("barrier"), nullptr, [index = collectives_ + 1, e = engine_.get()](
+                                                         const detail::MpiPeers& peers) {
+      e->gate.pass(index, signature(CollectiveKind::barrier), e->status, peers.transfers, peers.what);
     });
   }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
-    const std::string what = describe("split");
+    std::string what = next_call("split");
     backend::require_color(what, color);
-    // Owned by the call, not this frame: a call abandoned by the watchdog may still write it later.
+    // Owned by the call, not this frame: a call abandoned inside MPI may still write it later.
     auto child = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
-    calls_->run(what, [=, this] {
-      progress_->require_not_aborted(what);
-      check_mpi(MPI_Comm_split(comm_, color == no_color ? MPI_UNDEFINED : color, key, child.get()), what);
-    });
+    // MPI_Comm_split blocks: it starts only once the gate has seen every rank arrive, so a rank
+    // that never comes leaves the others waiting in the gate, not spinning inside MPI.
+    collective(std::move(what), child, [=, index = collectives_ + 1, e = engine_.get()](const detail::MpiPeers& peers) {
+      e->gate.pass(index, signature(CollectiveKind::split), e->status, peers.transfers, peers.what);
+      e->status.transferring();
+      check_mpi(MPI_Comm_split(e->owned.value, color == no_color ? MPI_UNDEFINED : color, key, child.get()),
+                "MPI_Comm_split");
+    }).wait();
     if (*child == MPI_COMM_NULL) return nullptr;
     return std::make_unique<MpiCommunicator>(*child, options_);
   }
@@ -272,30 +315,42 @@ class MpiCommunicator : public Communicator {
  private:
   static constexpr int point_to_point_tag = 7;
 
-  std::string describe(const char* op, int peer = -1) const {
-    return backend::describe_call("MPI", op, rank_, size_, Device::cpu(), peer);
-  }
-
   // The call's description with its sequence number ("MPI all_reduce #42 (rank 0 of 2)").
-  std::pair<std::string, std::int64_t> next_call(const char* op, int peer = -1) {
-    const std::int64_t seq = progress_->next_sequence();
+  std::string next_call(const char* op, int peer = -1) {
+    ++sequence_;
     std::string name = op;
     name += " #";
-    name += std::to_string(seq);
-    return {backend::describe_call("MPI", name, rank_, size_, Device::cpu(), peer), seq};
+    name += std::to_string(sequence_);
+    return backend::describe_call("MPI", name, rank_, size_, Device::cpu(), peer);
   }
 
-  // Waits for a request through progress_, keeping `held` (its buffers) alive if it times out.
-  template <class... Held>
-  void finish(MPI_Request& request, const std::string& what, std::int64_t seq, Held... held) {
-    progress_->wait(request, what, seq, std::make_shared<std::tuple<Held...>>(std::move(held)...));
+  // Queues collective number ++collectives_: calls run in the order they are queued, so every
+  // rank's n-th collective meets the others' n-th.
+  template <class Body>
+  Work collective(std::string what, std::shared_ptr<void> held, Body body) {
+    const std::int64_t sequence = sequence_, index = ++collectives_;
+    return calls_->enqueue_named(std::move(what), [sequence, index, held = std::move(held), body = std::move(body),
+                                                   engine = engine_](const std::string& call) mutable {
+      engine->run(call, sequence, index, std::move(held), body);
+    });
   }
 
-  MPI_Comm comm_;
+  template <class Body>
+  Work point_to_point(std::string what, std::shared_ptr<void> held, Body body) {
+    const std::int64_t sequence = sequence_;
+    return calls_->enqueue_named(std::move(what), [sequence, held = std::move(held), body = std::move(body),
+                                                   engine = engine_](const std::string& call) mutable {
+      engine->run(call, sequence, 0, std::move(held),
+                  [&](const detail::MpiPeers& peers) { body(peers, engine->owned.value); });
+    });
+  }
+
   CommOptions options_;
   int rank_ = 0, size_ = 1;
-  std::unique_ptr<detail::MpiProgress> progress_;
+  std::int64_t sequence_ = 0;     // calls made (their numbers in messages)
+  std::int64_t collectives_ = 0;  // collective calls made
   std::unique_ptr<backend::CallQueue> calls_;
+  std::shared_ptr<Engine> engine_;
 };
 
 }  // namespace

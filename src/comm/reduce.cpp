@@ -54,29 +54,38 @@ void reduce_typed(T* out, const std::vector<const void*>& inputs, std::int64_t o
 
 }  // namespace
 
+void widen_to_f32(const void* in, DType dtype, std::int64_t n, float* out) {
+  const auto count = static_cast<std::size_t>(n);
+  if (dtype == DType::f16) {
+    const auto* values = static_cast<const half*>(in);
+    for (std::size_t i = 0; i < count; ++i) out[i] = to_float(values[i]);
+  } else {
+    require(dtype == DType::bf16, "widen_to_f32: ", dtype, " is not f16 or bf16");
+    const auto* values = static_cast<const bfloat16*>(in);
+    for (std::size_t i = 0; i < count; ++i) out[i] = to_float(values[i]);
+  }
+}
+
+void narrow_from_f32(const float* values, void* out, DType dtype, std::int64_t n) {
+  const auto count = static_cast<std::size_t>(n);
+  if (dtype == DType::f16) {
+    auto* o = static_cast<half*>(out);
+    for (std::size_t i = 0; i < count; ++i) o[i] = to_half(values[i]);
+  } else {
+    require(dtype == DType::bf16, "narrow_from_f32: ", dtype, " is not f16 or bf16");
+    auto* o = static_cast<bfloat16*>(out);
+    for (std::size_t i = 0; i < count; ++i) o[i] = to_bfloat16(values[i]);
+  }
+}
+
 std::vector<float> widen_to_f32(const Tensor& tensor) {
   std::vector<float> out(static_cast<std::size_t>(tensor.numel()));
-  if (tensor.dtype() == DType::f16) {
-    const half* in = tensor.data<half>();
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = to_float(in[i]);
-  } else {
-    require(tensor.dtype() == DType::bf16, "widen_to_f32: ", tensor, " is not f16 or bf16");
-    const bfloat16* in = tensor.data<bfloat16>();
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = to_float(in[i]);
-  }
+  widen_to_f32(tensor.raw_data(), tensor.dtype(), tensor.numel(), out.data());
   return out;
 }
 
 void narrow_from_f32(const float* values, const Tensor& tensor) {
-  const auto n = static_cast<std::size_t>(tensor.numel());
-  if (tensor.dtype() == DType::f16) {
-    half* out = tensor.data<half>();
-    for (std::size_t i = 0; i < n; ++i) out[i] = to_half(values[i]);
-  } else {
-    require(tensor.dtype() == DType::bf16, "narrow_from_f32: ", tensor, " is not f16 or bf16");
-    bfloat16* out = tensor.data<bfloat16>();
-    for (std::size_t i = 0; i < n; ++i) out[i] = to_bfloat16(values[i]);
-  }
+  narrow_from_f32(values, tensor.raw_data(), tensor.dtype(), tensor.numel());
 }
 
 void reduce_into(void* out, const std::vector<const void*>& inputs, std::int64_t offset, std::int64_t count,

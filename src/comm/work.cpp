@@ -20,6 +20,9 @@ bool Work::is_completed() const { return !state_ || state_->done.load(std::memor
 
 void Work::wait(std::chrono::milliseconds timeout) const {
   if (!state_) return;
+  if (state_->help && !state_->done.load(std::memory_order_acquire)) {
+    if (const std::shared_ptr<void> helper = state_->helper.lock()) state_->help(helper, *state_);
+  }
   // Small collectives finish within microseconds: spin briefly before sleeping, so that waking
   // this thread does not dominate their latency.
   const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);

@@ -19,6 +19,10 @@ struct WorkState {
   std::atomic<bool> done{false};  // read without the mutex by waiters that spin briefly
   std::exception_ptr error;
   std::string what;  // the operation, for timeout messages
+  // Set by a backend that lets the waiting thread run the call itself (an inline CallQueue):
+  // wait() calls help(helper, *this) first, if the helper still exists.
+  void (*help)(const std::shared_ptr<void>& helper, WorkState& work) = nullptr;
+  std::weak_ptr<void> helper;
   // The first completion wins: a call failed by a watchdog stays failed when it returns later.
   void complete(std::exception_ptr failure);
 };
