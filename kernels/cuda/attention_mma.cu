@@ -371,7 +371,9 @@ Dims dims_of(const Tensor& qkv, std::int64_t heads) {
 template <class Kernel>
 void launch(Kernel* kernel, std::size_t shared_bytes, const Tensor& qkv, const Dims& d, cudaStream_t stream,
             const char* name, auto... args) {
-  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), shared_bytes, name);
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), shared_bytes, qkv.device().index(), name);
+  require(qkv.size(0) * d.heads <= 65535, name, ": batch x heads (", qkv.size(0), " x ", d.heads,
+          ") exceeds the 65535 blocks of a grid's y dimension; split the batch");
   const dim3 grid(static_cast<unsigned>((d.steps + block_rows - 1) / block_rows),
                   static_cast<unsigned>(qkv.size(0) * d.heads));
   kernel<<<grid, threads, shared_bytes, stream>>>(args..., d);

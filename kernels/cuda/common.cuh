@@ -98,14 +98,12 @@ inline void retain_pool_memory() {
   done.insert(device);
 }
 
-// Lets `kernel` launch with `bytes` of dynamic shared memory (past the 48 KiB default) on the
-// current device. The attribute is set once per kernel and device (again only for a larger size),
+// Lets `kernel` launch with `bytes` of dynamic shared memory (past the 48 KiB default) on `device`,
+// the current one. The attribute is set once per kernel and device (again only for a larger size),
 // not at every launch.
-inline void allow_dynamic_shared_memory(const void* kernel, std::size_t bytes, const std::string& name) {
+inline void allow_dynamic_shared_memory(const void* kernel, std::size_t bytes, int device, const std::string& name) {
   static std::mutex mutex;
   static std::map<std::pair<const void*, int>, std::size_t> allowed;
-  int device = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
   const std::lock_guard lock(mutex);
   std::size_t& current = allowed[{kernel, device}];
   if (current >= bytes) return;

@@ -9,10 +9,11 @@
 namespace loom::kernels::cuda {
 
 // cuBLASLt: row-major D = op(A) op(B) computed as the column-major D^T = op(B)^T op(A)^T, with
-// cuBLASLt's bias and GELU(-aux) epilogues; the bias gradient by loom's own reduction kernel. The
-// bias must have D's dtype or be 16-bit with an f32 D (widened here); where cuBLASLt cannot keep
-// the pre-activation (its leading dimension must be a multiple of 8), the GEMM writes the
-// pre-activation and loom applies GELU.
+// cuBLASLt's bias and GELU(-aux) epilogues; the bias gradient by loom's own reduction kernel (also
+// for an empty D: N = 0 still has row sums). A bias in another dtype than D's (16-bit with an f32 D)
+// or not 16-byte aligned is staged into aligned scratch first; where cuBLASLt cannot keep the
+// pre-activation (its leading dimension must be a multiple of 8, its pointer 16-byte aligned), the
+// GEMM writes the pre-activation and loom applies GELU. K = 0 runs loom's epilogue alone.
 void gemm_cublaslt(const StridedMatrix& a, const StridedMatrix& b, const std::optional<StridedMatrix>& c,
                    const StridedMatrix& d, const GemmOptions& options, const GemmShape& shape, void* stream);
 
@@ -31,6 +32,11 @@ void gemm_wmma(const StridedMatrix& a, const StridedMatrix& b, const std::option
 // D = gelu(pre_activation) element by element, pre_activation contiguous [batch, M, N], D strided.
 void gemm_gelu_from_pre_activation(const Tensor& pre_activation, const StridedMatrix& d, const GemmShape& shape,
                                    void* stream);
+
+// D = epilogue(beta C) for a GEMM with K = 0 (what loom's kernels give: beta C + bias, GELU with the
+// pre-activation kept), without the bias gradient.
+void gemm_empty_k(const std::optional<StridedMatrix>& c, const StridedMatrix& d, const GemmOptions& options,
+                  const GemmShape& shape, void* stream);
 
 // bias_grad[i] = sum over batches and k of op(A)[i, k], in fp32, deterministic.
 void gemm_bias_grad(const StridedMatrix& a, bool trans_a, const GemmShape& shape, const Tensor& bias_grad, void* stream);

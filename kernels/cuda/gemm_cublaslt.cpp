@@ -22,6 +22,7 @@ namespace loom::kernels::cuda {
 namespace {
 
 constexpr std::size_t workspace_bytes = std::size_t{32} << 20;  // what cuBLASLt suggests for Hopper
+constexpr std::uint32_t bias_alignment = 16;                       // what its bias epilogue needs
 
 cudaDataType_t cuda_type(DType dtype) {
   switch (dtype) {
@@ -167,13 +168,25 @@ void gemm_cublaslt(const StridedMatrix& a, const StridedMatrix& b, const std::op
   const std::string what = "cuBLASLt GEMM (" + std::to_string(shape.batch) + " x " + std::to_string(shape.m) + " x " +
                            std::to_string(shape.n) + " x " + std::to_string(shape.k) + ", " +
                            std::string(to_string(options.precision)) + ")";
-  if (shape.m == 0 || shape.n == 0) return;
+  // An empty D still has a bias gradient (length M: zeros, or the sums of op(A)'s rows when N = 0).
+  const auto bias_grad = [&] {
+    if (e.bias_grad.defined()) gemm_bias_grad(a, options.trans_a, shape, e.bias_grad, stream);
+  };
+  if (shape.m == 0 || shape.n == 0) return bias_grad();
+  // K = 0: D = beta C + bias (and GELU) by loom's epilogue alone; cuBLASLt is not asked (its
+  // heuristic may have no algorithm for k = 0, and cuBLAS has had k = 0 bugs).
+  if (shape.k == 0) {
+    gemm_empty_k(c, d, options, shape, stream);
+    return bias_grad();
+  }
 
   DeviceCache& cache = device_cache(d.tensor.device().index());
   const bool gelu = e.activation == Activation::gelu, bias = e.bias.defined(), aux = e.pre_activation.defined();
-  // cuBLASLt keeps the pre-activation only with a leading dimension and batch stride divisible by 8;
-  // otherwise the GEMM writes the pre-activation itself and loom applies GELU after.
-  const bool fused_aux = aux && shape.n % 8 == 0 && (shape.batch == 1 || (shape.m * shape.n) % 8 == 0);
+  // cuBLASLt keeps the pre-activation only with a leading dimension and batch stride divisible by 8
+  // and a 16-byte aligned pointer; otherwise the GEMM writes the pre-activation itself and loom
+  // applies GELU after.
+  const bool fused_aux = aux && shape.n % 8 == 0 && (shape.batch == 1 || (shape.m * shape.n) % 8 == 0) &&
+                         alignment_of(e.pre_activation.raw_data()) >= 16;
   const bool gelu_after = aux && !fused_aux;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   if (gelu && fused_aux) epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
@@ -234,15 +247,17 @@ void gemm_cublaslt(const StridedMatrix& a, const StridedMatrix& b, const std::op
     plan = std::move(made);
   }
 
-  // cuBLASLt wants the bias in D's dtype: a 16-bit bias for an f32 D is widened (exactly).
-  std::optional<Workspace> widened;
+  // cuBLASLt wants the bias in D's dtype and 16-byte aligned (a bias that is a view at an odd
+  // offset fails or reads wrongly): otherwise it is copied (a 16-bit bias for an f32 D widened,
+  // exactly) into stream-ordered scratch, which is aligned.
+  std::optional<Workspace> staged;
   if (bias) {
     const void* bias_data = e.bias.raw_data();
-    if (e.bias.dtype() != output) {
-      widened.emplace(static_cast<std::size_t>(shape.n) * sizeof(float), s);
-      const Tensor wide = Tensor::from_blob(widened->data, Shape{shape.n}, DType::f32, d.tensor.device());
-      cast(e.bias, wide, {}, stream);
-      bias_data = widened->data;
+    if (e.bias.dtype() != output || alignment_of(bias_data) < bias_alignment) {
+      staged.emplace(static_cast<std::size_t>(shape.n) * dtype_size(output), s);
+      const Tensor copy = Tensor::from_blob(staged->data, Shape{shape.n}, output, d.tensor.device());
+      cast(e.bias, copy, {}, stream);
+      bias_data = staged->data;
     }
     plan->desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_data);
   }
@@ -254,7 +269,7 @@ void gemm_cublaslt(const StridedMatrix& a, const StridedMatrix& b, const std::op
                        &plan->algo, cache.workspace(s), workspace_bytes, s),
         what + ": cublasLtMatmul");
   if (gelu_after) gemm_gelu_from_pre_activation(e.pre_activation, d, shape, stream);
-  if (e.bias_grad.defined()) gemm_bias_grad(a, options.trans_a, shape, e.bias_grad, stream);
+  bias_grad();
 }
 
 }  // namespace loom::kernels::cuda

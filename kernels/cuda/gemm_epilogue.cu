@@ -1,11 +1,13 @@
 // GEMM epilogue pieces the cuBLASLt path cannot fuse: the bias-gradient reduction
-// (bias_grad[i] = sum over batches and k of op(A)[i, k]) and GELU applied from a contiguous
-// pre-activation into a strided D. The bias gradient is deterministic without atomics: with A
+// (bias_grad[i] = sum over batches and k of op(A)[i, k]), GELU applied from a contiguous
+// pre-activation into a strided D, and the whole epilogue of a GEMM with K = 0 (D = beta C + bias,
+// GELU), which cuBLASLt is not asked for. The bias gradient is deterministic without atomics: with A
 // transposed (dW = dY^T X, the training case) blocks of columns x chunks of rows write partial
 // sums in row order, then one pass adds the chunks in order; otherwise one block reduces each
 // row with a fixed tree.
 #include "common.cuh"
 #include "gemm.hpp"
+#include "gemm_kernel_common.cuh"
 
 namespace loom::kernels::cuda {
 
@@ -68,7 +70,40 @@ __global__ void gelu_from_pre_kernel(const T* pre, T* d, std::int64_t d_ld, std:
   }
 }
 
+// D[b, i, j] for K = 0: loom's kernels' epilogue on a zero product.
+template <class In, class Out>
+__global__ void empty_k_kernel(gemm_detail::Output out, gemm_detail::Epilogue e, std::int64_t batch) {
+  const std::int64_t total = batch * out.m * out.n;
+  for (std::int64_t idx = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t b = idx / (out.m * out.n), i = (idx / out.n) % out.m, j = idx % out.n;
+    gemm_detail::store_result<In, Out>(out, e, b, i, j, 0.0f);
+  }
+}
+
 }  // namespace
+
+void gemm_empty_k(const std::optional<StridedMatrix>& c, const StridedMatrix& d, const GemmOptions& options,
+                  const GemmShape& shape, void* stream) {
+  const DeviceGuard guard(d.tensor.device());
+  const std::int64_t total = shape.batch * shape.m * shape.n;
+  if (total == 0) return;
+  const gemm_detail::Output out = gemm_detail::output_of(d, shape);
+  const gemm_detail::Epilogue e = gemm_detail::epilogue_of(c, options);
+  const auto launch = [&]<class In>() {
+    const auto run = [&]<class Out>() {
+      empty_k_kernel<In, Out><<<grid_for(total, 256), 256, 0, as_stream(stream)>>>(out, e, shape.batch);
+    };
+    if (d.tensor.dtype() == DType::f32) run.template operator()<float>();
+    else run.template operator()<In>();  // D is f32 or the input dtype (validated)
+  };
+  switch (input_dtype(options.precision)) {
+    case DType::f16: launch.template operator()<__half>(); break;
+    case DType::bf16: launch.template operator()<__nv_bfloat16>(); break;
+    default: launch.template operator()<float>(); break;
+  }
+  check_launch("gemm epilogue for K = 0");
+}
 
 void gemm_gelu_from_pre_activation(const Tensor& pre_activation, const StridedMatrix& d, const GemmShape& shape,
                                    void* stream) {

@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "gemm_kernel_common.cuh"
+#include "kernels/cuda/device_limits.hpp"
 #include "mma_common.cuh"
 
 namespace loom::kernels::cuda {
@@ -297,13 +298,14 @@ struct Launch {
   SplitK split_k;
   dim3 grid;
   cudaStream_t stream;
+  int device;
 };
 
 template <class T, bool TransA, bool TransB, int Chunk>
 void launch(const Launch& l) {
   auto* kernel = mma_pipeline_gemm_kernel<T, TransA, TransB, Chunk>;
   constexpr std::size_t bytes = shared_bytes_for<T, TransA, TransB>();
-  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), bytes, "loom's mma GEMM");
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), bytes, l.device, "loom's mma GEMM");
   kernel<<<l.grid, threads, bytes, l.stream>>>(l.a, l.b, l.out, l.out_f32, l.e, l.split_k);
 }
 
@@ -315,30 +317,12 @@ std::size_t shared_bytes_for(bool trans_a, bool trans_b) {
   return shared_bytes_for<T, true, true>();
 }
 
-// Shared memory one block may opt into on the current device (227 KiB on sm_90, 163 KiB on sm_80,
-// 99 KiB on sm_86/sm_89).
-std::size_t shared_memory_optin() {
-  int device = 0, bytes = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-        "cudaDeviceGetAttribute(max shared memory per block, opt-in)");
-  return static_cast<std::size_t>(bytes);
-}
-
 template <class T, int Chunk>
 void launch_layout(bool trans_a, bool trans_b, const Launch& l) {
   if (!trans_a && !trans_b) launch<T, false, false, Chunk>(l);
   if (!trans_a && trans_b) launch<T, false, true, Chunk>(l);
   if (trans_a && !trans_b) launch<T, true, false, Chunk>(l);
   if (trans_a && trans_b) launch<T, true, true, Chunk>(l);
-}
-
-int multiprocessor_count() {
-  int device = 0, count = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
-        "cudaDeviceGetAttribute(multiprocessor count)");
-  return count;
 }
 
 // Splits of K for a GEMM of `tiles` output tiles: enough for about one block per SM (one is what
@@ -360,7 +344,7 @@ void run(bool trans_a, bool trans_b, Launch l) {
   const std::int64_t tiles_m = (l.out.m + block_mn - 1) / block_mn, tiles_n = (l.out.n + block_mn - 1) / block_mn;
   const std::int64_t batch = l.grid.z;
   const std::int64_t k_tiles = (l.out.k + block_k<T> - 1) / block_k<T>;
-  l.split_k = choose_split_k(tiles_m * tiles_n * batch, batch, k_tiles, multiprocessor_count());
+  l.split_k = choose_split_k(tiles_m * tiles_n * batch, batch, k_tiles, device_limits(l.device).multiprocessors);
   if (l.split_k.splits == 1) {
     launch_layout<T, Chunk>(trans_a, trans_b, l);
     check_launch("loom mma.sync GEMM");
@@ -398,13 +382,14 @@ void gemm_loom(const StridedMatrix& a, const StridedMatrix& b, const std::option
           block_mn, " x ", block_mn, ", more than a grid holds");
   if (shape.m > 0 && shape.n > 0) {
     const DeviceGuard guard(d.tensor.device());
+    const int device = d.tensor.device().index();
+    const std::size_t optin = device_limits(device).shared_memory_optin;
     const bool tf32 = options.precision == GemmPrecision::tf32;
     const std::size_t needed = tf32 ? shared_bytes_for<float>(options.trans_a, options.trans_b)
                                     : shared_bytes_for<__half>(options.trans_a, options.trans_b);
-    const bool fits = needed <= shared_memory_optin();
+    const bool fits = needed <= optin;
     require(fits || !tf32, "gemm (loom backend): the tf32 kernel needs ", needed,
-            " bytes of shared memory per block, more than this GPU offers (", shared_memory_optin(),
-            "); use GemmBackend::cublaslt");
+            " bytes of shared memory per block, more than this GPU offers (", optin, "); use GemmBackend::cublaslt");
     const bool aligned = rows_16_byte_aligned(a) && rows_16_byte_aligned(b);
     if (fits && (tf32 || aligned)) {
       const Launch l{gemm_detail::operand_of(a),
@@ -414,7 +399,8 @@ void gemm_loom(const StridedMatrix& a, const StridedMatrix& b, const std::option
                      gemm_detail::epilogue_of(c, options),
                      SplitK{1, 0, nullptr},
                      dim3(static_cast<unsigned>(tiles), 1, static_cast<unsigned>(shape.batch)),
-                     as_stream(stream)};
+                     as_stream(stream),
+                     device};
       const bool ta = options.trans_a, tb = options.trans_b;
       if (options.precision == GemmPrecision::tf32) {
         if (aligned) run<float, 16>(ta, tb, l);

@@ -8,6 +8,7 @@
 #include <mma.h>
 
 #include "gemm_kernel_common.cuh"
+#include "kernels/cuda/grid_split.hpp"
 
 namespace loom::kernels::cuda {
 
@@ -25,7 +26,7 @@ using gemm_detail::Output;
 
 template <class T, class Out>
 __global__ void __launch_bounds__(threads) wmma_gemm_kernel(Operand a, Operand b, Output out, bool trans_a,
-                                                             bool trans_b, Epilogue e) {
+                                                             bool trans_b, Epilogue e, std::int64_t first_row_tile) {
   using namespace nvcuda;
   __shared__ __align__(32) T a_tile[block_m * a_ld];
   __shared__ __align__(32) T b_tile[block_k * b_ld];
@@ -33,7 +34,7 @@ __global__ void __launch_bounds__(threads) wmma_gemm_kernel(Operand a, Operand b
 
   const std::int64_t m = out.m, n = out.n, k = out.k;
   const std::int64_t batch = blockIdx.z;
-  const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.y) * block_m;
+  const std::int64_t row0 = (first_row_tile + blockIdx.y) * block_m;
   const std::int64_t col0 = static_cast<std::int64_t>(blockIdx.x) * block_n;
   const T* a_base = static_cast<const T*>(a.data) + batch * a.batch_stride;
   const T* b_base = static_cast<const T*>(b.data) + batch * b.batch_stride;
@@ -96,12 +97,17 @@ void gemm_wmma(const StridedMatrix& a, const StridedMatrix& b, const std::option
   const Epilogue e = gemm_detail::epilogue_of(c, options);
   const Operand oa = gemm_detail::operand_of(a), ob = gemm_detail::operand_of(b);
   const Output out = gemm_detail::output_of(d, shape);
-  const dim3 grid(static_cast<unsigned>((shape.n + block_n - 1) / block_n),
-                  static_cast<unsigned>((shape.m + block_m - 1) / block_m), static_cast<unsigned>(shape.batch));
+  require(shape.batch <= 65535, "gemm (WMMA kernel): batch ", shape.batch, " exceeds 65535");
+  // Row tiles along y, which holds at most 65535 blocks: a taller D (M > 8,388,480) in several launches.
+  const std::vector<GridPart> parts = split_grid((shape.m + block_m - 1) / block_m);
+  const auto column_tiles = static_cast<unsigned>((shape.n + block_n - 1) / block_n);
   auto launch = [&]<class T>() {
     auto run = [&]<class Out>() {
-      wmma_gemm_kernel<T, Out><<<grid, threads, 0, as_stream(stream)>>>(oa, ob, out, options.trans_a,
-                                                                        options.trans_b, e);
+      for (const GridPart& part : parts) {
+        const dim3 grid(column_tiles, static_cast<unsigned>(part.count), static_cast<unsigned>(shape.batch));
+        wmma_gemm_kernel<T, Out><<<grid, threads, 0, as_stream(stream)>>>(oa, ob, out, options.trans_a,
+                                                                          options.trans_b, e, part.first);
+      }
     };
     if (d.tensor.dtype() == DType::f32) run.template operator()<float>();
     else run.template operator()<T>();  // D is f32 or the input dtype (validated)

@@ -9,13 +9,13 @@
 #include <deque>
 #include <functional>
 #include <mutex>
-#include <optional>
 #include <thread>
 
 #include "loom/core/cuda_check.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/nccl_check.hpp"
 #include "loom/comm/backend/call_checks.hpp"
+#include "loom/comm/backend/in_order_deadlines.hpp"
 #include "src/comm/checked.hpp"
 #include "loom/core/cuda_device_guard.hpp"
 
@@ -69,16 +69,25 @@ ncclConfig_t nonblocking_config() {
 
 struct InFlight {
   std::shared_ptr<detail::WorkState> work;
-  cudaEvent_t started = nullptr;  // passed once the call's turn on the communication stream has come
   cudaEvent_t done = nullptr;
-  std::optional<Clock::time_point> deadline;  // the timeout runs from the start, not from the submit
   std::vector<Tensor> keep_alive;  // the call's buffers stay allocated until the GPU is done with them
 };
+
+// Waits until `stream` has drained, at most until `deadline`; false if it has not.
+bool drain(cudaStream_t stream, Clock::time_point deadline) {
+  for (;;) {
+    const cudaError_t state = cudaStreamQuery(stream);
+    if (state == cudaSuccess) return true;
+    if (state != cudaErrorNotReady) check(state, "cudaStreamQuery");
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
 
 class NcclCommunicator : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, Device device, const CommOptions& options)
-      : comm_(comm), device_(device), options_(options) {
+      : comm_(comm), device_(device), options_(options), deadlines_(options.timeout) {
     const loom::detail::CudaDeviceGuard guard(device_);
     check(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
     check(ncclCommCount(comm_, &size_), "ncclCommCount");
@@ -98,20 +107,32 @@ class NcclCommunicator : public Communicator {
       stopping_ = true;
     }
     changed_.notify_all();
-    watcher_.join();  // every call in flight completes or times out (and aborts) first
+    // Bounded: the oldest call completes or times out within the timeout of becoming the oldest,
+    // and a timeout aborts every call in flight.
+    watcher_.join();
     try {
       const loom::detail::CudaDeviceGuard guard(device_);
       if (!aborted_) {
         try {
           settle(comm_, ncclCommFinalize(comm_), "ncclCommFinalize", Clock::now() + options_.timeout);
           check(ncclCommDestroy(comm_), "ncclCommDestroy");
-        } catch (const Error&) {
+        } catch (const Error& e) {  // the stream and the events are still released below
+          std::fprintf(stderr, "loom: closing the NCCL communicator failed, aborting it: %s\n", e.what());
           ncclCommAbort(comm_);
-          throw;
+          aborted_ = true;
         }
       }
-      // Aborted kernels have ended once the stream drains; only then may their buffers be reused.
-      check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+      // Aborted kernels end once the stream drains; only then may their buffers be reused. A stream
+      // that waits behind a hung kernel of the caller's never drains: after a moment, what it may
+      // still use is left allocated rather than waited for.
+      const auto patience = aborted_ ? std::chrono::milliseconds(1000) : options_.timeout;
+      if (!drain(stream_, Clock::now() + patience)) {
+        std::fprintf(stderr, "loom: the NCCL communicator's stream did not drain within %lld ms (a kernel before a "
+                     "call hangs?); its stream, events and %zu buffers are left allocated\n",
+                     static_cast<long long>(patience.count()), abandoned_.size());
+        new std::vector<Tensor>(std::move(abandoned_));  // never freed: the GPU may still use them
+        return;
+      }
       abandoned_.clear();
       for (cudaEvent_t event : spare_events_) cudaEventDestroy(event);
       cudaEventDestroy(ready_);
@@ -264,18 +285,16 @@ class NcclCommunicator : public Communicator {
     // The wait captures the event's state when it is enqueued, so one event serves every call.
     check(cudaEventRecord(ready_, user_stream), "cudaEventRecord");
     check(cudaStreamWaitEvent(stream_, ready_, 0), "cudaStreamWaitEvent");
-    const cudaEvent_t started = take_event();
-    check(cudaEventRecord(started, stream_), "cudaEventRecord");
     try {
       settle(comm_, call(stream_), what, Clock::now() + options_.timeout);
     } catch (const Error& e) {
-      spare_events_.push_back(started);
       abort_locked(e.category(), e.detail());
       throw;
     }
     const cudaEvent_t done = take_event();
     check(cudaEventRecord(done, stream_), "cudaEventRecord");
-    in_flight_.push_back({work, started, done, std::nullopt, std::move(tensors)});
+    in_flight_.push_back({work, done, std::move(tensors)});
+    deadlines_.submitted(Clock::now());
     changed_.notify_all();
     return Work(work);
   }
@@ -302,14 +321,13 @@ class NcclCommunicator : public Communicator {
       changed_.wait(lock, [&] { return stopping_ || !in_flight_.empty(); });
       if (in_flight_.empty()) return;
       InFlight& head = in_flight_.front();
-      if (!head.deadline && cudaEventQuery(head.started) == cudaSuccess) head.deadline = Clock::now() + options_.timeout;
       const cudaError_t state = cudaEventQuery(head.done);
       if (state == cudaSuccess) {
         pause = std::chrono::microseconds(10);
-        spare_events_.push_back(head.started);
         spare_events_.push_back(head.done);
         std::shared_ptr<detail::WorkState> work = std::move(head.work);
         in_flight_.pop_front();
+        deadlines_.completed(Clock::now());
         work->complete(nullptr);
         changed_.notify_all();
         continue;
@@ -321,8 +339,11 @@ class NcclCommunicator : public Communicator {
       } else if (async != ncclSuccess && async != ncclInProgress) {
         abort_locked(ErrorCategory::nccl, std::string("NCCL reported ") + ncclGetErrorString(async) + " (" +
                                               ncclGetLastError(comm_) + ")");
-      } else if (head.deadline && Clock::now() > *head.deadline) {
-        abort_locked(ErrorCategory::timeout, backend::not_completed_within(options_.timeout));
+      } else if (deadlines_.expired(Clock::now())) {
+        abort_locked(ErrorCategory::timeout,
+                     backend::not_completed_within(options_.timeout) +
+                         " (counted from when it became the oldest call in flight, started on the GPU or not: a "
+                         "kernel queued before it on the caller's stream may hang)");
       } else {
         lock.unlock();
         std::this_thread::sleep_for(pause);
@@ -342,12 +363,12 @@ class NcclCommunicator : public Communicator {
     for (InFlight& call : in_flight_) {
       call.work->complete(std::make_exception_ptr(
           Error(category, call.work->what + ": " + reason + "; the NCCL communicator is aborted")));
-      spare_events_.push_back(call.started);
       spare_events_.push_back(call.done);
       // The aborted kernels may not have released the buffers yet: keep them until destruction.
       for (Tensor& t : call.keep_alive) abandoned_.push_back(std::move(t));
     }
     in_flight_.clear();
+    deadlines_.clear();
     changed_.notify_all();
   }
 
@@ -362,6 +383,7 @@ class NcclCommunicator : public Communicator {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<InFlight> in_flight_;
+  backend::InOrderDeadlines deadlines_;  // of in_flight_
   std::vector<Tensor> abandoned_;
   bool stopping_ = false, aborted_ = false;
   ErrorCategory abort_category_ = ErrorCategory::timeout;

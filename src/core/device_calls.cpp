@@ -6,7 +6,7 @@ namespace loom {
 
 namespace {
 
-std::atomic<std::uint64_t> counters[4];
+std::atomic<std::uint64_t> counters[5];
 
 }  // namespace
 
@@ -16,6 +16,7 @@ DeviceCallCounts device_call_counts() noexcept {
   c.device_frees = counters[1].load(std::memory_order_relaxed);
   c.blas_handles = counters[2].load(std::memory_order_relaxed);
   c.blas_algorithm_searches = counters[3].load(std::memory_order_relaxed);
+  c.attribute_queries = counters[4].load(std::memory_order_relaxed);
   return c;
 }
 

@@ -1,5 +1,7 @@
 #include "loom/kernels/matrix.hpp"
 
+#include <algorithm>
+
 #include "loom/core/error.hpp"
 
 namespace loom::kernels {
@@ -12,7 +14,7 @@ StridedMatrix StridedMatrix::of(const Tensor& tensor) {
   m.tensor = tensor;
   m.rows = tensor.size(-2);
   m.cols = tensor.size(-1);
-  m.ld = m.cols;
+  m.ld = std::max<std::int64_t>(m.cols, 1);  // an empty row still has a valid leading dimension
   m.batch = tensor.rank() == 3 ? tensor.size(0) : 1;
   m.batch_stride = m.rows * m.cols;
   return m;

@@ -1,7 +1,14 @@
 // The NCCL backend on one GPU (a one-rank communicator): the conformance suite every backend
-// passes, debug-mode checks, ordering after the caller's stream, and device checks. Multi-GPU
+// passes, debug-mode checks, ordering after the caller's stream, a call behind a hung kernel, and
+// device checks. Multi-GPU
 // runs need a machine with several GPUs (loom::init + mpirun).
 #include <catch2/catch.hpp>
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
 
 #include "loom/comm/nccl.hpp"
 #include "loom/core/tensor_ops.hpp"
@@ -42,6 +49,46 @@ TEST_CASE("NCCL calls start after the work already enqueued on the caller's stre
   const std::vector<float> host = result.to_vector<float>();
   REQUIRE(host.front() == 3.0f);
   REQUIRE(host.back() == 3.0f);
+}
+
+namespace {
+
+// A host function on a stream that blocks it until `release` is set: a kernel that hangs.
+void CUDART_CB block_until_released(void* release) {
+  while (!static_cast<std::atomic<bool>*>(release)->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+}  // namespace
+
+TEST_CASE("an NCCL call behind a hung kernel on the caller's stream times out, and teardown is bounded",
+          "[cuda][comm]") {
+  using Clock = std::chrono::steady_clock;
+  loom::comm::CommOptions options;
+  options.timeout = std::chrono::milliseconds(1000);
+  for (bool release_before_teardown : {true, false}) {
+    INFO("released before teardown: " << release_before_teardown);
+    auto comm = loom::comm::make_nccl_communicator(loom::comm::make_nccl_id(), 0, 1, Device::cuda(0), options);
+    const loom::Stream stream(Device::cuda(0));
+    auto release = std::make_unique<std::atomic<bool>>(false);  // outlives the stream's host function
+    REQUIRE(cudaLaunchHostFunc(static_cast<cudaStream_t>(stream.native_handle()), block_until_released,
+                               release.get()) == cudaSuccess);
+    const Tensor t = Tensor::full({1024}, DType::f32, 1, Device::cuda(0));
+    const auto start = Clock::now();
+    // The call never starts: its stream never gets past the host function.
+    const loom::comm::Work work = comm->all_reduce(t, t, ReduceOp::sum, stream);
+    REQUIRE_THROWS_MATCHES(work.wait(), loom::Error,
+                           loom::test::IsError(loom::ErrorCategory::timeout,
+                                               {"NCCL all_reduce", "not completed within 1000 ms"}));
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    CHECK(waited >= 1.0);
+    CHECK(waited < 1.5);
+    if (release_before_teardown) *release = true;
+    const auto teardown = Clock::now();
+    comm.reset();  // the communicator's stream waits behind the hung one: left allocated, not waited for
+    CHECK(std::chrono::duration<double>(Clock::now() - teardown).count() < 3.0);
+    *release = true;
+    REQUIRE(cudaStreamSynchronize(static_cast<cudaStream_t>(stream.native_handle())) == cudaSuccess);
+  }
 }
 
 TEST_CASE("the NCCL communicator rejects tensors on another device", "[cuda][comm]") {

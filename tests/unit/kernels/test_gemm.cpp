@@ -206,6 +206,30 @@ TEST_CASE("GEMM epilogues: bias, GELU with the pre-activation kept, bias gradien
   run_case(grad, rng);
 }
 
+TEST_CASE("GEMM with an empty dimension: N = 0 keeps the bias gradient, K = 0 gives beta C + bias, GELU", "[gemm]") {
+  // The reference the CUDA backends are held to (tests/cuda/test_cuda_gemm_edges.cpp).
+  std::mt19937 rng(9);
+  for (GemmPrecision precision : {GemmPrecision::fp32, GemmPrecision::bf16}) {
+    for (bool trans_a : {false, true}) {
+      Case cs;
+      cs.precision = precision, cs.trans_a = trans_a, cs.pad = 1, cs.batch = 2;  // pad: rows of no element have ld 1
+      cs.bias = cs.gelu = cs.bias_grad = true;
+      cs.alpha = 0.5f, cs.beta = 2.0f;
+      cs.m = 13, cs.n = 0, cs.k = 21;  // no D, but bias_grad[i] = the sum of op(A)'s row i
+      run_case(cs, rng);
+      cs.m = 0, cs.n = 11, cs.k = 21;
+      run_case(cs, rng);
+      cs.m = 13, cs.n = 11, cs.k = 0;  // D = beta C + bias, GELU; bias_grad = 0
+      run_case(cs, rng);
+    }
+  }
+  // An empty tensor is a valid operand (its rows have a leading dimension of 1).
+  const Tensor a = Tensor::zeros({4, 0}, DType::f32), b = Tensor::zeros({0, 3}, DType::f32);
+  const Tensor d = Tensor::full({4, 3}, DType::f32, 5);
+  loom::kernels::gemm(a, b, d);
+  REQUIRE(d.to_vector<float>() == std::vector<float>(12, 0.0f));
+}
+
 TEST_CASE("TF32 rounds the inputs and fp32 does not", "[gemm]") {
   // 1 + 2^-12 is below TF32's half step at 1 (2^-11): as TF32 it is exactly 1.
   const float x = 1.0f + std::ldexp(1.0f, -12);
