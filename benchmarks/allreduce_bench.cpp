@@ -1,6 +1,7 @@
 // allreduce_bench: loom's collectives with the flags and columns of nccl-tests, and the backend's
 // raw call on the same buffers in the same run, so that loom's overhead is a printed ratio.
 //   mpirun -np 2 build/benchmarks/allreduce_bench -b 8 -e 64M -f 4     (CPU: MPI backend)
+//   mpirun -np 2 build/benchmarks/allreduce_bench --collective all      (a table per collective)
 //   build/benchmarks/allreduce_bench -b 1K -e 1G -f 2                 (one GPU: NCCL backend)
 // time is the per-call time (median over rounds of the mean over -n calls; the slowest rank); the
 // raw columns time the backend's own call on the same buffers, out of place and in place, in rounds
@@ -150,6 +151,7 @@ std::pair<std::int64_t, std::int64_t> size_range(const Settings& s) {
 
 // --simulate: the cost model's predictions for a topology file, in the benchmark's columns.
 int simulate(const Settings& s) {
+  loom::require(s.collective != "all", "allreduce_bench: --simulate takes one --collective, not all");
   const auto [smallest, largest] = size_range(s);
   const loom::topo::Topology topology = loom::topo::load_topology(s.simulate);
   const loom::topo::Planner planner(topology);
@@ -183,6 +185,85 @@ int simulate(const Settings& s) {
   return 0;
 }
 
+// One table: every size of one collective, loom against the raw call; its JSON rows.
+nlohmann::json run_table(const Settings& s, const std::string& collective, std::int64_t smallest, std::int64_t largest,
+                         Communicator& comm, const loom::World& world, loom::bench::RawCollective* raw) {
+  const DType dtype = loom::parse_dtype(s.type);  // nccl-tests' names (float, half, bfloat16, ...) are aliases
+  const ReduceOp op = collective == "all_gather" ? ReduceOp::sum : parse_op(s.op);
+  const int n = comm.size(), rank = comm.rank();
+  const double bus_factor = collective == "all_reduce" ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
+  const auto element = static_cast<std::int64_t>(loom::dtype_size(dtype));
+  const bool lead = rank == 0;
+  if (lead) {
+    std::printf("# loom allreduce_bench: %s, %d rank(s), backend %s on %s, --algo %s, raw baseline %s\n",
+                collective.c_str(), n, std::string(comm.backend()).c_str(), world.device().to_string().c_str(),
+                s.algo.c_str(), raw ? raw->name().c_str() : "none");
+    std::printf("#%51s%34s%34s%38s\n", "", "out-of-place", "in-place", "raw backend (out / in place)");
+    std::printf("#%11s %12s %8s %6s %9s %8s %8s %7s %9s %8s %8s %7s %9s %9s %9s %9s\n", "size", "count", "type",
+                "redop", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "time", "time",
+                "loom/raw", "loom/raw");
+    std::printf("#%11s %12s %8s %6s %9s %8s %8s %7s %9s %8s %8s %7s %9s %9s %9s %9s\n", "(B)", "(elements)", "", "",
+                "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "out", "in");
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  for (double bytes_wanted = static_cast<double>(smallest); bytes_wanted <= static_cast<double>(largest) * 1.0000001;
+       bytes_wanted *= s.factor) {
+    // Whole elements, and a whole number of them per rank.
+    const std::int64_t block = std::max<std::int64_t>(1, static_cast<std::int64_t>(bytes_wanted) / element / n);
+    const std::int64_t count = block * n, bytes = count * element;
+    const Buffers b = make_buffers(collective, count, rank, n, dtype, world.device());
+    auto loom_call = [&](const Tensor& in, const Tensor& out) { call(comm, collective, in, out, op).wait(); };
+    const auto sync = [&] { comm.barrier().wait(); };
+    const bool has_raw = raw && raw->run(collective, b.input, b.output, op);
+    for (int i = 0; i < s.warmup; ++i) loom_call(b.input, b.output);
+    std::vector<double> outside, inside, direct, direct_in_place;
+    const auto raw_sync = [&] { raw->barrier(); };
+    for (int round = 0; round < s.rounds; ++round) {  // loom and raw alternate, in the same buffers
+      outside.push_back(slowest_per_call(comm, sync, [&] { loom_call(b.input, b.output); }, s.iterations));
+      if (has_raw) {
+        direct.push_back(slowest_per_call(
+            comm, raw_sync, [&] { raw->run(collective, b.input, b.output, op); }, s.iterations));
+      }
+      inside.push_back(
+          slowest_per_call(comm, sync, [&] { loom_call(b.in_place_input, b.in_place_output); }, s.iterations));
+      if (has_raw) {
+        direct_in_place.push_back(slowest_per_call(
+            comm, raw_sync, [&] { raw->run(collective, b.in_place_input, b.in_place_output, op); }, s.iterations));
+      }
+    }
+    const double t_out = loom::bench::median(outside), t_in = loom::bench::median(inside);
+    const double t_raw = has_raw ? loom::bench::median(direct) : 0;
+    const double t_raw_in = has_raw ? loom::bench::median(direct_in_place) : 0;
+    const std::int64_t wrong_out = s.check ? count_wrong(comm, collective, b.input, b.output, op, block) : -1;
+    const std::int64_t wrong_in =
+        s.check ? count_wrong(comm, collective, b.in_place_input, b.in_place_output, op, block) : -1;
+    const auto gbps = [&](double t) { return static_cast<double>(bytes) / t / 1e9; };
+    if (lead) {
+      std::printf(" %11lld %12lld %8s %6s %9.2f %8.3f %8.3f %7lld %9.2f %8.3f %8.3f %7lld", static_cast<long long>(bytes),
+                  static_cast<long long>(count), s.type.c_str(), std::string(loom::comm::to_string(op)).c_str(),
+                  t_out * 1e6, gbps(t_out), gbps(t_out) * bus_factor, static_cast<long long>(wrong_out), t_in * 1e6,
+                  gbps(t_in), gbps(t_in) * bus_factor, static_cast<long long>(wrong_in));
+      if (has_raw) std::printf(" %9.2f %9.2f %9.3f %9.3f\n", t_raw * 1e6, t_raw_in * 1e6, t_out / t_raw, t_in / t_raw_in);
+      else std::printf(" %9s %9s %9s %9s\n", "-", "-", "-", "-");
+    }
+    nlohmann::json row = {{"collective", collective},
+                          {"size_bytes", bytes},
+                          {"count", count},
+                          {"type", s.type},
+                          {"redop", loom::comm::to_string(op)},
+                          {"out_of_place", {{"time_us", t_out * 1e6}, {"algbw_gbps", gbps(t_out)},
+                                            {"busbw_gbps", gbps(t_out) * bus_factor}, {"wrong", wrong_out}}},
+                          {"in_place", {{"time_us", t_in * 1e6}, {"algbw_gbps", gbps(t_in)},
+                                        {"busbw_gbps", gbps(t_in) * bus_factor}, {"wrong", wrong_in}}}};
+    if (has_raw) {
+      row["raw"] = {{"time_us", t_raw * 1e6}, {"loom_over_raw", t_out / t_raw}, {"added_us", (t_out - t_raw) * 1e6},
+                    {"in_place_time_us", t_raw_in * 1e6}, {"in_place_loom_over_raw", t_in / t_raw_in}};
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -190,8 +271,8 @@ int main(int argc, char** argv) {
     const loom::InitOptions init = loom::parse_init_flags(argc, argv);
     CLI::App app("allreduce_bench: loom collectives in nccl-tests' format, against the backend's raw call");
     Settings s;
-    app.add_option("--collective", s.collective, "all_reduce, reduce_scatter or all_gather")
-        ->check(CLI::IsMember({"all_reduce", "reduce_scatter", "all_gather"}));
+    app.add_option("--collective", s.collective, "all_reduce, reduce_scatter, all_gather, or all (a table of each)")
+        ->check(CLI::IsMember({"all_reduce", "reduce_scatter", "all_gather", "all"}));
     app.add_option("-b,--minbytes", s.min_bytes, "smallest size (bytes, K, M, G)");
     app.add_option("-e,--maxbytes", s.max_bytes, "largest size");
     app.add_option("-f,--stepfactor", s.factor, "size multiplier between rows")->check(CLI::Range(1.01, 1e6));
@@ -218,78 +299,15 @@ int main(int argc, char** argv) {
     }
     Communicator& comm = aware ? *aware : world->comm();
 
-    const DType dtype = loom::parse_dtype(s.type);  // nccl-tests' names (float, half, bfloat16, ...) are aliases
-    const ReduceOp op = s.collective == "all_gather" ? ReduceOp::sum : parse_op(s.op);
-    const int n = comm.size(), rank = comm.rank();
     std::unique_ptr<loom::bench::RawCollective> raw = loom::bench::make_raw_collective(*world);
-    const double bus_factor = s.collective == "all_reduce" ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
-    const auto element = static_cast<std::int64_t>(loom::dtype_size(dtype));
-    const bool lead = rank == 0;
-    if (lead) {
-      std::printf("# loom allreduce_bench: %s, %d rank(s), backend %s on %s, --algo %s, raw baseline %s\n",
-                  s.collective.c_str(), n, std::string(comm.backend()).c_str(), world->device().to_string().c_str(),
-                  s.algo.c_str(), raw ? raw->name().c_str() : "none");
-      std::printf("#%51s%34s%34s%38s\n", "", "out-of-place", "in-place", "raw backend (out / in place)");
-      std::printf("#%11s %12s %8s %6s %9s %8s %8s %7s %9s %8s %8s %7s %9s %9s %9s %9s\n", "size", "count", "type",
-                  "redop", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "time", "time",
-                  "loom/raw", "loom/raw");
-      std::printf("#%11s %12s %8s %6s %9s %8s %8s %7s %9s %8s %8s %7s %9s %9s %9s %9s\n", "(B)", "(elements)", "", "",
-                  "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "out", "in");
-    }
+    const int n = comm.size();
+    const bool lead = comm.rank() == 0;
+    const std::vector<std::string> collectives =
+        s.collective == "all" ? std::vector<std::string>{"all_reduce", "reduce_scatter", "all_gather"}
+                              : std::vector<std::string>{s.collective};
     nlohmann::json rows = nlohmann::json::array();
-    for (double bytes_wanted = static_cast<double>(smallest); bytes_wanted <= static_cast<double>(largest) * 1.0000001;
-         bytes_wanted *= s.factor) {
-      // Whole elements, and a whole number of them per rank.
-      const std::int64_t block = std::max<std::int64_t>(1, static_cast<std::int64_t>(bytes_wanted) / element / n);
-      const std::int64_t count = block * n, bytes = count * element;
-      const Buffers b = make_buffers(s.collective, count, rank, n, dtype, world->device());
-      auto loom_call = [&](const Tensor& in, const Tensor& out) { call(comm, s.collective, in, out, op).wait(); };
-      const auto sync = [&] { comm.barrier().wait(); };
-      const bool has_raw = raw && raw->run(s.collective, b.input, b.output, op);
-      for (int i = 0; i < s.warmup; ++i) loom_call(b.input, b.output);
-      std::vector<double> outside, inside, direct, direct_in_place;
-      const auto raw_sync = [&] { raw->barrier(); };
-      for (int round = 0; round < s.rounds; ++round) {  // loom and raw alternate, in the same buffers
-        outside.push_back(slowest_per_call(comm, sync, [&] { loom_call(b.input, b.output); }, s.iterations));
-        if (has_raw) {
-          direct.push_back(slowest_per_call(
-              comm, raw_sync, [&] { raw->run(s.collective, b.input, b.output, op); }, s.iterations));
-        }
-        inside.push_back(
-            slowest_per_call(comm, sync, [&] { loom_call(b.in_place_input, b.in_place_output); }, s.iterations));
-        if (has_raw) {
-          direct_in_place.push_back(slowest_per_call(
-              comm, raw_sync, [&] { raw->run(s.collective, b.in_place_input, b.in_place_output, op); }, s.iterations));
-        }
-      }
-      const double t_out = loom::bench::median(outside), t_in = loom::bench::median(inside);
-      const double t_raw = has_raw ? loom::bench::median(direct) : 0;
-      const double t_raw_in = has_raw ? loom::bench::median(direct_in_place) : 0;
-      const std::int64_t wrong_out = s.check ? count_wrong(comm, s.collective, b.input, b.output, op, block) : -1;
-      const std::int64_t wrong_in =
-          s.check ? count_wrong(comm, s.collective, b.in_place_input, b.in_place_output, op, block) : -1;
-      const auto gbps = [&](double t) { return static_cast<double>(bytes) / t / 1e9; };
-      if (lead) {
-        std::printf(" %11lld %12lld %8s %6s %9.2f %8.3f %8.3f %7lld %9.2f %8.3f %8.3f %7lld", static_cast<long long>(bytes),
-                    static_cast<long long>(count), s.type.c_str(), std::string(loom::comm::to_string(op)).c_str(),
-                    t_out * 1e6, gbps(t_out), gbps(t_out) * bus_factor, static_cast<long long>(wrong_out), t_in * 1e6,
-                    gbps(t_in), gbps(t_in) * bus_factor, static_cast<long long>(wrong_in));
-        if (has_raw) std::printf(" %9.2f %9.2f %9.3f %9.3f\n", t_raw * 1e6, t_raw_in * 1e6, t_out / t_raw, t_in / t_raw_in);
-        else std::printf(" %9s %9s %9s %9s\n", "-", "-", "-", "-");
-      }
-      nlohmann::json row = {{"size_bytes", bytes},
-                            {"count", count},
-                            {"type", s.type},
-                            {"redop", loom::comm::to_string(op)},
-                            {"out_of_place", {{"time_us", t_out * 1e6}, {"algbw_gbps", gbps(t_out)},
-                                              {"busbw_gbps", gbps(t_out) * bus_factor}, {"wrong", wrong_out}}},
-                            {"in_place", {{"time_us", t_in * 1e6}, {"algbw_gbps", gbps(t_in)},
-                                          {"busbw_gbps", gbps(t_in) * bus_factor}, {"wrong", wrong_in}}}};
-      if (has_raw) {
-        row["raw"] = {{"time_us", t_raw * 1e6}, {"loom_over_raw", t_out / t_raw}, {"added_us", (t_out - t_raw) * 1e6},
-                      {"in_place_time_us", t_raw_in * 1e6}, {"in_place_loom_over_raw", t_in / t_raw_in}};
-      }
-      rows.push_back(row);
+    for (const std::string& collective : collectives) {
+      for (auto& row : run_table(s, collective, smallest, largest, comm, *world, raw.get())) rows.push_back(row);
     }
     if (lead && !s.json.empty()) {
       nlohmann::json record = loom::bench::make_record(

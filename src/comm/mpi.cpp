@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -318,10 +319,10 @@ class MpiCommunicator : public Communicator {
   // The call's description with its sequence number ("MPI all_reduce #42 (rank 0 of 2)").
   std::string next_call(const char* op, int peer = -1) {
     ++sequence_;
-    std::string name = op;
-    name += " #";
-    name += std::to_string(sequence_);
-    return backend::describe_call("MPI", name, rank_, size_, Device::cpu(), peer);
+    char name[48];  // the op and its number without a string of their own: every call is described
+    const int length = std::snprintf(name, sizeof name, "%s #%lld", op, static_cast<long long>(sequence_));
+    return backend::describe_call("MPI", std::string_view(name, static_cast<std::size_t>(length)), rank_, size_,
+                                  Device::cpu(), peer);
   }
 
   // Queues collective number ++collectives_: calls run in the order they are queued, so every

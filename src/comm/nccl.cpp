@@ -3,12 +3,14 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "loom/core/cuda_check.hpp"
@@ -69,6 +71,7 @@ ncclConfig_t nonblocking_config() {
 
 struct InFlight {
   std::shared_ptr<detail::WorkState> work;
+  cudaEvent_t started = nullptr;  // passed once the call's turn on the communication stream has come
   cudaEvent_t done = nullptr;
   std::vector<Tensor> keep_alive;  // the call's buffers stay allocated until the GPU is done with them
 };
@@ -108,29 +111,44 @@ class NcclCommunicator : public Communicator {
     }
     changed_.notify_all();
     // Bounded: the oldest call completes or times out within the timeout of becoming the oldest,
-    // and a timeout aborts every call in flight.
+    // and a timeout fails every call in flight.
     watcher_.join();
     try {
       const loom::detail::CudaDeviceGuard guard(device_);
       if (!aborted_) {
+        bool finalized = false;
         try {
           settle(comm_, ncclCommFinalize(comm_), "ncclCommFinalize", Clock::now() + options_.timeout);
-          check(ncclCommDestroy(comm_), "ncclCommDestroy");
+          finalized = true;
         } catch (const Error& e) {  // the stream and the events are still released below
-          std::fprintf(stderr, "loom: closing the NCCL communicator failed, aborting it: %s\n", e.what());
-          ncclCommAbort(comm_);
+          std::fprintf(stderr, "loom: finalizing the NCCL communicator failed, aborting it: %s\n", e.what());
           aborted_ = true;
+          start_nccl_abort();
+        }
+        if (finalized) {
+          const ncclResult_t destroyed = ncclCommDestroy(comm_);  // gone even if it reports an error
+          if (destroyed != ncclSuccess) {
+            std::fprintf(stderr, "loom: ncclCommDestroy reported %s\n", ncclGetErrorString(destroyed));
+          }
         }
       }
       // Aborted kernels end once the stream drains; only then may their buffers be reused. A stream
       // that waits behind a hung kernel of the caller's never drains: after a moment, what it may
-      // still use is left allocated rather than waited for.
+      // still use is left allocated rather than waited for (a cudaFree would wait for it too).
       const auto patience = aborted_ ? std::chrono::milliseconds(1000) : options_.timeout;
-      if (!drain(stream_, Clock::now() + patience)) {
+      const bool drained = drain(stream_, Clock::now() + patience);
+      if (abort_.thread.joinable()) {  // ncclCommAbort waits for NCCL's streams, which may wait for the caller's
+        const auto until = Clock::now() + std::chrono::milliseconds(1000);
+        while (!abort_.finished->load() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (abort_.finished->load()) abort_.thread.join();
+        else abort_.thread.detach();  // it keeps what it uses; the communicator is left to it
+      }
+      if (!drained) {
         std::fprintf(stderr, "loom: the NCCL communicator's stream did not drain within %lld ms (a kernel before a "
                      "call hangs?); its stream, events and %zu buffers are left allocated\n",
-                     static_cast<long long>(patience.count()), abandoned_.size());
-        new std::vector<Tensor>(std::move(abandoned_));  // never freed: the GPU may still use them
+                     static_cast<long long>(patience.count()), abandoned_.size() + 1);
+        auto* kept = new std::vector<Tensor>(std::move(abandoned_));  // never freed: the GPU may still use them
+        kept->push_back(std::move(barrier_scratch_));
         return;
       }
       abandoned_.clear();
@@ -140,6 +158,7 @@ class NcclCommunicator : public Communicator {
     } catch (const std::exception& e) {
       std::fprintf(stderr, "loom: closing the NCCL communicator failed: %s\n", e.what());
     }
+    if (abort_.thread.joinable()) abort_.thread.detach();  // only after an error above: never joined unbounded
   }
 
   int rank() const override { return rank_; }
@@ -285,15 +304,18 @@ class NcclCommunicator : public Communicator {
     // The wait captures the event's state when it is enqueued, so one event serves every call.
     check(cudaEventRecord(ready_, user_stream), "cudaEventRecord");
     check(cudaStreamWaitEvent(stream_, ready_, 0), "cudaStreamWaitEvent");
+    const cudaEvent_t started = take_event();
+    check(cudaEventRecord(started, stream_), "cudaEventRecord");
     try {
       settle(comm_, call(stream_), what, Clock::now() + options_.timeout);
     } catch (const Error& e) {
+      spare_events_.push_back(started);
       abort_locked(e.category(), e.detail());
       throw;
     }
     const cudaEvent_t done = take_event();
     check(cudaEventRecord(done, stream_), "cudaEventRecord");
-    in_flight_.push_back({work, done, std::move(tensors)});
+    in_flight_.push_back({work, started, done, std::move(tensors)});
     deadlines_.submitted(Clock::now());
     changed_.notify_all();
     return Work(work);
@@ -324,6 +346,7 @@ class NcclCommunicator : public Communicator {
       const cudaError_t state = cudaEventQuery(head.done);
       if (state == cudaSuccess) {
         pause = std::chrono::microseconds(10);
+        spare_events_.push_back(head.started);
         spare_events_.push_back(head.done);
         std::shared_ptr<detail::WorkState> work = std::move(head.work);
         in_flight_.pop_front();
@@ -340,10 +363,14 @@ class NcclCommunicator : public Communicator {
         abort_locked(ErrorCategory::nccl, std::string("NCCL reported ") + ncclGetErrorString(async) + " (" +
                                               ncclGetLastError(comm_) + ")");
       } else if (deadlines_.expired(Clock::now())) {
+        // NCCL's own abort (on a thread of its own) stops the kernels, the running and the queued:
+        // they see its flag when the stream reaches them.
         abort_locked(ErrorCategory::timeout,
-                     backend::not_completed_within(options_.timeout) +
-                         " (counted from when it became the oldest call in flight, started on the GPU or not: a "
-                         "kernel queued before it on the caller's stream may hang)");
+                     cudaEventQuery(head.started) == cudaSuccess
+                         ? backend::not_completed_within(options_.timeout)
+                         : loom::detail::concat("not completed within ", options_.timeout.count(),
+                                                " ms; it never started: the work queued before it on the caller's "
+                                                "stream has not finished (a hung kernel?)"));
       } else {
         lock.unlock();
         std::this_thread::sleep_for(pause);
@@ -353,23 +380,41 @@ class NcclCommunicator : public Communicator {
     }
   }
 
-  // Aborts the NCCL communicator and fails every call in flight; later calls fail at once.
+  // Fails every call in flight (and later calls at once), and aborts the NCCL communicator.
   void abort_locked(ErrorCategory category, const std::string& reason) {
     if (aborted_) return;
     aborted_ = true;
     abort_category_ = category;
     abort_reason_ = reason;
-    ncclCommAbort(comm_);
     for (InFlight& call : in_flight_) {
       call.work->complete(std::make_exception_ptr(
           Error(category, call.work->what + ": " + reason + "; the NCCL communicator is aborted")));
-      spare_events_.push_back(call.done);
-      // The aborted kernels may not have released the buffers yet: keep them until destruction.
+      // The GPU may not have released the buffers yet: keep them, and the events, until destruction.
       for (Tensor& t : call.keep_alive) abandoned_.push_back(std::move(t));
+      spare_events_.push_back(call.started);
+      spare_events_.push_back(call.done);
     }
     in_flight_.clear();
     deadlines_.clear();
     changed_.notify_all();
+    start_nccl_abort();
+  }
+
+  // ncclCommAbort on a thread of its own: it waits for NCCL's streams, which can hang behind the
+  // caller's work; neither the calls' errors nor the destructor wait for it unboundedly.
+  void start_nccl_abort() {
+    if (abort_.thread.joinable() || abort_.finished->load()) return;
+    try {
+      abort_.thread = std::thread([comm = comm_, device = device_.index(), finished = abort_.finished] {
+        cudaSetDevice(device);
+        ncclCommAbort(comm);
+        finished->store(true);
+      });
+    } catch (const std::system_error& e) {  // no thread to be had: abort here, however long it takes
+      std::fprintf(stderr, "loom: no thread for ncclCommAbort (%s); aborting inline\n", e.what());
+      ncclCommAbort(comm_);
+      abort_.finished->store(true);
+    }
   }
 
   ncclComm_t comm_;
@@ -386,6 +431,10 @@ class NcclCommunicator : public Communicator {
   backend::InOrderDeadlines deadlines_;  // of in_flight_
   std::vector<Tensor> abandoned_;
   bool stopping_ = false, aborted_ = false;
+  struct {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> finished = std::make_shared<std::atomic<bool>>(false);
+  } abort_;
   ErrorCategory abort_category_ = ErrorCategory::timeout;
   std::string abort_reason_;
   std::thread watcher_;

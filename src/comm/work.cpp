@@ -23,6 +23,11 @@ void Work::wait(std::chrono::milliseconds timeout) const {
   if (state_->help && !state_->done.load(std::memory_order_acquire)) {
     if (const std::shared_ptr<void> helper = state_->helper.lock()) state_->help(helper, *state_);
   }
+  // Done (here, or before): the error was stored before `done` was set, so it is read without the lock.
+  if (state_->done.load(std::memory_order_acquire)) {
+    if (state_->error) std::rethrow_exception(state_->error);
+    return;
+  }
   // Small collectives finish within microseconds: spin briefly before sleeping, so that waking
   // this thread does not dominate their latency.
   const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);

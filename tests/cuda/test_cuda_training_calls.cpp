@@ -40,5 +40,6 @@ TEST_CASE("GPU training steps after warm-up make no device allocation and no cuB
     CHECK(after.device_frees == before.device_frees);
     CHECK(after.blas_handles == before.blas_handles);
     CHECK(after.blas_algorithm_searches == before.blas_algorithm_searches);
+    CHECK(after.attribute_queries == before.attribute_queries);
   }
 }

@@ -28,6 +28,8 @@ std::chrono::milliseconds timeout_from_environment();
 struct CommOptions {
   // A call that its peers do not join within this time fails with a timeout Error on the ranks
   // that made it, and the communicator is aborted (later calls fail at once) instead of hanging.
+  // On the NCCL backend the time runs from when the call became the oldest in flight, so it
+  // includes GPU work queued before it on the caller's stream (a kernel that hangs there fails it).
   std::chrono::milliseconds timeout = timeout_from_environment();
   // Before each call, check that every rank makes the same call (operation, count, dtype, op,
   // root, sequence number) and fail with an error naming the ranks and their calls if not.

@@ -1,7 +1,8 @@
-// The MPI backend: CPU tensors between processes. Each communicator runs its calls in order on its
-// own progress thread, so every call is asynchronous and overlaps the caller's computation; the
-// calls themselves are MPI's blocking collectives (the tuned algorithms). A watchdog fails a
-// call that its peers do not join within CommOptions::timeout and aborts the communicator.
+// The MPI backend: CPU tensors between processes. Each communicator runs its calls in order, on its
+// own thread or on the thread that waits for them, so every call is asynchronous and overlaps the
+// caller's computation. The collectives are loom's algorithms over nonblocking MPI point-to-point
+// messages (src/comm/mpi/), so no call blocks inside MPI: a call that its peers do not join within
+// CommOptions::timeout fails naming them, the communicator is aborted, and the peers are told.
 // MPI must be initialized with MPI_THREAD_MULTIPLE (loom::init does that).
 #pragma once
 

@@ -2,8 +2,11 @@
 // stream after an event recorded on the stream the caller passes, so communication overlaps
 // compute; a watcher thread completes each Work when its end event has passed. The NCCL
 // communicator is non-blocking: the watcher polls ncclCommGetAsyncError, and a call that is not
-// done within CommOptions::timeout (a dead or stuck peer) aborts the communicator with
-// ncclCommAbort and fails that call and every later one with a timeout Error, instead of hanging.
+// done within CommOptions::timeout of becoming the oldest in flight (a dead or stuck peer, or a
+// kernel before it on the caller's stream that hangs: the message says which) fails, with every
+// later one, with a timeout Error instead of hanging, and NCCL is aborted (ncclCommAbort, on a
+// thread of its own: it waits for NCCL's streams). Teardown waits a bounded time and leaves
+// allocated what the GPU may still use.
 // Each rank must pass a different device. f16/bf16 are reduced by NCCL in their own precision.
 #pragma once
 
