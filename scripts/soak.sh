@@ -12,7 +12,7 @@ cycles=${1:-20}
 work=${2:-/tmp/loom-soak}
 train_gpt=$(realpath "${TRAIN_GPT:-$root/build/examples/train_gpt/train_gpt}")
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-steps=${SOAK_STEPS:-15000}  # more than the cycles get through, so every cycle is interrupted
+steps=${SOAK_STEPS:-50000}  # more than the cycles get through (at ~3 ms a step), so every cycle is interrupted
 run=(mpirun -np 2 "$train_gpt" --steps $steps --batch 4 --eval-every 0 --log-every 50 --checkpoint-every 100
      --keep-checkpoints 2 --loom-timeout-ms 2000)
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1

@@ -262,6 +262,12 @@ int main(int argc, char** argv) {
   CLI::App app("train_gpt: train a GPT-2 style model with loom (default: the built-in addition task on the CPU)");
   train_gpt::RunConfig config;
   config.add_to(app);
+  // The error, and the exit code it gives.
+  const auto report = [](const std::exception& error) {
+    std::fprintf(stderr, "train_gpt: %s\n", error.what());
+    const auto* loom_error = dynamic_cast<const loom::Error*>(&error);
+    return loom_error && loom_error->category() == loom::ErrorCategory::invalid_argument ? exit_usage : exit_error;
+  };
   try {
     loom::InitOptions init = loom::parse_init_flags(argc, argv);  // --loom-* flags (see loom/comm/world.hpp)
     try {
@@ -271,12 +277,13 @@ int main(int argc, char** argv) {
     }
     if (!init.device_type) init.device_type = loom::Device::parse(config.device).type();
     const std::unique_ptr<loom::World> world = loom::init(argc, argv, init);
-    return run(config, *world);
-  } catch (const loom::Error& error) {
-    std::fprintf(stderr, "train_gpt: %s\n", error.what());
-    return error.category() == loom::ErrorCategory::invalid_argument ? exit_usage : exit_error;
-  } catch (const std::exception& error) {  // file-system or allocation failures
-    std::fprintf(stderr, "train_gpt: %s\n", error.what());
-    return exit_error;
+    // A failure is reported while the World lives: its teardown (MPI's) must not delay or hide it.
+    try {
+      return run(config, *world);
+    } catch (const std::exception& error) {  // loom's errors; file-system or allocation failures
+      return report(error);
+    }
+  } catch (const std::exception& error) {
+    return report(error);
   }
 }

@@ -146,7 +146,13 @@ int main(int argc, char** argv) {
     CLI11_PARSE(app, argc, argv);
     if (!init.device_type) init.device_type = loom::Device::parse(o.device).type();
     const std::unique_ptr<loom::World> world = loom::init(argc, argv, init);
-    return run(o, *world);
+    // A failure is reported while the World lives: its teardown (MPI's) must not delay or hide it.
+    try {
+      return run(o, *world);
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "train_mlp: %s\n", error.what());
+      return 1;
+    }
   } catch (const std::exception& error) {
     std::fprintf(stderr, "train_mlp: %s\n", error.what());
     return 1;

@@ -394,4 +394,6 @@ void mpi_broadcast_bytes(std::span<unsigned char> bytes, int root) {
 
 bool mpi_calls_were_abandoned() { return backend::calls_were_abandoned(); }
 
+bool mpi_communicator_aborted() { return detail::any_communicator_aborted(); }
+
 }  // namespace loom::comm

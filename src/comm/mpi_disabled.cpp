@@ -20,5 +20,6 @@ std::pair<int, int> mpi_world() { no_mpi("MPI world"); }
 void mpi_broadcast_bytes(std::span<unsigned char>, int) { no_mpi("MPI broadcast"); }
 
 bool mpi_calls_were_abandoned() { return false; }
+bool mpi_communicator_aborted() { return false; }
 
 }  // namespace loom::comm

@@ -78,6 +78,11 @@ World::~World() {
     std::fprintf(stderr, "loom: not finalizing MPI: a timed-out call is still inside MPI\n");
     return;
   }
+  if (comm::mpi_communicator_aborted()) {
+    std::fprintf(stderr, "loom: not finalizing MPI: a communicator was aborted (a peer may be stopped or gone, and "
+                 "MPI_Finalize would wait for it)\n");
+    return;
+  }
   try {
     comm::finalize_mpi();
   } catch (const std::exception& e) {

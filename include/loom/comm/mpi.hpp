@@ -32,5 +32,9 @@ void mpi_broadcast_bytes(std::span<unsigned char> bytes, int root);
 // True after an MPI call timed out and its progress thread was left stuck in MPI: the process
 // must then exit without MPI_Finalize (which would wait for that call). loom::init's World does so.
 bool mpi_calls_were_abandoned();
+// True once an MPI communicator of this process was aborted (a timeout, a peer's notice, an MPI
+// error): a peer may be stopped or gone, and MPI_Finalize, which waits for every process, could wait
+// forever. loom::init's World then does not finalize either.
+bool mpi_communicator_aborted();
 
 }  // namespace loom::comm

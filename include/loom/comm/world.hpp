@@ -30,7 +30,8 @@ struct InitOptions {
 };
 
 // The job as this process sees it. Destroying it closes the communicator and, when init
-// initialized MPI, finalizes MPI (or skips that when a timed-out call is stuck inside MPI).
+// initialized MPI, finalizes MPI (or skips that when a timed-out call is stuck inside MPI, or an MPI
+// communicator was aborted: a peer may be gone, and MPI_Finalize would wait for it).
 class World {
  public:
   World(comm::LaunchInfo launch, Device device, std::unique_ptr<comm::Communicator> comm, bool owns_mpi);

@@ -15,6 +15,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int question_tag = 101, answer_tag = 102, notice_tag = 103;
 constexpr int report_fields = 4;
+std::atomic<bool> aborted_any{false};  // a process-wide fact, as MPI's own state is
 
 std::string join_ranks(const std::vector<int>& ranks) {
   std::string text;
@@ -111,8 +112,11 @@ void MpiStatus::abort(ErrorCategory category, const std::string& reason) {
   wake_.notify_all();
 }
 
+bool any_communicator_aborted() { return aborted_any.load(); }
+
 void MpiStatus::abort_locked(ErrorCategory category, const std::string& reason, const std::string* current_detail) {
   if (aborted_.load(std::memory_order_relaxed)) return;
+  aborted_any.store(true);
   abort_category_ = category;
   abort_reason_ = reason;
   at_abort_ = report_;

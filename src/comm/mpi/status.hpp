@@ -37,6 +37,10 @@
 
 namespace loom::comm::detail {
 
+// True once any MPI communicator of this process was aborted: a peer may be stopped or gone, and
+// MPI_Finalize, which waits for every process, could wait forever.
+bool any_communicator_aborted();
+
 class MpiStatus {
  public:
   // comm: the communicator's own (duplicated here); label: its name in messages ("MPI communicator").
