@@ -21,20 +21,23 @@ void recursive_doubling(const MpiPeers& peers, const void* in, void* out, std::i
                         ReduceOp op) {
   const int p = peers.size, r = peers.rank;
   const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
-  if (out != in) std::memcpy(out, in, bytes);
   void* theirs = peers.transfers.scratch(0, bytes);
   const MPI_Datatype type = element_type(dtype);
+  // The first step sends `in` itself and combines into out: no copy of in into out first.
+  const void* partial = in;
   for (int distance = 1; distance < p; distance <<= 1) {
     const int peer = r ^ distance;
     std::array<MPI_Request, 2> requests{MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     check_mpi(MPI_Irecv(theirs, static_cast<int>(count), type, peer, tag_recursive_doubling, peers.comm, &requests[0]),
               peers.what);
-    check_mpi(MPI_Isend(out, static_cast<int>(count), type, peer, tag_recursive_doubling, peers.comm, &requests[1]),
+    check_mpi(MPI_Isend(partial, static_cast<int>(count), type, peer, tag_recursive_doubling, peers.comm,
+                        &requests[1]),
               peers.what);
     peers.transfers.wait_all(requests, peers.what);
     // The lower rank's partial first, so both compute the same bits.
-    if (r < peer) combine(out, out, theirs, count, dtype, op);
-    else combine(out, theirs, out, count, dtype, op);
+    if (r < peer) combine(out, partial, theirs, count, dtype, op);
+    else combine(out, theirs, partial, count, dtype, op);
+    partial = out;
   }
 }
 

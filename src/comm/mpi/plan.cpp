@@ -7,7 +7,9 @@ namespace loom::comm::detail {
 namespace {
 
 constexpr std::int64_t exchange_limit = 64 << 10;            // bytes each rank sends in all
-constexpr std::int64_t recursive_doubling_limit = 128 << 10;  // bytes of the buffer
+// bytes of the buffer; not on two ranks, where it is one exchange of the whole buffer and the ring's
+// two of half (128 KiB on 2 Intel cores: 32 us against 25 us).
+constexpr std::int64_t recursive_doubling_limit = 128 << 10;
 constexpr std::int64_t direct_limit = 1 << 20;                // bytes of all ranks' blocks
 constexpr int direct_ranks = 4;  // direct at any size: size - 1 transfers in flight serve one node well
 constexpr std::int64_t scatter_all_gather_from = 512 << 10;
@@ -29,7 +31,7 @@ std::int64_t BlockLayout::length(int block) const { return count / parts + (bloc
 AllReduceAlgorithm choose_all_reduce(std::int64_t bytes, int size) {
   if (size == 1) return AllReduceAlgorithm::local;
   if (bytes * (size - 1) <= exchange_limit) return AllReduceAlgorithm::exchange;
-  if (power_of_two(size) && bytes <= recursive_doubling_limit) return AllReduceAlgorithm::recursive_doubling;
+  if (size > 2 && power_of_two(size) && bytes <= recursive_doubling_limit) return AllReduceAlgorithm::recursive_doubling;
   return AllReduceAlgorithm::ring;
 }
 

@@ -23,7 +23,7 @@ enum class BroadcastAlgorithm { local, binomial, scatter_all_gather };
 
 // bytes: the whole buffer (all_reduce, broadcast) or all ranks' blocks (reduce_scatter, all_gather).
 // all_reduce: a direct exchange while each rank sends at most 64 KiB in all; recursive doubling up
-// to 128 KiB on a power-of-two number of ranks; the ring beyond.
+// to 128 KiB on a power-of-two number of ranks above two; the ring beyond.
 AllReduceAlgorithm choose_all_reduce(std::int64_t bytes, int size);
 // reduce_scatter, all_gather: direct up to 1 MiB, and at any size on up to 4 ranks; the ring beyond.
 ScatterGatherAlgorithm choose_scatter_gather(std::int64_t bytes, int size);

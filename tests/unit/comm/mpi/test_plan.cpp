@@ -34,7 +34,8 @@ TEST_CASE("the MPI collectives choose their algorithm by size and rank count", "
   REQUIRE(choose_all_reduce(1 << 30, 1) == A::local);
   REQUIRE(choose_all_reduce(8, 2) == A::exchange);
   REQUIRE(choose_all_reduce(64 << 10, 2) == A::exchange);          // each rank sends 64 KiB
-  REQUIRE(choose_all_reduce((64 << 10) + 4, 2) == A::recursive_doubling);
+  REQUIRE(choose_all_reduce((64 << 10) + 4, 2) == A::ring);  // two ranks: the ring's halves beat one whole exchange
+  REQUIRE(choose_all_reduce(128 << 10, 2) == A::ring);
   REQUIRE(choose_all_reduce(32 << 10, 4) == A::recursive_doubling);  // 3 x 32 KiB to send
   REQUIRE(choose_all_reduce(40 << 10, 3) == A::ring);                // not a power of two
   REQUIRE(choose_all_reduce(128 << 10, 4) == A::recursive_doubling);
