@@ -80,7 +80,7 @@ nlohmann::json measure_stage(const Options& o, loom::World& world, int stage) {
   for (int i = 0; i < o.steps; ++i) {
     compute.push_back(alone.step().seconds);
     step.push_back(trainer.step().seconds);
-    wait.push_back(trainer.reducer() != nullptr ? trainer.reducer()->stats().synchronize_seconds : 0.0);
+    wait.push_back(trainer.gradient_sync().stats().synchronize_seconds);
   }
   const double step_s = loom::bench::median(step), compute_s = loom::bench::median(compute);
   const loom::shard::ModelStateBytes held = trainer.held_model_state(), predicted = trainer.predicted_model_state();

@@ -163,20 +163,19 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
   loom::train::TrainerOptions options = config.trainer_options();
   options.reducer = dp.reducer;
   loom::train::Trainer trainer(model, data.train(), options, dp.comm.get());
-  loom::ddp::GradientReducer* const reducer = dp.comm ? trainer.reducer() : nullptr;
   log.line("%s\n", loom::to_string(loom::build_info()).c_str());
   log.line("model: %lld layers, %lld heads, width %lld, context %lld, vocab %lld (%lld parameters), %s on %s\n",
            static_cast<long long>(model_config.layers), static_cast<long long>(model_config.heads),
            static_cast<long long>(model_config.channels), static_cast<long long>(model_config.context),
            static_cast<long long>(model_config.vocab_size), static_cast<long long>(model_config.parameter_count()),
            config.precision.c_str(), device.to_string().c_str());
-  if (reducer) {
+  if (dp.comm) {
     log.line("data-parallel: %d ranks (%s), %lld sequences per step (%lld per rank x %lld micro-batches), %d gradient "
              "buckets, %s reduction; %s\n",
              world.size(), std::string(world.comm().backend()).c_str(),
              static_cast<long long>(config.batch * config.grad_accumulation * world.size()),
              static_cast<long long>(config.batch), static_cast<long long>(config.grad_accumulation),
-             static_cast<int>(reducer->bucket_layout().size()), config.grad_reduction.c_str(), dp.summary.c_str());
+             static_cast<int>(trainer.gradient_sync().bucket_layout().size()), config.grad_reduction.c_str(), dp.summary.c_str());
   }
   log.line("%s\n", model_state_line(trainer).c_str());
   const std::int64_t first_step = resume_or_start(config, trainer, dp.comm.get(), log);

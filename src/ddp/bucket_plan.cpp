@@ -1,22 +1,26 @@
-#include "src/ddp/bucket_plan.hpp"
+// The bucket plans of bucket_scheduler.hpp: pure functions of the space's layout, so every rank
+// computes the same plan.
+#include "loom/ddp/bucket_scheduler.hpp"
 
 #include <algorithm>
 
-namespace loom::ddp::detail {
+namespace loom::ddp {
 
-std::vector<PlannedBucket> plan_buckets(const model::ParameterSpace& space, std::int64_t bucket_bytes,
-                                        std::int64_t first_bucket_bytes, bool by_unit) {
+std::vector<PlannedBucket> buckets_by_unit(const model::ParameterSpace& space) {
+  const auto& units = space.units();
+  std::vector<PlannedBucket> buckets;
+  for (std::size_t u = units.size(); u-- > 0;) {
+    buckets.push_back({{units[u].slots.rbegin(), units[u].slots.rend()}, units[u].begin,
+                       units[u].begin + units[u].elements, u});
+  }
+  return buckets;
+}
+
+std::vector<PlannedBucket> buckets_by_size(const model::ParameterSpace& space, std::int64_t bucket_bytes,
+                                           std::int64_t first_bucket_bytes) {
   const auto& units = space.units();
   const auto& slots = space.slots();
   std::vector<PlannedBucket> buckets;
-  if (by_unit) {
-    for (std::size_t u = units.size(); u-- > 0;) {
-      PlannedBucket bucket{{units[u].slots.rbegin(), units[u].slots.rend()}, units[u].begin,
-                           units[u].begin + units[u].elements, u};
-      buckets.push_back(std::move(bucket));
-    }
-    return buckets;
-  }
   PlannedBucket current;
   std::int64_t filled_bytes = 0;
   for (std::size_t u = units.size(); u-- > 0;) {
@@ -41,4 +45,4 @@ std::vector<PlannedBucket> plan_buckets(const model::ParameterSpace& space, std:
   return buckets;
 }
 
-}  // namespace loom::ddp::detail
+}  // namespace loom::ddp

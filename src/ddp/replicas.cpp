@@ -1,5 +1,6 @@
 #include "loom/ddp/replicas.hpp"
 
+#include <algorithm>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -34,6 +35,30 @@ void verify_same_parameters(comm::Communicator& comm, std::span<model::Parameter
                                    " on rank ", difference->rank, " (of ", comm.size(),
                                    "); every rank must build the same model"),
               comm.rank());
+}
+
+void make_replicas(comm::Communicator& comm, model::ParameterSpace& space, std::exception_ptr invalid,
+                   std::string_view who, const std::string& settings, bool broadcast) {
+  try {
+    if (!invalid) space.repartition(comm.size());
+  } catch (...) {
+    invalid = std::current_exception();
+  }
+  comm::throw_if_any_failed(comm, invalid, who);
+  verify_same_parameters(comm, space.parameters());
+  if (const auto d = comm::first_difference(comm, {settings, space.describe()})) {
+    fail(ErrorCategory::invalid_argument, who, ": ", d->index == 0 ? "the options" : "the parameter spaces",
+         " differ across ranks: rank 0 has ", d->on_rank_0, " but rank ", d->rank, " has ", d->on_that_rank);
+  }
+  if (!broadcast) return;
+  // In pieces: MPI counts elements in an int, and a model's values can pass 2^31.
+  constexpr std::int64_t piece = std::int64_t{1} << 30;
+  const Tensor& values = space.values();
+  std::vector<comm::Work> works;
+  for (std::int64_t begin = 0; begin < values.numel(); begin += piece) {
+    works.push_back(comm.broadcast(values.slice(begin, std::min(values.numel(), begin + piece)), 0));
+  }
+  for (const comm::Work& work : works) work.wait();
 }
 
 void broadcast_parameters(comm::Communicator& comm, std::span<model::Parameter* const> parameters, int root) {

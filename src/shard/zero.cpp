@@ -7,6 +7,7 @@
 #include "loom/comm/agreement.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/tensor_ops.hpp"
+#include "loom/ddp/replicas.hpp"
 #include "loom/kernels/elementwise.hpp"
 
 namespace loom::shard {
@@ -19,31 +20,38 @@ namespace {
 // their unit's size (a block's buffer is reused by the next block), not the largest unit's.
 constexpr std::size_t pool_limit = 3;
 
-ddp::ReducerOptions zero_reducer_options(ddp::ReducerOptions options, int stage) {
+void validate(const comm::Communicator& comm, const model::ParameterSpace& space, int stage,
+              const ddp::ReducerOptions& options) {
   require(stage == 1 || stage == 2, "ZeRO: the stage must be 1 or 2, got ", stage, " (stage 0 is plain data "
           "parallelism: ddp::GradientReducer)");
   require(!options.hook, "ZeRO: communication hooks (compression) apply to DDP's all-reduce; ZeRO reduce-scatters "
           "f32 gradients unit by unit");
-  options.bucketing = ddp::Bucketing::by_unit;
-  return options;
+  require(space.device() == comm.device(), "ZeRO: the parameters live on ", space.device(), " but the ",
+          comm.backend(), " communicator on ", comm.device());
+}
+
+// What must match on every rank besides the parameters: the stage decides which collectives run.
+std::string describe(int stage, const ddp::ReducerOptions& o) {
+  return loom::detail::concat("ZeRO stage ", stage, ", unused_parameters ",
+                              o.unused_parameters == ddp::UnusedParameters::error ? "error" : "reduce_zero",
+                              ", broadcast_parameters ", o.broadcast_parameters);
 }
 
 }  // namespace
 
 ZeroEngine::ZeroEngine(comm::Communicator& comm, model::Model& model, int stage, ddp::ReducerOptions reducer_options)
     : comm_(comm), model_(model), space_(model.parameter_space()), stage_(stage) {
-  ddp::ReducerOptions options = zero_reducer_options(std::move(reducer_options), stage);
-  options.hook = make_hook();
-  // If the hook fails on one rank, the plain reduce-scatter it would have issued stands in, so
-  // the other ranks' reduce-scatter meets the same collective.
-  options.fallback_hook = [](comm::Communicator& c, const ddp::GradBucket& bucket) {
-    const std::int64_t n = bucket.gradients.numel() / c.size();
-    return ddp::PendingReduction{
-        c.reduce_scatter(bucket.gradients, bucket.gradients.slice(c.rank() * n, (c.rank() + 1) * n),
-                         comm::ReduceOp::avg, bucket.stream),
-        {}};
-  };
-  reducer_ = std::make_unique<ddp::GradientReducer>(comm_, space_, std::move(options));  // lays out for comm.size()
+  std::exception_ptr invalid;
+  try {
+    validate(comm_, space_, stage_, reducer_options);
+  } catch (...) {
+    invalid = std::current_exception();
+  }
+  ddp::make_replicas(comm_, space_, invalid, "ZeRO", describe(stage_, reducer_options),
+                     reducer_options.broadcast_parameters);  // lays the space out for comm.size()
+  scheduler_ = std::make_unique<ddp::BucketScheduler>(comm_, space_, ddp::buckets_by_unit(space_),
+                                                      static_cast<ddp::BucketCollective&>(*this),
+                                                      reducer_options.unused_parameters);
   ranges_ = space_.shard(comm_.rank());
   started_.assign(space_.units().size(), false);
   if (stage_ != 2) return;
@@ -60,7 +68,7 @@ ZeroEngine::ZeroEngine(comm::Communicator& comm, model::Model& model, int stage,
 }
 
 ZeroEngine::~ZeroEngine() {
-  reducer_->abandon_iteration();
+  scheduler_.reset();  // waits for what is in flight, whose finish steps use the pool
   if (stage_ != 2) return;
   model_.set_unit_hooks({});
   release_all_buffers();
@@ -79,24 +87,45 @@ void ZeroEngine::attach(optim::Optimizer& optimizer) const {
   if (stage_ == 2) optimizer.read_gradients_from(shard_grads_);
 }
 
-ddp::CommHook ZeroEngine::make_hook() {
-  return [this](comm::Communicator& comm, const ddp::GradBucket& bucket) {
-    const auto unit = static_cast<std::size_t>(
-        std::find_if(ranges_.begin(), ranges_.end(),
-                     [&](const model::ShardRange& r) { return space_.units()[r.unit].begin == bucket.begin; }) -
-        ranges_.begin());
-    require(unit < ranges_.size(), "ZeRO: a bucket at element ", bucket.begin, " is not a unit of the space");
-    started_[unit] = true;
-    const std::int64_t n = bucket.gradients.numel() / comm.size();
-    const Tensor mine = bucket.gradients.slice(comm.rank() * n, (comm.rank() + 1) * n);
-    comm::Work work = comm.reduce_scatter(bucket.gradients, mine, comm::ReduceOp::avg, bucket.stream);  // in place
-    if (stage_ == 1) return ddp::PendingReduction{std::move(work), {}};
-    const Tensor into = shard_grads_.slice(ranges_[unit].local, ranges_[unit].local + n);
-    return ddp::PendingReduction{std::move(work), [this, unit, mine, into, stream = bucket.stream] {
-                                   kernels::residual_add(into, mine, into, stream);
-                                   release_buffer(unit);
-                                 }};
-  };
+Tensor ZeroEngine::unit_gradients(std::size_t unit) const {
+  const model::Unit& u = space_.units()[unit];
+  if (space_.grads_allocated()) return space_.grads().slice(u.begin, u.begin + u.elements);
+  // Released gradients (ZeRO-2): the unit's are the pool buffer bound to it.
+  const Tensor& bound = space_.bound_unit_grads(unit);
+  require(bound.defined(), "ZeRO-2: unit '", u.name, "' has no gradient buffer to reduce");
+  return bound;
+}
+
+ddp::PendingReduction ZeroEngine::start(const ddp::ScheduledBucket& bucket, StreamRef stream) {
+  const auto at = static_cast<std::size_t>(
+      std::find_if(ranges_.begin(), ranges_.end(), [&](const model::ShardRange& r) { return r.unit == bucket.unit; }) -
+      ranges_.begin());
+  require(at < ranges_.size(), "ZeRO: bucket ", bucket.index, " (unit ", bucket.unit, ") has no shard on this rank");
+  started_[bucket.unit] = true;
+  const Tensor gradients = unit_gradients(bucket.unit);
+  const std::int64_t n = gradients.numel() / comm_.size();
+  const Tensor mine = gradients.slice(comm_.rank() * n, (comm_.rank() + 1) * n);
+  comm::Work work = comm_.reduce_scatter(gradients, mine, comm::ReduceOp::avg, stream);  // in place
+  if (stage_ == 1) return ddp::PendingReduction{std::move(work), {}};
+  const Tensor into = shard_grads_.slice(ranges_[at].local, ranges_[at].local + n);
+  return ddp::PendingReduction{std::move(work), [this, unit = bucket.unit, mine, into, stream] {
+                                 kernels::residual_add(into, mine, into, stream);
+                                 release_buffer(unit);
+                               }};
+}
+
+ddp::PendingReduction ZeroEngine::stand_in(const ddp::ScheduledBucket& bucket, StreamRef stream) {
+  // The plain reduce-scatter start() would have issued, on zeros if the unit has no buffer.
+  Tensor gradients;
+  try {
+    gradients = unit_gradients(bucket.unit);
+  } catch (...) {
+    gradients = Tensor::zeros({bucket.end - bucket.begin}, DType::f32, comm_.device());
+  }
+  const std::int64_t n = gradients.numel() / comm_.size();
+  return ddp::PendingReduction{comm_.reduce_scatter(gradients, gradients.slice(comm_.rank() * n, (comm_.rank() + 1) * n),
+                                                    comm::ReduceOp::avg, stream),
+                               {}};
 }
 
 void ZeroEngine::bind_buffer(std::size_t unit, StreamRef stream) {
@@ -112,7 +141,7 @@ void ZeroEngine::bind_buffer(std::size_t unit, StreamRef stream) {
     return best;
   };
   auto fit = best_fit();
-  while (fit == free_.end() && pool_allocated_ >= pool_limit && reducer_->complete_oldest_reduction()) fit = best_fit();
+  while (fit == free_.end() && pool_allocated_ >= pool_limit && scheduler_->complete_oldest()) fit = best_fit();
   Tensor buffer;
   if (fit != free_.end()) {
     buffer = std::move(*fit);
@@ -155,10 +184,16 @@ void ZeroEngine::begin_step(StreamRef stream) {
   fill(shard_grads_, 0.0, stream);
 }
 
-ddp::GradientReducer::NoSync ZeroEngine::no_sync() {
+ddp::NoSync ZeroEngine::no_sync() {
   require(stage_ == 1, "ZeRO-2 reduces every micro-batch as its backward runs: call synchronize() after each "
           "micro-batch instead of no_sync()");
-  return reducer_->no_sync();
+  return scheduler_->no_sync();
+}
+
+ddp::NoSync ZeroEngine::micro_batch(bool last) { return last || stage_ == 2 ? ddp::NoSync() : no_sync(); }
+
+void ZeroEngine::after_backward(bool last, StreamRef stream) {
+  if (last || stage_ == 2) synchronize(stream);
 }
 
 void ZeroEngine::synchronize(StreamRef stream) {
@@ -175,7 +210,7 @@ void ZeroEngine::synchronize(StreamRef stream) {
     failure = std::current_exception();
   }
   try {
-    reducer_->synchronize(stream);
+    scheduler_->synchronize(stream);
   } catch (...) {
     release_all_buffers();
     started_.assign(started_.size(), false);
@@ -187,7 +222,7 @@ void ZeroEngine::synchronize(StreamRef stream) {
 }
 
 void ZeroEngine::abandon_iteration() noexcept {
-  reducer_->abandon_iteration();
+  scheduler_->abandon_iteration();
   release_all_buffers();
   started_.assign(started_.size(), false);
 }

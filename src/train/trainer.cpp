@@ -51,19 +51,25 @@ Trainer::Trainer(model::Model& model, data::BatchSource& data, const TrainerOpti
     require(comm_->device() == model.device(), "trainer: the model lives on ", model.device(),
             " but the communicator on ", comm_->device());
   }
+  // The synchronisation first: it lays the space out for the ranks the optimizer's state follows.
   if (options_.zero > 0) {
-    zero_ = std::make_unique<shard::ZeroEngine>(*comm_, model, options_.zero, options_.reducer);
-    optimizer_ = make_optimizer(space, options_, zero_->ranges());
-    zero_->attach(*optimizer_);
+    sync_ = std::make_unique<shard::ZeroEngine>(*comm_, model, options_.zero, options_.reducer);
+  } else if (comm_ != nullptr) {
+    sync_ = std::make_unique<ddp::GradientReducer>(*comm_, space, options_.reducer);
   } else {
-    if (comm_ != nullptr) ddp_ = std::make_unique<ddp::GradientReducer>(*comm_, space, options_.reducer);
-    optimizer_ = make_optimizer(space, options_, {});
+    sync_ = std::make_unique<ddp::LocalGradients>(space);
+  }
+  optimizer_ = make_optimizer(space, options_, sync_->optimizer_ranges());
+  if (const Tensor gradients = sync_->optimizer_gradients(); gradients.defined()) {
+    optimizer_->read_gradients_from(gradients);
   }
 }
 
 Trainer::~Trainer() = default;
 
-ddp::GradientReducer* Trainer::reducer() noexcept { return zero_ ? &zero_->reducer() : ddp_.get(); }
+ddp::GradientReducer* Trainer::reducer() noexcept { return dynamic_cast<ddp::GradientReducer*>(sync_.get()); }
+
+shard::ZeroEngine* Trainer::zero_engine() noexcept { return dynamic_cast<shard::ZeroEngine*>(sync_.get()); }
 
 void Trainer::run_micro_batches(StepResult& result, double& loss_sum, StreamRef stream) {
   const float micro = static_cast<float>(options_.grad_accumulation);
@@ -72,16 +78,15 @@ void Trainer::run_micro_batches(StepResult& result, double& loss_sum, StreamRef 
   for (std::int64_t i = 0; i < options_.grad_accumulation; ++i) {
     const data::Batch batch = data_.next();
     const bool last = i + 1 == options_.grad_accumulation;
-    std::optional<ddp::GradientReducer::NoSync> accumulate_only;
-    if (!last && ddp_) accumulate_only.emplace(ddp_->no_sync());
-    if (!last && zero_ && zero_->stage() == 1) accumulate_only.emplace(zero_->no_sync());
-    model_.forward_into(batch.tokens, batch.targets, device_loss_sum, stream);
-    model_.backward(scaler_.scale() / micro, stream);
+    {
+      const ddp::NoSync scope = sync_->micro_batch(last);
+      model_.forward_into(batch.tokens, batch.targets, device_loss_sum, stream);
+      model_.backward(scaler_.scale() / micro, stream);
+    }
     result.tokens += batch.tokens.numel();
-    if (zero_ && (last || zero_->stage() == 2)) zero_->synchronize(stream);  // ZeRO-2: every micro-batch
+    sync_->after_backward(last, stream);
   }
-  if (ddp_) ddp_->synchronize(stream);
-  synchronize(stream);
+  loom::synchronize(stream);
   loss_sum = device_loss_sum.to(Device::cpu()).item<float>();
 }
 
@@ -90,16 +95,11 @@ StepResult Trainer::step(StreamRef stream) {
   StepResult result;
   result.step = steps_done_ + 1;
   double loss_sum = 0;
-  if (zero_) {
-    zero_->begin_step(stream);
-  } else {
-    model_.parameter_space().zero_grads(stream);
-  }
+  sync_->begin_step(stream);
   try {
     run_micro_batches(result, loss_sum, stream);
   } catch (...) {
-    if (ddp_) ddp_->abandon_iteration();  // nothing stays in flight into the next step
-    if (zero_) zero_->abandon_iteration();
+    sync_->abandon_step();  // nothing stays in flight into the next step
     throw;
   }
   double loss = loss_sum / static_cast<double>(options_.grad_accumulation);
@@ -111,7 +111,7 @@ StepResult Trainer::step(StreamRef stream) {
   result.lr = options_.schedule.at(steps_done_);
   // Under ZeRO each rank holds its slice of the reduced gradient: the verdict and the norm are
   // agreed over the ranks. Under DDP every rank holds the whole average and decides alone, the same.
-  comm::Communicator* const shards = zero_ ? comm_ : nullptr;
+  comm::Communicator* const shards = sync_->shard_group();
   const std::vector<Tensor> grads = optimizer_->gradients();
   const bool finite = scaler_.unscale_and_update(grads, shards, stream);
   result.grad_norm = optim::space_grad_norm(*optimizer_, shards, stream);
@@ -120,8 +120,8 @@ StepResult Trainer::step(StreamRef stream) {
   if (result.skipped) ++skipped_steps_;
   if (!result.skipped) {
     optimizer_->step(result.lr, optim::clip_factor(result.grad_norm, options_.max_grad_norm), stream);
-    if (zero_) zero_->gather_values(stream);
-    synchronize(stream);
+    sync_->after_update(stream);
+    loom::synchronize(stream);
   }
   ++steps_done_;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -132,8 +132,9 @@ shard::ModelStateBytes Trainer::held_model_state() const {
   const model::ParameterSpace& space = model_.parameter_space();
   shard::ModelStateBytes held;
   held.values = static_cast<std::int64_t>(space.values().nbytes());
-  held.gradients = static_cast<std::int64_t>(
-      space.grads_allocated() ? space.grads().nbytes() : (zero_ ? zero_->shard_gradients().nbytes() : 0));
+  const Tensor optimizer_gradients = sync_->optimizer_gradients();
+  held.gradients = static_cast<std::int64_t>(space.grads_allocated() ? space.grads().nbytes() : 0) +
+                   static_cast<std::int64_t>(optimizer_gradients.defined() ? optimizer_gradients.nbytes() : 0);
   for (const std::string& kind : optimizer_->state_kinds()) {
     const auto bytes = static_cast<std::int64_t>(optimizer_->state(kind).nbytes());
     (kind == "master" ? held.masters : held.moments) += bytes;

@@ -92,7 +92,7 @@ EquivalenceResult run_ddp_equivalence(comm::Communicator& comm, const Equivalenc
         result.tokens_per_step = step.tokens;
       }
     }
-    result.buckets = parallel.reducer()->stats().buckets;
+    result.buckets = parallel.gradient_sync().stats().buckets;
     const std::vector<double> got = weights(model), want = weights(reference);
     for (std::size_t i = 0; i < want.size(); ++i) {
       result.max_weight_diff = std::max(result.max_weight_diff, std::fabs(static_cast<double>(got[i]) - want[i]));

@@ -3,17 +3,27 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
+#include <string>
 #include <span>
 #include <string_view>
 
 #include "loom/comm/communicator.hpp"
 #include "loom/model/parameter.hpp"
+#include "loom/model/parameter_space.hpp"
 
 namespace loom::ddp {
 
 // Throws an invalid_argument Error on every rank unless every rank has the same parameters (count,
 // names, shapes, dtypes, in order); the message names the first difference and both ranks.
 void verify_same_parameters(comm::Communicator& comm, std::span<model::Parameter* const> parameters);
+
+// What DDP and ZeRO do before their first step: lay the space out for comm's ranks, check that
+// every rank has the same parameters and the same `settings` (the options that must match, as one
+// line), and copy rank 0's values to the others when `broadcast`. `invalid`: this rank's failure
+// to validate its own arguments, reported on every rank like any other. `who` starts the errors.
+void make_replicas(comm::Communicator& comm, model::ParameterSpace& space, std::exception_ptr invalid,
+                   std::string_view who, const std::string& settings, bool broadcast);
 
 // Every rank's parameter values <- root's.
 void broadcast_parameters(comm::Communicator& comm, std::span<model::Parameter* const> parameters, int root = 0);

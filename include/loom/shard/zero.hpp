@@ -16,6 +16,7 @@
 //   loom::shard::ZeroEngine zero(comm, model, 2);              // before the optimizer
 //   loom::optim::AdamW adamw(model.parameter_space(), {}, zero.ranges());
 //   zero.attach(adamw);
+// It is the ZeRO implementation of ddp::GradientSync, which is how Trainer uses it; by hand:
 //   for (...) {
 //     zero.begin_step();
 //     for (each micro-batch) { model.forward(...); model.backward(...); zero.synchronize(); }
@@ -30,23 +31,26 @@
 #include <vector>
 
 #include "loom/comm/communicator.hpp"
+#include "loom/ddp/bucket_scheduler.hpp"
 #include "loom/ddp/gradient_reducer.hpp"
+#include "loom/ddp/gradient_sync.hpp"
 #include "loom/model/model.hpp"
 #include "loom/optim/optimizer.hpp"
 
 namespace loom::shard {
 
-class ZeroEngine {
+class ZeroEngine final : public ddp::GradientSync, private ddp::BucketCollective {
  public:
   // stage: 1 or 2. reducer_options: unused_parameters and broadcast_parameters are used; the
   // bucket sizes do not apply (units are the buckets) and a communication hook is refused. The model and comm
   // must outlive the engine.
   ZeroEngine(comm::Communicator& comm, model::Model& model, int stage, ddp::ReducerOptions reducer_options = {});
-  ~ZeroEngine();
+  ~ZeroEngine() override;
   ZeroEngine(const ZeroEngine&) = delete;
   ZeroEngine& operator=(const ZeroEngine&) = delete;
 
   int stage() const noexcept { return stage_; }
+  int zero_stage() const noexcept override { return stage_; }
   // This rank's part of the space: what its optimizer updates.
   std::vector<model::ShardRange> ranges() const;
   // Points the optimizer (built over ranges()) at the gradients it must read (stage 2: the shard).
@@ -54,9 +58,9 @@ class ZeroEngine {
 
   // Zeroes the gradients (stage 1: the full buffer; stage 2: the shard) before a step's first
   // micro-batch.
-  void begin_step(StreamRef stream = {});
+  void begin_step(StreamRef stream = {}) override;
   // Stage 1: for every micro-batch but the last of a step (see GradientReducer::no_sync).
-  [[nodiscard]] ddp::GradientReducer::NoSync no_sync();
+  [[nodiscard]] ddp::NoSync no_sync();
   // Waits for the reductions of the backward that just ran on `stream` (stage 2: after every
   // micro-batch).
   void synchronize(StreamRef stream = {});
@@ -65,8 +69,21 @@ class ZeroEngine {
   // Every rank's updated slice of the values to every rank, unit by unit (after the optimizer).
   void gather_values(StreamRef stream = {});
 
-  comm::Communicator& communicator() const noexcept { return comm_; }
-  ddp::GradientReducer& reducer() noexcept { return *reducer_; }
+
+  // GradientSync: ZeRO-1 accumulates all micro-batches but the last (no_sync) and reduces the last;
+  // ZeRO-2 reduces every one into the shard. The optimizer works on ranges() (and, at stage 2, on
+  // shard_gradients()); the norm and the inf check agree over the communicator.
+  comm::Communicator* communicator() const noexcept override { return &comm_; }
+  ddp::NoSync micro_batch(bool last) override;
+  void after_backward(bool last, StreamRef stream) override;
+  void abandon_step() noexcept override { abandon_iteration(); }
+  std::vector<model::ShardRange> optimizer_ranges() const override { return ranges_; }
+  Tensor optimizer_gradients() const override { return shard_grads_; }
+  comm::Communicator* shard_group() const noexcept override { return &comm_; }
+  void after_update(StreamRef stream) override { gather_values(stream); }
+  const ddp::ReducerStats& stats() const noexcept override { return scheduler_->stats(); }
+  std::vector<ddp::BucketLayout> bucket_layout() const override { return scheduler_->bucket_layout(); }
+
   // Stage 2: the reduced gradient of this rank's part, packed like the optimizer's state.
   const Tensor& shard_gradients() const noexcept { return shard_grads_; }
   // Stage 2: full-unit gradient buffers allocated so far (the pool's size; each has its unit's size).
@@ -74,7 +91,9 @@ class ZeroEngine {
   std::int64_t pool_bytes() const noexcept { return pool_bytes_; }
 
  private:
-  ddp::CommHook make_hook();
+  ddp::PendingReduction start(const ddp::ScheduledBucket& bucket, StreamRef stream) override;
+  ddp::PendingReduction stand_in(const ddp::ScheduledBucket& bucket, StreamRef stream) override;
+  Tensor unit_gradients(std::size_t unit) const;
   void bind_buffer(std::size_t unit, StreamRef stream);
   void release_buffer(std::size_t unit);
   void release_all_buffers() noexcept;
@@ -83,7 +102,7 @@ class ZeroEngine {
   model::Model& model_;
   model::ParameterSpace& space_;
   int stage_;
-  std::unique_ptr<ddp::GradientReducer> reducer_;
+  std::unique_ptr<ddp::BucketScheduler> scheduler_;
   Tensor shard_grads_;
   std::vector<model::ShardRange> ranges_;
   std::vector<Tensor> free_;           // pool buffers not bound to a unit

@@ -5,7 +5,7 @@
 // cosine schedule, and AdamW or SGD with momentum. Everything a checkpoint needs is in
 // progress()/restore().
 //
-// With a communicator it trains data-parallel over its ranks:
+// With a communicator it trains data-parallel over its ranks, through one ddp::GradientSync:
 //   zero 0 (DDP): a GradientReducer averages the gradients while backward runs (every micro-batch
 //                 but the last inside no_sync()); every rank updates the whole model.
 //   zero 1, 2:    a shard::ZeroEngine reduce-scatters them unit by unit; each rank updates its
@@ -21,6 +21,7 @@
 #include "loom/comm/communicator.hpp"
 #include "loom/data/batch_source.hpp"
 #include "loom/ddp/gradient_reducer.hpp"
+#include "loom/ddp/gradient_sync.hpp"
 #include "loom/io/checkpoint.hpp"
 #include "loom/model/model.hpp"
 #include "loom/optim/adamw.hpp"
@@ -97,9 +98,13 @@ class Trainer {
   model::Model& model() noexcept { return model_; }
   optim::Optimizer& optimizer() noexcept { return *optimizer_; }
   const optim::DynamicLossScaler& loss_scaler() const noexcept { return scaler_; }
-  // The reducer whose statistics describe the overlap (DDP's, or the one inside ZeRO); null alone.
+  // How the gradients are synchronised (DDP, ZeRO, or one process alone): its stats() describe the
+  // overlap of the last step's reductions.
+  ddp::GradientSync& gradient_sync() noexcept { return *sync_; }
+  const ddp::GradientSync& gradient_sync() const noexcept { return *sync_; }
+  // The same, when it is DDP's reducer or a ZeRO engine; null otherwise.
   ddp::GradientReducer* reducer() noexcept;
-  shard::ZeroEngine* zero_engine() noexcept { return zero_.get(); }
+  shard::ZeroEngine* zero_engine() noexcept;
   comm::Communicator* communicator() const noexcept { return comm_; }
 
  private:
@@ -109,8 +114,7 @@ class Trainer {
   data::BatchSource& data_;
   TrainerOptions options_;
   comm::Communicator* comm_;
-  std::unique_ptr<ddp::GradientReducer> ddp_;
-  std::unique_ptr<shard::ZeroEngine> zero_;
+  std::unique_ptr<ddp::GradientSync> sync_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::DynamicLossScaler scaler_;
   std::int64_t steps_done_ = 0, skipped_steps_ = 0;

@@ -6,11 +6,12 @@
 #include <vector>
 
 #include "loom/model/parameter_space.hpp"
-#include "src/ddp/bucket_plan.hpp"
+#include "loom/ddp/bucket_scheduler.hpp"
 
 using loom::DType;
 using loom::Tensor;
-using loom::ddp::detail::plan_buckets;
+using loom::ddp::buckets_by_size;
+using loom::ddp::buckets_by_unit;
 using loom::model::Parameter;
 using loom::model::ParameterSpace;
 
@@ -42,7 +43,7 @@ TEST_CASE("gradients fill buckets in backward order until each cap is reached, a
   // Offsets: p0 0, p1 64, (unit a ends at 384); p2 384, p3 448, p4 512, unit b ends at 768.
   REQUIRE(model.space->slots()[4].offset == 512);
   // First cap 800 bytes = 200 floats: p4 alone. Then 1200 bytes = 300 floats: p3 + p2 + p1 (365).
-  const auto plan = plan_buckets(*model.space, 1200, 800, false);
+  const auto plan = buckets_by_size(*model.space, 1200, 800);
   REQUIRE(plan.size() == 3);
   CHECK(plan[0].slots == std::vector<std::size_t>{4});
   CHECK((plan[0].begin == 512 && plan[0].end == 712));
@@ -54,14 +55,14 @@ TEST_CASE("gradients fill buckets in backward order until each cap is reached, a
 
 TEST_CASE("a cap of zero gives every gradient its own bucket", "[ddp]") {
   const TwoUnits model;
-  const auto plan = plan_buckets(*model.space, 0, 0, false);
+  const auto plan = buckets_by_size(*model.space, 0, 0);
   REQUIRE(plan.size() == 5);
   for (std::size_t b = 0; b < 5; ++b) CHECK(plan[b].slots == std::vector<std::size_t>{4 - b});
 }
 
 TEST_CASE("by_unit gives one bucket per padded unit, last unit first", "[ddp]") {
   const TwoUnits model(3);  // units padded to multiples of 192: 384 each
-  const auto plan = plan_buckets(*model.space, 1, 1, true);
+  const auto plan = buckets_by_unit(*model.space);
   REQUIRE(plan.size() == 2);
   CHECK(plan[0].unit == 1);
   CHECK(plan[0].slots == std::vector<std::size_t>{4, 3, 2});
