@@ -1,7 +1,7 @@
 // train_gpt: trains a GPT-2 style model with loom, on the CPU or GPUs, in fp32/tf32/fp16/bf16, in
 // one process or data-parallel under a launcher (mpirun, srun, torchrun): each rank reads its own
 // part of the data and the gradients are averaged while backward runs (DDP), or reduce-scattered
-// with optimizer state and gradients sharded over the ranks (--zero 1, --zero 2). By default it
+// with optimizer state, gradients and parameters sharded over the ranks (--zero 1, 2, 3). By default it
 // learns 2-digit addition (built in, nothing to download) and reports exact-match accuracy;
 // --data text:FILE trains on any text file, --data shards:... on llm.c token shards. One log line
 // per step (rank 0; tokens/s of the whole job); checkpoints with --checkpoint-dir: a run resumes
@@ -13,6 +13,7 @@
 //   build/examples/train_gpt/train_gpt --steps 400
 //   mpirun -np 2 build/examples/train_gpt/train_gpt --batch 4          (2 CPU processes)
 //   mpirun -np 2 build/examples/train_gpt/train_gpt --batch 4 --zero 2 (ZeRO-2)
+//   mpirun -np 2 build/examples/train_gpt/train_gpt --batch 4 --zero 3 (ZeRO-3)
 //   mpirun -np 8 build/examples/train_gpt/train_gpt --device cuda ...  (one GPU per rank)
 #include <CLI/CLI.hpp>
 
@@ -97,10 +98,13 @@ DataParallel make_data_parallel(const train_gpt::RunConfig& config, loom::World&
   loom::ddp::ReducerOptions options;
   options.bucket_bytes = config.bucket_mb > 0 ? static_cast<std::int64_t>(config.bucket_mb * (1 << 20))
                                               : loom::topo::Planner(detected.topology).recommended_bucket_bytes();
-  if (config.grad_reduction != "fp32") {
-    loom::require(config.zero == 0, "--grad-reduction ", config.grad_reduction, " compresses DDP's all-reduce; ZeRO "
-                  "reduce-scatters fp32 gradients (use --zero 0)");
+  loom::require(config.keep_gathered == "none" || config.zero == 3, "--keep-gathered ", config.keep_gathered,
+                " applies to --zero 3 (the other stages keep every value)");
+  if (config.grad_reduction != "fp32" && config.zero == 0) {
     options.hook = loom::ddp::compression_hook(config.grad_reduction == "bf16" ? loom::DType::bf16 : loom::DType::f16);
+  } else if (config.grad_reduction != "fp32") {
+    loom::require(config.zero >= 2 && config.grad_reduction == "bf16", "--grad-reduction ", config.grad_reduction,
+                  " with --zero ", config.zero, ": ZeRO-2 and 3 reduce-scatter in fp32 or bf16, ZeRO-1 in fp32");
   }
   dp.reducer = options;
   dp.summary = std::to_string(detected.topology.hosts.size()) + " host(s) (" + detected.source + "), collectives " +
@@ -109,14 +113,18 @@ DataParallel make_data_parallel(const train_gpt::RunConfig& config, loom::World&
   return dp;
 }
 
-// "ZeRO-2, model state 1.23 MiB per rank (predicted 1.23 MiB)".
+// "ZeRO-3, model state 1.23 MiB per rank (predicted 1.23 MiB): values 0.12, gradients 0.25, optimizer
+// 0.75, unit buffers 0.11 (predicted 0.11)". Unit buffers are allocated by the first step.
 std::string model_state_line(const loom::train::Trainer& trainer) {
   const int stage = trainer.zero_stage();
-  char line[160];
-  std::snprintf(line, sizeof(line), "%s, model state %.2f MiB per rank (predicted %.2f MiB)",
-                stage == 0 ? "DDP" : (stage == 1 ? "ZeRO-1" : "ZeRO-2"),
-                static_cast<double>(trainer.held_model_state().total()) / (1 << 20),
-                static_cast<double>(trainer.predicted_model_state().total()) / (1 << 20));
+  const loom::shard::ModelStateBytes held = trainer.held_model_state(), predicted = trainer.predicted_model_state();
+  const auto mib = [](std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
+  char line[320];
+  std::snprintf(line, sizeof(line), "%s, model state %.2f MiB per rank (predicted %.2f MiB): values %.2f, gradients "
+                "%.2f, optimizer %.2f, unit buffers %.2f (predicted %.2f)",
+                stage == 0 ? "DDP" : ("ZeRO-" + std::to_string(stage)).c_str(), mib(held.total()),
+                mib(predicted.total()), mib(held.values), mib(held.gradients), mib(held.optimizer()),
+                mib(held.buffers), mib(predicted.buffers));
   return line;
 }
 
@@ -199,6 +207,7 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
   const loom::train::StopRequests stops(config.time_limit);
   while (trainer.steps_done() < config.steps) {
     const loom::train::StepResult r = trainer.step();
+    if (r.step == first_step + 1 && dp.comm) log.line("after the first step: %s\n", model_state_line(trainer).c_str());
     if (r.step % config.log_every == 0 || r.step == config.steps) {
       const double tokens_per_second = static_cast<double>(r.tokens) / r.seconds;
       log.line("step %5lld/%lld | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s", static_cast<long long>(r.step),

@@ -88,9 +88,12 @@ void RunConfig::add_to(CLI::App& app) {
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--bucket-mb", bucket_mb, "data-parallel gradient bucket size in MiB (0: the topology planner's)")
       ->check(non_negative);
-  app.add_option("--zero", zero, "ZeRO stage when data-parallel: 0 (DDP), 1 (optimizer state sharded) or 2 (and "
-                 "gradients)")
-      ->check(CLI::Range(0, 2));
+  app.add_option("--zero", zero, "ZeRO stage when data-parallel: 0 (DDP), 1 (optimizer state sharded), 2 (and "
+                 "gradients) or 3 (and parameters, gathered unit by unit as they are used)")
+      ->check(CLI::Range(0, 3));
+  app.add_option("--keep-gathered", keep_gathered, "ZeRO-3: release a unit's gathered values after each use (none), "
+                 "keep them from forward to backward (backward), or across the step's micro-batches too (step)")
+      ->check(CLI::IsMember({"none", "backward", "step"}));
   app.add_option("--algo", algo, "data-parallel collectives: flat, hier (inside hosts, then across) or auto (planner)")
       ->check(CLI::IsMember({"flat", "hier", "auto"}));
 }
@@ -107,6 +110,10 @@ loom::train::TrainerOptions RunConfig::trainer_options() const {
   o.sgd.weight_decay = weight_decay;
   o.data_seed = seed;
   o.zero = zero;
+  o.zero_options.keep_gathered_for_backward = keep_gathered != "none";
+  o.zero_options.keep_gathered_across_micro_batches = keep_gathered == "step";
+  // ZeRO-2/3 reduce-scatter in bf16 (fp32 accumulation into the shard); DDP compresses with a hook.
+  if (zero >= 2 && grad_reduction == "bf16") o.zero_options.reduction = loom::DType::bf16;
   return o;
 }
 

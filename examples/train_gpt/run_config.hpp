@@ -42,7 +42,8 @@ struct RunConfig {
   std::string grad_reduction = "fp32";  // data-parallel gradient averaging: fp32, or compressed to bf16/fp16
   double bucket_mb = 25;                // gradient bucket size; 0: the topology planner's recommendation
   std::string algo = "auto";            // gradient all-reduce: flat, hier, or auto (the planner's choice)
-  int zero = 0;                         // 0: DDP; 1: optimizer state sharded; 2: gradients too
+  int zero = 0;                         // 0: DDP; 1: optimizer state sharded; 2: gradients too; 3: parameters too
+  std::string keep_gathered = "none";   // ZeRO-3: none, backward, step
 
   void add_to(CLI::App& app);
   loom::train::TrainerOptions trainer_options() const;

@@ -4,7 +4,7 @@
 // teacher (regression_task.hpp) and reports the held-out mean squared error and its fraction of
 // the targets' variance (1 - R^2).
 //   build/examples/train_mlp/train_mlp --steps 300
-//   mpirun -np 2 build/examples/train_mlp/train_mlp --zero 2 --checkpoint-dir /tmp/mlp
+//   mpirun -np 2 build/examples/train_mlp/train_mlp --zero 3 --checkpoint-dir /tmp/mlp
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -78,7 +78,7 @@ int run(const Options& o, loom::World& world) {
                 static_cast<long long>(o.model.inputs), static_cast<long long>(o.model.layers),
                 static_cast<long long>(o.model.hidden), static_cast<long long>(o.model.outputs),
                 static_cast<long long>(model.parameter_space().parameter_elements()), o.precision.c_str(),
-                device.to_string().c_str(), world.size(), o.zero == 0 ? "DDP" : (o.zero == 1 ? "ZeRO-1" : "ZeRO-2"),
+                device.to_string().c_str(), world.size(), o.zero == 0 ? "DDP" : ("ZeRO-" + std::to_string(o.zero)).c_str(),
                 static_cast<double>(held.total()) / 1024, static_cast<double>(trainer.predicted_model_state().total()) / 1024);
   }
   loom::require(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "optimizer steps (in total, also when resuming)")->check(CLI::PositiveNumber);
   app.add_option("--lr", o.lr, "peak learning rate")->check(CLI::PositiveNumber);
   app.add_option("--optimizer", o.optimizer, "adamw or sgd")->check(CLI::IsMember({"adamw", "sgd"}));
-  app.add_option("--zero", o.zero, "ZeRO stage when data-parallel: 0 (DDP), 1 or 2")->check(CLI::Range(0, 2));
+  app.add_option("--zero", o.zero, "ZeRO stage when data-parallel: 0 (DDP), 1, 2 or 3")->check(CLI::Range(0, 3));
   app.add_option("--seed", o.seed, "seed of the weights and the data");
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "save checkpoints here");
   app.add_option("--checkpoint-every", o.checkpoint_every, "save every N steps (0: at the end only)")

@@ -79,6 +79,7 @@ float Mlp::forward(const Tensor& inputs, const Tensor& targets, loom::StreamRef 
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     before_forward(l, stream);
     h = layers_[l]->forward(h, stream);
+    after_forward(l, stream);
   }
   output_ = h;
   // difference = y - target, in f32 (the loss and its gradient).
@@ -113,6 +114,7 @@ void Mlp::backward(float loss_scale, loom::StreamRef stream) {
   for (std::size_t l = layers_.size(); l-- > 0;) {
     before_backward(l, stream);
     d = layers_[l]->backward(d, stream);
+    after_backward(l, stream);
   }
   difference_ = Tensor();  // another backward needs another forward
 }

@@ -15,7 +15,7 @@ namespace {
 
 std::string describe(const model::Parameter& p) {
   std::ostringstream out;
-  out << "'" << p.name() << "' " << p.value().shape() << " " << p.value().dtype();
+  out << "'" << p.name() << "' " << p.shape() << " " << p.dtype();
   return out.str();
 }
 

@@ -87,7 +87,62 @@ void require_same_tensors(const std::map<std::string, Tensor>& loaded, const std
 
 namespace {
 
+// The model's weights by name: views of the values, or, when they are sharded (ZeRO-3), gathered
+// unit by unit into host tensors on rank 0 (every rank takes part; the others get none).
+std::vector<NamedTensor> gathered_weights(const model::Model& model, comm::Communicator* comm) {
+  const model::ParameterSpace& space = model.parameter_space();
+  std::vector<NamedTensor> weights;
+  if (space.value_mode() == model::ValueMode::full) {
+    for (const model::Parameter* p : space.parameters()) weights.push_back({p->name(), p->value()});
+    return weights;
+  }
+  require(comm != nullptr && comm->size() == space.ranks(), "save_checkpoint: the values are sharded over ",
+          space.ranks(), " ranks; pass their communicator");
+  const bool root = comm->rank() == 0;
+  std::int64_t largest = 0;
+  for (const model::Unit& unit : space.units()) largest = std::max(largest, unit.elements);
+  std::exception_ptr failure;
+  Tensor unit_buffer;
+  try {
+    unit_buffer = Tensor::empty({largest}, space.storage(), space.device());
+    if (root) {
+      for (const model::Parameter* p : space.parameters()) weights.push_back({p->name(), Tensor::empty(p->shape(), p->dtype())});
+    }
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  comm::throw_if_any_failed(*comm, failure, "gathering the sharded values");
+  for (std::size_t u = 0; u < space.units().size(); ++u) {
+    const model::Unit& unit = space.units()[u];
+    const Tensor full = unit_buffer.slice(0, unit.elements);
+    comm->all_gather(space.unit_slice_values(u, space.value_rank()), full).wait();
+    if (!root) continue;
+    for (const std::size_t s : unit.slots) {
+      const model::Slot& slot = space.slots()[s];
+      const std::int64_t at = slot.offset - unit.begin;
+      copy(weights[s].tensor, full.slice(at, at + slot.numel).view(slot.parameter->shape()));
+    }
+  }
+  return weights;
+}
+
+// Copies a loaded tensor into what the space stores of its slot (all of it, or this rank's part).
+void load_value(const model::ParameterSpace& space, std::size_t slot_index, const Tensor& loaded) {
+  const model::Slot& slot = space.slots()[slot_index];
+  if (space.value_mode() == model::ValueMode::full) {
+    copy(slot.parameter->value(), loaded);
+    return;
+  }
+  const model::Unit& unit = space.units()[slot.unit];
+  const std::int64_t size = unit.elements / space.ranks();
+  const std::int64_t first = unit.begin + space.value_rank() * size;
+  const std::int64_t begin = std::max(first, slot.offset), end = std::min(first + size, slot.offset + slot.numel);
+  if (begin >= end) return;
+  copy(space.stored_values(begin, end), loaded.flatten().slice(begin - slot.offset, end - slot.offset));
+}
+
 std::string write_checkpoint(const std::string& run_dir, const model::Model& model, const optim::Optimizer& optimizer,
+                             const std::vector<NamedTensor>& weights,
                              const std::vector<optim::StateTensor>& optimizer_state, const TrainingProgress& progress) {
   std::error_code error;
   fs::create_directories(run_dir, error);
@@ -98,8 +153,7 @@ std::string write_checkpoint(const std::string& run_dir, const model::Model& mod
   fs::create_directory(temporary, error);
   if (error) fail(ErrorCategory::io, "cannot create '", temporary.string(), "': ", error.message());
 
-  std::vector<NamedTensor> weights, state;
-  for (const model::Parameter* p : model.parameter_space().parameters()) weights.push_back({p->name(), p->value()});
+  std::vector<NamedTensor> state;
   for (const optim::StateTensor& t : optimizer_state) state.push_back({t.name, t.tensor});
   const std::string config = config_json(model).dump();
   write_safetensors((temporary / data_files[0]).string(), weights,
@@ -154,12 +208,13 @@ std::string save_checkpoint(const std::string& run_dir, const model::Model& mode
           "data-parallel communicator so the state can be gathered");
   // Every rank takes part in the gather; rank 0 writes.
   const std::vector<optim::StateTensor> state = optim::gather_state(optimizer, comm);
-  if (comm == nullptr) return write_checkpoint(run_dir, model, optimizer, state, progress);
+  const std::vector<NamedTensor> weights = gathered_weights(model, comm);
+  if (comm == nullptr) return write_checkpoint(run_dir, model, optimizer, weights, state, progress);
   std::exception_ptr failure;
   std::string where = (fs::path(run_dir) / step_name(progress.step)).string();
   if (comm->rank() == 0) {
     try {
-      where = write_checkpoint(run_dir, model, optimizer, state, progress);
+      where = write_checkpoint(run_dir, model, optimizer, weights, state, progress);
     } catch (...) {
       failure = std::current_exception();
     }
@@ -229,13 +284,16 @@ TrainingProgress load_checkpoint(const std::string& path, model::Model& model, o
   const std::vector<model::Parameter*> parameters = model.parameter_space().parameters();
   std::vector<Expected> model_targets, state_targets;
   for (const model::Parameter* p : parameters) {
-    model_targets.push_back({p->name(), p->value().shape(), p->value().dtype()});
+    model_targets.push_back({p->name(), p->shape(), p->dtype()});
   }
   for (const auto& [name, shape] : optim::state_layout(optimizer)) state_targets.push_back({name, shape, DType::f32});
   // Everything is checked before anything is copied: a refused checkpoint leaves the run as it was.
   require_same_tensors(weights.tensors, model_targets, (fs::path(dir) / data_files[0]).string());
   require_same_tensors(state.tensors, state_targets, (fs::path(dir) / data_files[1]).string());
-  for (model::Parameter* p : parameters) copy(p->value(), weights.tensors.at(p->name()));
+  const model::ParameterSpace& space = model.parameter_space();
+  for (std::size_t s = 0; s < space.slots().size(); ++s) {
+    load_value(space, s, weights.tensors.at(space.slots()[s].parameter->name()));
+  }
   optim::scatter_state(optimizer, state.tensors);
   optimizer.set_steps_taken(manifest.optimizer_steps);
   return manifest.progress;

@@ -7,27 +7,56 @@
 
 namespace loom::model {
 
-Parameter::Parameter(std::string name, Tensor value, DType grad_dtype, bool weight_decay)
-    : name_(std::move(name)), value_(std::move(value)), weight_decay_(weight_decay) {
-  require(value_.defined(), "parameter '", name_, "' has no value");
-  grad_ = Tensor::zeros(value_.shape(), grad_dtype, value_.device());
+namespace {
+
+Partition whole(const Shape& shape) {
+  return {shape, std::vector<std::int64_t>(static_cast<std::size_t>(shape.rank()), 0), true};
 }
 
-void Parameter::set_grad(Tensor grad) {
-  require(grad.defined() && grad.shape() == value_.shape() && grad.device() == value_.device(),
-          "parameter '", name_, "': a gradient must match the value ", value_, ", got ",
-          grad);
-  require(grad.dtype() == DType::f32, "parameter '", name_, "': gradients are f32 (the layers accumulate in f32), got ",
-          grad.dtype());
-  grad_ = std::move(grad);
+}  // namespace
+
+Parameter::Parameter(std::string name, Shape shape, DType dtype, Device device, bool weight_decay)
+    : name_(std::move(name)),
+      shape_(std::move(shape)),
+      dtype_(dtype),
+      device_(device),
+      weight_decay_(weight_decay),
+      partition_(whole(shape_)) {}
+
+Parameter::Parameter(std::string name, Tensor value, DType grad_dtype, bool weight_decay)
+    : name_(std::move(name)), weight_decay_(weight_decay) {
+  require(value.defined(), "parameter '", name_, "' has no value");
+  require(grad_dtype == DType::f32, "parameter '", name_, "': gradients are f32 (the layers accumulate in f32), got ",
+          grad_dtype);
+  shape_ = value.shape();
+  dtype_ = value.dtype();
+  device_ = value.device();
+  partition_ = whole(shape_);
+  grad_ = Tensor::zeros(shape_, grad_dtype, device_);
+  value_ = std::move(value);
+}
+
+void Parameter::set_partition(Partition partition) {
+  const std::int64_t rank = shape_.rank();
+  require(partition.global.rank() == rank && static_cast<std::int64_t>(partition.offset.size()) == rank, "parameter '",
+          name_, "': a partition needs a global shape and an offset of rank ", rank, ", got ", partition.global,
+          " and ", partition.offset.size(), " offset(s)");
+  for (std::int64_t d = 0; d < rank; ++d) {
+    const std::int64_t at = partition.offset[static_cast<std::size_t>(d)];
+    require(at >= 0 && at + shape_[d] <= partition.global[d], "parameter '", name_, "': its box ", shape_,
+            " at offset ", at, " in dimension ", d, " does not fit the global shape ", partition.global);
+  }
+  partition_ = std::move(partition);
 }
 
 void Parameter::bind(Tensor value, Tensor grad) {
-  require(value.defined() && value.shape() == value_.shape() && value.dtype() == value_.dtype(), "parameter '", name_,
-          "': a new value must match ", value_, ", got ", value);
+  if (value.defined()) {
+    require(value.shape() == shape_ && value.dtype() == dtype_, "parameter '", name_, "': a value must be ", dtype_,
+            " ", shape_, ", got ", value);
+  }
   if (grad.defined()) {
-    require(grad.shape() == value_.shape() && grad.dtype() == DType::f32 && grad.device() == value.device(),
-            "parameter '", name_, "': a gradient must be f32 shaped like the value ", value_, ", got ", grad);
+    require(grad.shape() == shape_ && grad.dtype() == DType::f32 && grad.device() == device_, "parameter '", name_,
+            "': a gradient must be f32 ", shape_, " on ", device_, ", got ", grad);
   }
   value_ = std::move(value);
   grad_ = std::move(grad);

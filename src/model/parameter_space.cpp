@@ -26,17 +26,19 @@ ParameterSpace::ParameterSpace(std::vector<UnitSpec> units, int ranks) {
       require(p != nullptr, "parameter space: unit '", unit.name, "' lists a null parameter");
       require(seen.insert(p).second, "parameter space: parameter '", p->name(), "' is listed twice");
       if (first == nullptr) first = p;
-      require(p->value().device() == first->value().device() && p->value().dtype() == first->value().dtype(),
+      require(p->device() == first->device() && p->dtype() == first->dtype(),
               "parameter space: every parameter needs the same device and dtype; '", first->name(), "' is ",
-              first->value(), " but '", p->name(), "' is ", p->value());
+              first->dtype(), " on ", first->device(), " but '", p->name(), "' is ", p->dtype(), " on ", p->device());
       unit.slots.push_back(slots_.size());
-      slots_.push_back({p, 0, p->value().numel(), units_.size()});
+      slots_.push_back({p, 0, p->numel(), units_.size()});
     }
     units_.push_back(std::move(unit));
   }
+  device_ = first->device();
+  storage_ = first->dtype();
   lay_out(ranks);
-  const Tensor values = Tensor::zeros({elements_}, first->value().dtype(), first->value().device());
-  const Tensor grads = Tensor::zeros({elements_}, DType::f32, first->value().device());
+  const Tensor values = Tensor::zeros({elements_}, storage_, device_);
+  const Tensor grads = Tensor::zeros({elements_}, DType::f32, device_);
   rebind(values, grads);
 }
 
@@ -65,11 +67,11 @@ void ParameterSpace::rebind(const Tensor& values, const Tensor& grads) {
   std::vector<std::pair<Tensor, Tensor>> views;
   for (const Slot& slot : slots_) {
     const Parameter& p = *slot.parameter;
-    const Tensor value = values.slice(slot.offset, slot.offset + slot.numel).view(p.value().shape());
-    copy(value, p.value());
+    const Tensor value = values.slice(slot.offset, slot.offset + slot.numel).view(p.shape());
+    if (p.has_value()) copy(value, p.value());
     Tensor grad;
     if (grads.defined()) {
-      grad = grads.slice(slot.offset, slot.offset + slot.numel).view(p.value().shape());
+      grad = grads.slice(slot.offset, slot.offset + slot.numel).view(p.shape());
       if (p.has_grad()) copy(grad, p.grad());
     }
     views.emplace_back(value, grad);
@@ -78,11 +80,14 @@ void ParameterSpace::rebind(const Tensor& values, const Tensor& grads) {
   values_ = values;
   grads_ = grads;
   bound_.assign(units_.size(), Tensor());
+  bound_values_.assign(units_.size(), Tensor());
 }
 
 void ParameterSpace::repartition(int ranks) {
   if (ranks == ranks_) return;
   require(ranks >= 1, "parameter space: ranks must be >= 1, got ", ranks);
+  require(mode_ == ValueMode::full, "parameter space: cannot lay out again while the values are sharded (ZeRO-3 holds "
+          "them); destroy the ZeRO engine first");
   require(grads_allocated(), "parameter space: cannot lay out again while the gradients are released (ZeRO-2 holds "
           "them); destroy the ZeRO engine first");
   const int old_ranks = ranks_;
@@ -112,19 +117,107 @@ std::int64_t ParameterSpace::parameter_elements() const noexcept {
 }
 
 std::int64_t ParameterSpace::elements_at(int ranks) const {
-  require(ranks >= 1, "parameter space: ranks must be >= 1, got ", ranks);
   std::int64_t total = 0;
+  for (const std::int64_t elements : unit_elements_at(ranks)) total += elements;
+  return total;
+}
+
+std::vector<std::int64_t> ParameterSpace::unit_elements_at(int ranks) const {
+  require(ranks >= 1, "parameter space: ranks must be >= 1, got ", ranks);
+  std::vector<std::int64_t> out;
   for (const Unit& unit : units_) {
     std::int64_t used = 0;
     for (const std::size_t s : unit.slots) used = round_up(used + slots_[s].numel, space_alignment_elements);
-    total += round_up(used, space_alignment_elements * ranks);
+    out.push_back(round_up(used, space_alignment_elements * ranks));
   }
-  return total;
+  return out;
 }
 
 Tensor ParameterSpace::unit_values(std::size_t unit) const {
   const Unit& u = units_.at(unit);
-  return values_.slice(u.begin, u.begin + u.elements);
+  if (mode_ == ValueMode::full) return values_.slice(u.begin, u.begin + u.elements);
+  require(bound_values_[unit].defined(), "parameter space: the values of unit '", u.name, "' are sharded and not "
+          "gathered now (ZeRO-3 gathers a unit only while the model uses it)");
+  return bound_values_[unit];
+}
+
+namespace {
+
+// Where slice `rank` of unit `unit` starts in a packed per-rank buffer, and its size.
+std::pair<std::int64_t, std::int64_t> packed_slice(const std::vector<Unit>& units, std::size_t unit, int ranks) {
+  std::int64_t local = 0;
+  for (std::size_t u = 0; u < unit; ++u) local += units[u].elements / ranks;
+  return {local, units[unit].elements / ranks};
+}
+
+}  // namespace
+
+Tensor ParameterSpace::stored_values(std::int64_t begin, std::int64_t end) const {
+  require(begin >= 0 && begin <= end && end <= elements_, "parameter space: elements [", begin, ", ", end,
+          ") are outside [0, ", elements_, ")");
+  if (mode_ == ValueMode::full) return values_.slice(begin, end);
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    const auto [local, size] = packed_slice(units_, u, ranks_);
+    const std::int64_t first = units_[u].begin + value_rank_ * size;
+    if (begin >= first && end <= first + size) return shard_values_.slice(local + begin - first, local + end - first);
+  }
+  fail(ErrorCategory::invalid_argument, "parameter space: elements [", begin, ", ", end, ") are not inside rank ",
+       value_rank_, "'s slices, the only values a sharded space stores");
+}
+
+Tensor ParameterSpace::unit_slice_values(std::size_t unit, int rank) const {
+  const Unit& u = units_.at(unit);
+  const std::int64_t size = u.elements / ranks_;
+  return stored_values(u.begin + rank * size, u.begin + (rank + 1) * size);
+}
+
+void ParameterSpace::shard_values(int rank) {
+  require(mode_ == ValueMode::full, "parameter space: the values are sharded already");
+  require(rank >= 0 && rank < ranks_, "parameter space: rank ", rank, " is outside [0, ", ranks_, ")");
+  const Tensor shard = Tensor::empty({shard_elements()}, storage_, device_);
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    const auto [local, size] = packed_slice(units_, u, ranks_);
+    const std::int64_t first = units_[u].begin + rank * size;
+    copy(shard.slice(local, local + size), values_.slice(first, first + size));
+  }
+  for (const Slot& slot : slots_) slot.parameter->bind(Tensor(), slot.parameter->grad());
+  shard_values_ = shard;
+  values_ = Tensor();
+  value_rank_ = rank;
+  mode_ = ValueMode::sharded;
+  bound_values_.assign(units_.size(), Tensor());
+}
+
+void ParameterSpace::unshard_values(const Tensor& full) {
+  require(mode_ == ValueMode::sharded, "parameter space: the values are not sharded");
+  require(full.defined() && full.numel() == elements_ && full.dtype() == storage_ && full.device() == device_,
+          "parameter space: the full values must be ", elements_, " ", storage_, " elements on ", device_, ", got ", full);
+  for (const Slot& slot : slots_) {
+    Parameter& p = *slot.parameter;
+    p.bind(full.slice(slot.offset, slot.offset + slot.numel).view(p.shape()), p.grad());
+  }
+  values_ = full;
+  shard_values_ = Tensor();
+  value_rank_ = 0;
+  mode_ = ValueMode::full;
+  bound_values_.assign(units_.size(), Tensor());
+}
+
+void ParameterSpace::bind_unit_values(std::size_t unit, const Tensor& buffer) {
+  require(mode_ == ValueMode::sharded, "parameter space: bind_unit_values() needs sharded values (shard_values())");
+  const Unit& u = units_.at(unit);
+  if (buffer.defined()) {
+    require(buffer.dtype() == storage_ && buffer.numel() == u.elements && buffer.device() == device_,
+            "parameter space: unit '", u.name, "' needs a value buffer of ", u.elements, " ", storage_,
+            " elements on ", device_, ", got ", buffer);
+  }
+  for (const std::size_t s : u.slots) {
+    const Slot& slot = slots_[s];
+    Parameter& p = *slot.parameter;
+    const std::int64_t at = slot.offset - u.begin;
+    p.bind(buffer.defined() ? buffer.slice(at, at + slot.numel).view(p.shape()) : Tensor(), p.grad());
+  }
+  bound_values_[unit] = buffer;
 }
 
 Tensor ParameterSpace::unit_grads(std::size_t unit) const {
@@ -144,7 +237,7 @@ void ParameterSpace::allocate_grads() {
   const Tensor grads = Tensor::zeros({elements_}, DType::f32, device());
   for (const Slot& slot : slots_) {
     Parameter& p = *slot.parameter;
-    p.bind(p.value(), grads.slice(slot.offset, slot.offset + slot.numel).view(p.value().shape()));
+    p.bind(p.value(), grads.slice(slot.offset, slot.offset + slot.numel).view(p.shape()));
   }
   grads_ = grads;
   bound_.assign(units_.size(), Tensor());
@@ -162,7 +255,7 @@ void ParameterSpace::bind_unit_grads(std::size_t unit, const Tensor& buffer) {
     const Slot& slot = slots_[s];
     Parameter& p = *slot.parameter;
     const std::int64_t at = slot.offset - u.begin;
-    p.bind(p.value(), buffer.defined() ? buffer.slice(at, at + slot.numel).view(p.value().shape()) : Tensor());
+    p.bind(p.value(), buffer.defined() ? buffer.slice(at, at + slot.numel).view(p.shape()) : Tensor());
   }
   bound_[unit] = buffer;
 }
@@ -204,7 +297,7 @@ std::string ParameterSpace::describe() const {
   for (const Unit& unit : units_) {
     text += loom::detail::concat("; ", unit.name, ":");
     for (const std::size_t s : unit.slots) {
-      text += loom::detail::concat(" ", slots_[s].parameter->name(), slots_[s].parameter->value().shape());
+      text += loom::detail::concat(" ", slots_[s].parameter->name(), slots_[s].parameter->shape());
     }
   }
   return text;

@@ -148,6 +148,7 @@ void GPT::run_forward(const Tensor& tokens, const Tensor& targets, StreamRef str
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
     before_forward(1 + l, stream);
     x = blocks_[l]->forward(x, stream);
+    after_forward(1 + l, stream);
   }
   final_norm_ = ln_f_.forward(x, stream);
   // logits = ln_f(x) wte^T over the padded vocabulary.
@@ -156,6 +157,7 @@ void GPT::run_forward(const Tensor& tokens, const Tensor& targets, StreamRef str
   head.trans_b = true;
   head.precision = precision_.gemm;
   kernels::gemm(detail::as_rows(final_norm_), wte_.value(), logits_.view({rows, vp}), head, stream);
+  after_forward(0, stream);
   if (!targets.defined()) {
     targets_ = Tensor();
     return;
@@ -224,10 +226,12 @@ void GPT::backward(float loss_scale, StreamRef stream) {
   for (std::size_t l = blocks_.size(); l-- > 0;) {
     before_backward(1 + l, stream);
     d = blocks_[l]->backward(d, stream);
+    after_backward(1 + l, stream);
   }
   kernels::embedding_backward(tokens_, d, wte_.grad(), wpe_.grad(), stream);
   wpe_.mark_grad_ready(stream);
   wte_.mark_grad_ready(stream);  // tied: final only after both the head and the embedding
+  after_backward(0, stream);
   targets_ = Tensor();     // the logits now hold their gradient: another backward needs a forward
 }
 

@@ -21,7 +21,7 @@ void LayerNorm::collect_parameters(std::vector<Parameter*>& out) {
 
 void LayerNorm::prepare_forward(const Tensor& input_rows) {
   input_ = input_rows;
-  const Device device = weight_.value().device();
+  const Device device = weight_.device();
   detail::ensure_buffer(output_, input_.shape(), precision_.storage, device);
   detail::ensure_buffer(mean_, {input_.shape()[0]}, DType::f32, device);
   detail::ensure_buffer(rstd_, {input_.shape()[0]}, DType::f32, device);
@@ -49,7 +49,7 @@ Tensor LayerNorm::backward(const Tensor& dy, StreamRef stream) {
   const Tensor dy_rows = detail::as_rows(dy);
   require(dy_rows.shape() == input_.shape(), "LayerNorm '", weight_.name(), "': dy ", dy,
           " does not match the forward input");
-  detail::ensure_buffer(dx_, input_.shape(), precision_.storage, weight_.value().device());
+  detail::ensure_buffer(dx_, input_.shape(), precision_.storage, weight_.device());
   kernels::layernorm_backward(dy_rows, input_, weight_.value(), mean_, rstd_, dx_, weight_.grad(), bias_.grad(),
                               stream);
   weight_.mark_grad_ready(stream);

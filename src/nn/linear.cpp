@@ -36,7 +36,7 @@ Tensor Linear::forward(const Tensor& x, StreamRef stream) {
           "': input must end in ", in_, " features, got ", x);
   input_ = detail::as_rows(x);
   const std::int64_t rows = input_.shape()[0];
-  const Device device = weight_.value().device();
+  const Device device = weight_.device();
   detail::ensure_buffer(output_, {rows, out_}, precision_.storage, device);
   GemmOptions options;
   options.trans_b = true;
@@ -55,7 +55,7 @@ Tensor Linear::backward(const Tensor& dy, StreamRef stream) {
   const Tensor dy_rows = detail::as_rows(dy);
   require(dy_rows.shape() == Shape{input_.shape()[0], out_}, "Linear '", weight_.name(), "': dy ", dy,
           " does not match the forward output [", input_.shape()[0], ", ", out_, "]");
-  const Device device = weight_.value().device();
+  const Device device = weight_.device();
   Tensor grad_out = dy_rows;
   if (options_.gelu) {
     detail::ensure_buffer(dpre_, dy_rows.shape(), precision_.storage, device);

@@ -33,7 +33,8 @@ void AdamW::step(float lr, float grad_scale, StreamRef stream) {
   hp.weight_decay = options_.weight_decay;
   hp.step = steps_taken() + 1;
   hp.grad_scale = grad_scale;
-  kernels::adamw_step(tensors, hp, stream);
+  // A rank whose ranges hold only padding (a unit smaller than 64 x ranks) has nothing to update.
+  if (!tensors.empty()) kernels::adamw_step(tensors, hp, stream);
   count_step();
 }
 

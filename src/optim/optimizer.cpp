@@ -38,7 +38,7 @@ Optimizer::Optimizer(model::ParameterSpace& space, std::vector<model::ShardRange
 void Optimizer::add_masters() {
   if (space_.storage() == DType::f32) return;
   master_ = add_state("master");
-  for (const Segment& s : segments_) kernels::cast(space_.values().slice(s.begin, s.end), local(master_, s));
+  for (const Segment& s : segments_) kernels::cast(space_.stored_values(s.begin, s.end), local(master_, s));
 }
 
 Tensor Optimizer::add_state(std::string kind) {
@@ -79,7 +79,7 @@ std::vector<Tensor> Optimizer::gradients() const {
 Tensor Optimizer::local(const Tensor& state, const Segment& s) { return state.slice(s.local, s.local + (s.end - s.begin)); }
 
 Tensor Optimizer::updated(const Segment& s) const {
-  return master_.defined() ? local(master_, s) : space_.values().slice(s.begin, s.end);
+  return master_.defined() ? local(master_, s) : space_.stored_values(s.begin, s.end);
 }
 
 Tensor Optimizer::grad(const Segment& s) const {
@@ -89,7 +89,7 @@ Tensor Optimizer::grad(const Segment& s) const {
 }
 
 Tensor Optimizer::low_precision_copy(const Segment& s) const {
-  return master_.defined() ? space_.values().slice(s.begin, s.end) : Tensor();
+  return master_.defined() ? space_.stored_values(s.begin, s.end) : Tensor();
 }
 
 std::vector<StateTensor> Optimizer::state_tensors() const {
@@ -98,7 +98,7 @@ std::vector<StateTensor> Optimizer::state_tensors() const {
   std::vector<StateTensor> out;
   for (std::size_t k = 0; k < kinds_.size(); ++k) {
     for (const model::Slot& slot : space_.slots()) {
-      const Tensor view = states_[k].slice(slot.offset, slot.offset + slot.numel).view(slot.parameter->value().shape());
+      const Tensor view = states_[k].slice(slot.offset, slot.offset + slot.numel).view(slot.parameter->shape());
       out.push_back({slot.parameter->name() + "." + kinds_[k], view});
     }
   }
@@ -109,7 +109,7 @@ Tensor Optimizer::master(std::size_t slot) const {
   require(!sharded(), name(), ": master() needs an unsharded optimizer");
   if (!master_.defined()) return Tensor();
   const model::Slot& s = space_.slots().at(slot);
-  return master_.slice(s.offset, s.offset + s.numel).view(s.parameter->value().shape());
+  return master_.slice(s.offset, s.offset + s.numel).view(s.parameter->shape());
 }
 
 void Optimizer::require_current_layout() const {

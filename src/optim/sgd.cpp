@@ -34,7 +34,8 @@ void SGD::step(float lr, float grad_scale, StreamRef stream) {
   hp.nesterov = options_.nesterov;
   hp.step = steps_taken() + 1;
   hp.grad_scale = grad_scale;
-  kernels::sgd_step(tensors, hp, stream);
+  // A rank whose ranges hold only padding (a unit smaller than 64 x ranks) has nothing to update.
+  if (!tensors.empty()) kernels::sgd_step(tensors, hp, stream);
   count_step();
 }
 

@@ -31,7 +31,7 @@ std::vector<StateTensor> gather_state(const Optimizer& optimizer, comm::Communic
     unit_buffer = Tensor::empty({largest}, DType::f32, space.device());
     for (const std::string& kind : optimizer.state_kinds()) {
       for (const model::Slot& slot : space.slots()) {
-        if (root) out.push_back({state_name(slot, kind), Tensor::empty(slot.parameter->value().shape(), DType::f32)});
+        if (root) out.push_back({state_name(slot, kind), Tensor::empty(slot.parameter->shape(), DType::f32)});
       }
     }
   } catch (...) {
@@ -60,7 +60,7 @@ std::vector<std::pair<std::string, Shape>> state_layout(const Optimizer& optimiz
   std::vector<std::pair<std::string, Shape>> out;
   for (const std::string& kind : optimizer.state_kinds()) {
     for (const model::Slot& slot : optimizer.space().slots()) {
-      out.emplace_back(state_name(slot, kind), slot.parameter->value().shape());
+      out.emplace_back(state_name(slot, kind), slot.parameter->shape());
     }
   }
   return out;
@@ -72,9 +72,9 @@ void scatter_state(Optimizer& optimizer, const std::map<std::string, Tensor>& fu
     for (const model::Slot& slot : space.slots()) {
       const auto it = full.find(state_name(slot, kind));
       require(it != full.end(), optimizer.name(), ": no state '", state_name(slot, kind), "' to load");
-      require(it->second.shape() == slot.parameter->value().shape() && it->second.dtype() == DType::f32,
+      require(it->second.shape() == slot.parameter->shape() && it->second.dtype() == DType::f32,
               optimizer.name(), ": state '", it->first, "' is ", it->second, ", expected f32 ",
-              slot.parameter->value().shape());
+              slot.parameter->shape());
     }
   }
   for (const std::string& kind : optimizer.state_kinds()) {

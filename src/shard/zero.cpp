@@ -8,7 +8,9 @@
 #include "loom/core/error.hpp"
 #include "loom/core/tensor_ops.hpp"
 #include "loom/ddp/replicas.hpp"
+#include "loom/kernels/cast.hpp"
 #include "loom/kernels/elementwise.hpp"
+#include "src/shard/gathered_units.hpp"
 
 namespace loom::shard {
 
@@ -20,10 +22,23 @@ namespace {
 // their unit's size (a block's buffer is reused by the next block), not the largest unit's.
 constexpr std::size_t pool_limit = 3;
 
-void validate(const comm::Communicator& comm, const model::ParameterSpace& space, int stage,
-              const ddp::ReducerOptions& options) {
-  require(stage == 1 || stage == 2, "ZeRO: the stage must be 1 or 2, got ", stage, " (stage 0 is plain data "
+void validate(const comm::Communicator& comm, const model::Model& model, int stage, const ddp::ReducerOptions& options,
+              const ZeroOptions& zero) {
+  const model::ParameterSpace& space = model.parameter_space();
+  require(stage >= 1 && stage <= 3, "ZeRO: the stage must be 1, 2 or 3, got ", stage, " (stage 0 is plain data "
           "parallelism: ddp::GradientReducer)");
+  require(zero.reduction == DType::f32 || zero.reduction == DType::bf16, "ZeRO: the reduce-scatter runs in f32 or "
+          "bf16, got ", zero.reduction);
+  require(zero.reduction == DType::f32 || stage >= 2, "ZeRO-1 reduce-scatters the fp32 gradient buffer in place; a "
+          "bf16 reduction needs stage 2 or 3");
+  require(stage == 3 || (!zero.keep_gathered_for_backward && !zero.keep_gathered_across_micro_batches),
+          "ZeRO: keeping values gathered applies to stage 3 only (stages 1 and 2 keep every value)");
+  require(space.value_mode() == model::ValueMode::full, "ZeRO: the model's values are sharded already (another "
+          "ZeRO-3 engine holds them)");
+  for (const std::size_t root : model.root_units()) {
+    require(root < space.units().size(), "ZeRO: the model names root unit ", root, " but has ", space.units().size(),
+            " units");
+  }
   require(!options.hook, "ZeRO: communication hooks (compression) apply to DDP's all-reduce; ZeRO reduce-scatters "
           "f32 gradients unit by unit");
   require(space.device() == comm.device(), "ZeRO: the parameters live on ", space.device(), " but the ",
@@ -31,51 +46,142 @@ void validate(const comm::Communicator& comm, const model::ParameterSpace& space
 }
 
 // What must match on every rank besides the parameters: the stage decides which collectives run.
-std::string describe(int stage, const ddp::ReducerOptions& o) {
+std::string describe(int stage, const ddp::ReducerOptions& o, const ZeroOptions& z) {
   return loom::detail::concat("ZeRO stage ", stage, ", unused_parameters ",
                               o.unused_parameters == ddp::UnusedParameters::error ? "error" : "reduce_zero",
-                              ", broadcast_parameters ", o.broadcast_parameters);
+                              ", broadcast_parameters ", o.broadcast_parameters, ", reduction ", z.reduction,
+                              ", keep gathered for backward ", z.keep_gathered_for_backward, ", across micro-batches ",
+                              z.keep_gathered_across_micro_batches);
 }
 
 }  // namespace
 
-ZeroEngine::ZeroEngine(comm::Communicator& comm, model::Model& model, int stage, ddp::ReducerOptions reducer_options)
-    : comm_(comm), model_(model), space_(model.parameter_space()), stage_(stage) {
+ZeroEngine::ZeroEngine(comm::Communicator& comm, model::Model& model, int stage, ddp::ReducerOptions reducer_options,
+                       ZeroOptions options)
+    : comm_(comm), model_(model), space_(model.parameter_space()), stage_(stage), options_(options) {
   std::exception_ptr invalid;
   try {
-    validate(comm_, space_, stage_, reducer_options);
+    validate(comm_, model_, stage_, reducer_options, options_);
   } catch (...) {
     invalid = std::current_exception();
   }
-  ddp::make_replicas(comm_, space_, invalid, "ZeRO", describe(stage_, reducer_options),
+  ddp::make_replicas(comm_, space_, invalid, "ZeRO", describe(stage_, reducer_options, options_),
                      reducer_options.broadcast_parameters);  // lays the space out for comm.size()
   scheduler_ = std::make_unique<ddp::BucketScheduler>(comm_, space_, ddp::buckets_by_unit(space_),
                                                       static_cast<ddp::BucketCollective&>(*this),
                                                       reducer_options.unused_parameters);
   ranges_ = space_.shard(comm_.rank());
   started_.assign(space_.units().size(), false);
-  if (stage_ != 2) return;
+  root_.assign(space_.units().size(), false);
+  for (const std::size_t root : model_.root_units()) root_[root] = true;
+  if (stage_ == 1) return;
   std::exception_ptr failure;
   try {
     shard_grads_ = Tensor::zeros({space_.shard_elements()}, DType::f32, space_.device());
+    if (stage_ == 3) {
+      space_.shard_values(comm_.rank());
+      gathered_ = std::make_unique<detail::GatheredUnits>(comm_, space_);
+    }
   } catch (...) {
     failure = std::current_exception();
   }
-  comm::throw_if_any_failed(comm_, failure, "ZeRO-2: allocating the gradient shard");
+  comm::throw_if_any_failed(comm_, failure, "ZeRO: allocating the shards");
   space_.release_grads();
   bound_buffers_.assign(space_.units().size(), Tensor());
-  model_.set_unit_hooks({{}, [this](std::size_t unit, StreamRef stream) { bind_buffer(unit, stream); }});
+  hooks_ = model_.add_unit_hooks({[this](std::size_t unit, StreamRef stream) { before_forward(unit, stream); },
+                                  [this](std::size_t unit, StreamRef) { after_forward(unit); },
+                                  [this](std::size_t unit, StreamRef stream) { before_backward(unit, stream); },
+                                  [this](std::size_t unit, StreamRef) { after_backward(unit); }});
 }
 
 ZeroEngine::~ZeroEngine() {
   scheduler_.reset();  // waits for what is in flight, whose finish steps use the pool
-  if (stage_ != 2) return;
-  model_.set_unit_hooks({});
+  if (stage_ == 1) return;
+  model_.remove_unit_hooks(hooks_);
   release_all_buffers();
+  gathered_.reset();  // unbinds every gathered unit; the space keeps its slices
   try {
-    space_.allocate_grads();  // the model stays usable without the engine
+    space_.allocate_grads();  // the model stays usable without the engine (stage 3: after unshard_values)
   } catch (...) {  // out of memory: the gradients stay released; a later backward reports it
   }
+}
+
+bool ZeroEngine::values_sharded() const noexcept {
+  return stage_ == 3 && space_.value_mode() == model::ValueMode::sharded;
+}
+
+bool ZeroEngine::is_root(std::size_t unit) const { return root_.at(unit); }
+
+std::size_t ZeroEngine::next_forward(std::size_t unit) const {
+  for (std::size_t u = unit + 1; u < root_.size(); ++u) {
+    if (!root_[u]) return u;
+  }
+  return root_.size();
+}
+
+std::size_t ZeroEngine::next_backward(std::size_t unit) const {
+  for (std::size_t u = is_root(unit) ? root_.size() : unit; u-- > 0;) {
+    if (!root_[u]) return u;
+  }
+  return root_.size();
+}
+
+void ZeroEngine::before_forward(std::size_t unit, StreamRef stream) {
+  if (!values_sharded()) return;
+  gathered_->require(unit, stream);
+  if (const std::size_t next = next_forward(unit); next < root_.size()) gathered_->prefetch(next, stream);
+}
+
+void ZeroEngine::after_forward(std::size_t unit) {
+  if (!values_sharded() || is_root(unit) || options_.keep_gathered_for_backward) return;
+  if (next_forward(unit) == root_.size()) return;  // the last unit of forward is the first of backward
+  gathered_->release(unit);
+}
+
+void ZeroEngine::before_backward(std::size_t unit, StreamRef stream) {
+  bind_buffer(unit, stream);
+  if (!values_sharded()) return;
+  gathered_->require(unit, stream);
+  if (const std::size_t next = next_backward(unit); next < root_.size()) gathered_->prefetch(next, stream);
+}
+
+void ZeroEngine::after_backward(std::size_t unit) {
+  if (!values_sharded()) return;
+  if (options_.keep_gathered_across_micro_batches && !last_micro_batch_) return;
+  gathered_->release(unit);
+}
+
+void ZeroEngine::unshard_values(StreamRef stream) {
+  require(stage_ == 3, "ZeRO: unshard_values() applies to stage 3 (stages 1 and 2 keep every value)");
+  if (!values_sharded()) return;
+  gathered_->release_all();
+  std::exception_ptr failure;
+  Tensor full;
+  try {
+    full = Tensor::zeros({space_.elements()}, space_.storage(), space_.device());
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  comm::throw_if_any_failed(comm_, failure, "ZeRO-3: allocating the full values");
+  std::vector<comm::Work> works;
+  for (const model::ShardRange& range : ranges_) {
+    const model::Unit& u = space_.units()[range.unit];
+    works.push_back(comm_.all_gather(space_.unit_slice_values(range.unit, comm_.rank()),
+                                     full.slice(u.begin, u.begin + u.elements), stream));
+  }
+  for (const comm::Work& work : works) work.wait();
+  loom::synchronize(stream);  // the stream's work, not the engine's synchronize()
+  space_.unshard_values(full);
+}
+
+GatherReport ZeroEngine::gather_report() const noexcept {
+  if (!gathered_) return {};
+  const detail::GatherStats& s = gathered_->stats();
+  return {s.gathers, s.prefetched, s.ready, gathered_->buffers(), gathered_->peak_live(), gathered_->buffer_bytes()};
+}
+
+void ZeroEngine::reset_gather_report() noexcept {
+  if (gathered_) gathered_->reset_stats();
 }
 
 std::vector<model::ShardRange> ZeroEngine::ranges() const { return ranges_; }
@@ -84,15 +190,15 @@ void ZeroEngine::attach(optim::Optimizer& optimizer) const {
   require(optimizer.local_elements() == space_.shard_elements() && optimizer.ranges().size() == ranges_.size(),
           "ZeRO: the optimizer must be built over ZeroEngine::ranges() (", space_.shard_elements(),
           " elements), it holds ", optimizer.local_elements());
-  if (stage_ == 2) optimizer.read_gradients_from(shard_grads_);
+  if (stage_ >= 2) optimizer.read_gradients_from(shard_grads_);
 }
 
 Tensor ZeroEngine::unit_gradients(std::size_t unit) const {
   const model::Unit& u = space_.units()[unit];
   if (space_.grads_allocated()) return space_.grads().slice(u.begin, u.begin + u.elements);
-  // Released gradients (ZeRO-2): the unit's are the pool buffer bound to it.
+  // Released gradients (ZeRO-2, 3): the unit's are the pool buffer bound to it.
   const Tensor& bound = space_.bound_unit_grads(unit);
-  require(bound.defined(), "ZeRO-2: unit '", u.name, "' has no gradient buffer to reduce");
+  require(bound.defined(), "ZeRO: unit '", u.name, "' has no gradient buffer to reduce");
   return bound;
 }
 
@@ -105,9 +211,22 @@ ddp::PendingReduction ZeroEngine::start(const ddp::ScheduledBucket& bucket, Stre
   const Tensor gradients = unit_gradients(bucket.unit);
   const std::int64_t n = gradients.numel() / comm_.size();
   const Tensor mine = gradients.slice(comm_.rank() * n, (comm_.rank() + 1) * n);
+  const Tensor into = stage_ >= 2 ? shard_grads_.slice(ranges_[at].local, ranges_[at].local + n) : Tensor();
+  if (options_.reduction == DType::bf16) {
+    // Half the bytes on the wire; the average of this rank's slice comes back to f32 in `mine` (the
+    // unit's f32 buffer is free by then) and is added into the fp32 shard.
+    const Tensor compact = Tensor::empty({gradients.numel()}, DType::bf16, gradients.device());
+    kernels::cast(gradients, compact, {}, stream);
+    const Tensor compact_mine = compact.slice(comm_.rank() * n, (comm_.rank() + 1) * n);
+    comm::Work work = comm_.reduce_scatter(compact, compact_mine, comm::ReduceOp::avg, stream);
+    return ddp::PendingReduction{std::move(work), [this, unit = bucket.unit, compact_mine, mine, into, stream] {
+                                   kernels::cast(compact_mine, mine, {}, stream);
+                                   kernels::residual_add(into, mine, into, stream);
+                                   release_buffer(unit);
+                                 }};
+  }
   comm::Work work = comm_.reduce_scatter(gradients, mine, comm::ReduceOp::avg, stream);  // in place
   if (stage_ == 1) return ddp::PendingReduction{std::move(work), {}};
-  const Tensor into = shard_grads_.slice(ranges_[at].local, ranges_[at].local + n);
   return ddp::PendingReduction{std::move(work), [this, unit = bucket.unit, mine, into, stream] {
                                  kernels::residual_add(into, mine, into, stream);
                                  release_buffer(unit);
@@ -118,10 +237,10 @@ ddp::PendingReduction ZeroEngine::stand_in(const ddp::ScheduledBucket& bucket, S
   // The plain reduce-scatter start() would have issued, on zeros if the unit has no buffer.
   Tensor gradients;
   try {
-    gradients = unit_gradients(bucket.unit);
+    gradients = options_.reduction == DType::f32 ? unit_gradients(bucket.unit) : Tensor();
   } catch (...) {
-    gradients = Tensor::zeros({bucket.end - bucket.begin}, DType::f32, comm_.device());
   }
+  if (!gradients.defined()) gradients = Tensor::zeros({bucket.end - bucket.begin}, options_.reduction, comm_.device());
   const std::int64_t n = gradients.numel() / comm_.size();
   return ddp::PendingReduction{comm_.reduce_scatter(gradients, gradients.slice(comm_.rank() * n, (comm_.rank() + 1) * n),
                                                     comm::ReduceOp::avg, stream),
@@ -165,7 +284,7 @@ void ZeroEngine::release_buffer(std::size_t unit) {
 }
 
 void ZeroEngine::release_all_buffers() noexcept {
-  if (stage_ != 2) return;
+  if (stage_ == 1) return;
   for (std::size_t u = 0; u < space_.units().size(); ++u) {
     try {
       release_buffer(u);
@@ -181,19 +300,26 @@ void ZeroEngine::begin_step(StreamRef stream) {
     return;
   }
   release_all_buffers();
+  if (stage_ == 3) {
+    if (gathered_) gathered_->release_all();  // left from a forward-only use
+    if (!values_sharded()) space_.shard_values(comm_.rank());  // after unshard_values()
+  }
   fill(shard_grads_, 0.0, stream);
 }
 
 ddp::NoSync ZeroEngine::no_sync() {
-  require(stage_ == 1, "ZeRO-2 reduces every micro-batch as its backward runs: call synchronize() after each "
-          "micro-batch instead of no_sync()");
+  require(stage_ == 1, "ZeRO-", stage_, " reduces every micro-batch as its backward runs: call synchronize() after "
+          "each micro-batch instead of no_sync()");
   return scheduler_->no_sync();
 }
 
-ddp::NoSync ZeroEngine::micro_batch(bool last) { return last || stage_ == 2 ? ddp::NoSync() : no_sync(); }
+ddp::NoSync ZeroEngine::micro_batch(bool last) {
+  last_micro_batch_ = last;
+  return last || stage_ >= 2 ? ddp::NoSync() : no_sync();
+}
 
 void ZeroEngine::after_backward(bool last, StreamRef stream) {
-  if (last || stage_ == 2) synchronize(stream);
+  if (last || stage_ >= 2) synchronize(stream);
 }
 
 void ZeroEngine::synchronize(StreamRef stream) {
@@ -201,7 +327,7 @@ void ZeroEngine::synchronize(StreamRef stream) {
   try {
     // Units whose reduction has not started (their backward never ran) are reduced as zeros (or
     // reported unused): every rank issues the same collectives.
-    if (stage_ == 2) {
+    if (stage_ >= 2) {
       for (std::size_t u = 0; u < space_.units().size(); ++u) {
         if (!started_[u]) bind_buffer(u, stream);
       }
@@ -224,10 +350,16 @@ void ZeroEngine::synchronize(StreamRef stream) {
 void ZeroEngine::abandon_iteration() noexcept {
   scheduler_->abandon_iteration();
   release_all_buffers();
+  if (gathered_) gathered_->release_all();
+  last_micro_batch_ = true;
   started_.assign(started_.size(), false);
 }
 
 void ZeroEngine::gather_values(StreamRef stream) {
+  if (stage_ == 3) {
+    if (gathered_) gathered_->release_all();  // their values are the old ones
+    return;
+  }
   std::vector<comm::Work> works;
   for (const model::ShardRange& range : ranges_) {
     works.push_back(

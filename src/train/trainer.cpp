@@ -17,7 +17,7 @@ namespace {
 
 std::unique_ptr<optim::Optimizer> make_optimizer(model::ParameterSpace& space, const TrainerOptions& options,
                                                  std::vector<model::ShardRange> ranges) {
-  if (options.optimizer == TrainerOptions::OptimizerKind::sgd) {
+  if (options.optimizer != optim::OptimizerKind::adamw) {
     return std::make_unique<optim::SGD>(space, options.sgd, std::move(ranges));
   }
   return std::make_unique<optim::AdamW>(space, options.adamw, std::move(ranges));
@@ -31,7 +31,7 @@ optim::LossScalerOptions scaler_options(const model::Precision& precision) {
 
 const TrainerOptions& validated(const TrainerOptions& options, const comm::Communicator* comm) {
   require(options.grad_accumulation >= 1, "trainer: grad_accumulation must be >= 1, got ", options.grad_accumulation);
-  require(options.zero >= 0 && options.zero <= 2, "trainer: zero must be 0, 1 or 2, got ", options.zero);
+  require(options.zero >= 0 && options.zero <= 3, "trainer: zero must be 0, 1, 2 or 3, got ", options.zero);
   require(options.zero == 0 || comm != nullptr, "trainer: ZeRO stage ", options.zero, " shards over the ranks of a "
           "communicator; none was given");
   options.schedule.at(0);  // validates the schedule now rather than at the first step
@@ -53,7 +53,7 @@ Trainer::Trainer(model::Model& model, data::BatchSource& data, const TrainerOpti
   }
   // The synchronisation first: it lays the space out for the ranks the optimizer's state follows.
   if (options_.zero > 0) {
-    sync_ = std::make_unique<shard::ZeroEngine>(*comm_, model, options_.zero, options_.reducer);
+    sync_ = std::make_unique<shard::ZeroEngine>(*comm_, model, options_.zero, options_.reducer, options_.zero_options);
   } else if (comm_ != nullptr) {
     sync_ = std::make_unique<ddp::GradientReducer>(*comm_, space, options_.reducer);
   } else {
@@ -131,8 +131,11 @@ StepResult Trainer::step(StreamRef stream) {
 shard::ModelStateBytes Trainer::held_model_state() const {
   const model::ParameterSpace& space = model_.parameter_space();
   shard::ModelStateBytes held;
-  held.values = static_cast<std::int64_t>(space.values().nbytes());
+  held.values = static_cast<std::int64_t>(space.local_values().nbytes());
   const Tensor optimizer_gradients = sync_->optimizer_gradients();
+  if (const shard::ZeroEngine* zero = dynamic_cast<const shard::ZeroEngine*>(sync_.get())) {
+    held.buffers = zero->pool_bytes() + zero->gather_report().buffer_bytes;
+  }
   held.gradients = static_cast<std::int64_t>(space.grads_allocated() ? space.grads().nbytes() : 0) +
                    static_cast<std::int64_t>(optimizer_gradients.defined() ? optimizer_gradients.nbytes() : 0);
   for (const std::string& kind : optimizer_->state_kinds()) {
@@ -144,11 +147,10 @@ shard::ModelStateBytes Trainer::held_model_state() const {
 
 shard::ModelStateBytes Trainer::predicted_model_state() const {
   optim::OptimizerKind kind = optim::OptimizerKind::adamw;
-  if (options_.optimizer == TrainerOptions::OptimizerKind::sgd) {
+  if (options_.optimizer != optim::OptimizerKind::adamw) {
     kind = options_.sgd.momentum > 0 ? optim::OptimizerKind::sgd_momentum : optim::OptimizerKind::sgd;
   }
-  const model::ParameterSpace& space = model_.parameter_space();
-  return shard::model_state_bytes(space, space.storage(), kind, options_.zero, ranks());
+  return shard::model_state_bytes(model_, kind, options_.zero, ranks());
 }
 
 int Trainer::ranks() const noexcept { return comm_ != nullptr ? comm_->size() : 1; }

@@ -75,13 +75,19 @@ EquivalenceResult run_ddp_equivalence(comm::Communicator& comm, const Equivalenc
     nn::GPT model(tiny_gpt(vocab, steps_per_row), nn::Precision::parse(c.precision), comm.device(), 7 + static_cast<std::uint64_t>(comm.rank()) * 100);
     train::TrainerOptions options = trainer_options(c);
     options.zero = c.zero;
+    options.zero_options.keep_gathered_for_backward = c.keep_gathered_for_backward;
+    options.zero_options.keep_gathered_across_micro_batches = c.keep_gathered_across_micro_batches;
+    options.zero_options.reduction = c.zero_reduction;
     options.reducer.bucket_bytes = c.bucket_bytes;
     options.reducer.first_bucket_bytes = c.first_bucket_bytes;
     if (c.reduction != DType::f32) options.reducer.hook = ddp::compression_hook(c.reduction);
     GlobalBatchSlice mine(world * b, comm.rank() * b, b);
     train::Trainer parallel(model, mine, options, &comm);
+    std::vector<float> losses;
     for (std::size_t s = 0; s < expected.size(); ++s) {
+      if (c.zero == 3 && s + 1 == expected.size()) parallel.zero_engine()->reset_gather_report();
       const train::StepResult step = parallel.step();
+      losses.push_back(step.loss);
       if (step.grad_norm > c.max_grad_norm) ++result.clipped_steps;
       // The norm before clipping: a sum instead of a mean, or a double division, shows here even
       // where clipping would hide it in the weights.
@@ -93,6 +99,13 @@ EquivalenceResult run_ddp_equivalence(comm::Communicator& comm, const Equivalenc
       }
     }
     result.buckets = parallel.gradient_sync().stats().buckets;
+    if (c.zero == 3) {
+      const shard::GatherReport report = parallel.zero_engine()->gather_report();
+      result.gathers = report.gathers;
+      result.prefetched = report.prefetched;
+      result.peak_gathered = report.peak_live;
+      parallel.zero_engine()->unshard_values();  // every value, to compare
+    }
     const std::vector<double> got = weights(model), want = weights(reference);
     for (std::size_t i = 0; i < want.size(); ++i) {
       result.max_weight_diff = std::max(result.max_weight_diff, std::fabs(static_cast<double>(got[i]) - want[i]));
@@ -102,9 +115,13 @@ EquivalenceResult run_ddp_equivalence(comm::Communicator& comm, const Equivalenc
       nn::GPT ddp_model(tiny_gpt(vocab, steps_per_row), nn::Precision::parse(c.precision), comm.device(), 7);
       train::TrainerOptions ddp_options = options;
       ddp_options.zero = 0;
+      ddp_options.zero_options = {};
       GlobalBatchSlice same(world * b, comm.rank() * b, b);
       train::Trainer ddp(ddp_model, same, ddp_options, &comm);
-      for (int s = 0; s < c.steps; ++s) ddp.step();
+      for (int s = 0; s < c.steps; ++s) {
+        const float loss = ddp.step().loss;
+        result.max_ddp_loss_diff = std::max(result.max_ddp_loss_diff, std::fabs(static_cast<double>(loss) - losses[static_cast<std::size_t>(s)]));
+      }
       const std::vector<double> ddp_weights = weights(ddp_model);
       for (std::size_t i = 0; i < got.size(); ++i) {
         result.max_ddp_weight_diff =

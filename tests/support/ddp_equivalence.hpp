@@ -21,7 +21,10 @@ struct EquivalenceCase {
   DType reduction = DType::f32;     // f32: average_hook; f16/bf16: compression_hook
   std::int64_t bucket_bytes = 8192;  // small, so the tiny model spans several buckets
   std::int64_t first_bucket_bytes = 2048;
-  int zero = 0;                     // 1, 2: ZeRO, also compared with DDP on the same ranks
+  int zero = 0;                     // 1, 2, 3: ZeRO, also compared with DDP on the same ranks
+  bool keep_gathered_for_backward = false;          // ZeRO-3's options
+  bool keep_gathered_across_micro_batches = false;
+  DType zero_reduction = DType::f32;                // ZeRO-2/3: bf16 reduce-scatter
   bool adamw = false;               // AdamW instead of SGD with momentum
   float max_grad_norm = 1.0f;
   std::string precision = "fp32";   // of the models (storage, GEMMs)
@@ -37,6 +40,9 @@ struct EquivalenceResult {
   int buckets = 0;
   int clipped_steps = 0;          // steps whose norm exceeded max_grad_norm
   double max_ddp_weight_diff = 0;  // ZeRO: max |ZeRO - DDP| over every weight, same ranks and data
+  double max_ddp_loss_diff = 0;    // ZeRO: max over steps |ZeRO loss - DDP loss|
+  std::int64_t gathers = 0, prefetched = 0;  // ZeRO-3: value gathers in the last step, and prefetched ones
+  std::size_t peak_gathered = 0;   // ZeRO-3: most units gathered at once
 };
 
 // Rows [begin, begin + rows) of global batch p, which has `total` rows of 8 random tokens (vocabulary

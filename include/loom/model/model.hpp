@@ -5,8 +5,13 @@
 // MLP of examples/train_mlp.
 //
 // Unit hooks: a model calls before_forward(u) before its forward touches the parameters of unit
-// u, and before_backward(u) before its backward writes their gradients. ZeRO-2 binds a unit's
-// gradient buffer there (ZeRO-3 will gather the unit's values).
+// u and after_forward(u) once its forward is done with them; before_backward(u) before its
+// backward reads their values or writes their gradients and after_backward(u) once it is done with
+// them. A unit the model uses at both ends of forward and backward (GPT's embeddings, whose
+// weights are also the head) is a root unit: root_units() names them, its before_* comes first
+// and its after_* last. ZeRO-2 binds a unit's gradient buffer before its backward; ZeRO-3 also
+// gathers the unit's values before each use and releases them after it. Several subscribers may
+// hold hooks at once: before_* run in the order they were added, after_* in the reverse order.
 #pragma once
 
 #include <cstdint>
@@ -22,10 +27,12 @@
 
 namespace loom::model {
 
-// Each hook gets the unit and the stream the model's forward or backward runs on.
+// Each hook gets the unit and the stream the model's forward or backward runs on; an empty
+// function is no hook.
 struct UnitHooks {
-  std::function<void(std::size_t unit, StreamRef stream)> before_forward;
-  std::function<void(std::size_t unit, StreamRef stream)> before_backward;
+  using Hook = std::function<void(std::size_t unit, StreamRef stream)>;
+  Hook before_forward, after_forward;
+  Hook before_backward, after_backward;
 };
 
 class Model {
@@ -52,19 +59,23 @@ class Model {
   // The sizes that define the architecture (a checkpoint records them and refuses a mismatch).
   virtual std::vector<std::pair<std::string, std::int64_t>> architecture() const = 0;
 
-  // Replaces the hooks (empty functions: none).
-  void set_unit_hooks(UnitHooks hooks) { hooks_ = std::move(hooks); }
+  // Units used across the whole of forward and of backward (see above); none by default.
+  virtual std::vector<std::size_t> root_units() const { return {}; }
+
+  // Adds a subscriber; the id removes it (an engine detaches itself when destroyed).
+  using HooksId = std::uint64_t;
+  HooksId add_unit_hooks(UnitHooks hooks);
+  void remove_unit_hooks(HooksId id) noexcept;
 
  protected:
-  void before_forward(std::size_t unit, StreamRef stream) const {
-    if (hooks_.before_forward) hooks_.before_forward(unit, stream);
-  }
-  void before_backward(std::size_t unit, StreamRef stream) const {
-    if (hooks_.before_backward) hooks_.before_backward(unit, stream);
-  }
+  void before_forward(std::size_t unit, StreamRef stream) const;
+  void after_forward(std::size_t unit, StreamRef stream) const;
+  void before_backward(std::size_t unit, StreamRef stream) const;
+  void after_backward(std::size_t unit, StreamRef stream) const;
 
  private:
-  UnitHooks hooks_;
+  std::vector<std::pair<HooksId, UnitHooks>> hooks_;
+  HooksId next_hooks_id_ = 1;
 };
 
 }  // namespace loom::model

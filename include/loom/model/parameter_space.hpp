@@ -9,6 +9,12 @@
 // parameters of a unit in the order given, each at an offset that is a multiple of 64 elements,
 // and every unit padded to a multiple of 64 x ranks elements, so that rank r owns slice r of every
 // unit (shard(r)) and every slice is aligned. Padding elements are zero and stay zero.
+//
+// Values are held in one of two modes. Full (DDP, ZeRO-1/2): one flat buffer of every element,
+// and every parameter's value is a view of it. Sharded (ZeRO-3): only this rank's slices, packed
+// unit after unit like its optimizer state (local_values()); a unit's parameters have values only
+// while bind_unit_values() points them at a gathered buffer. The optimizer reads and writes
+// stored_values(), which is whichever of the two the mode holds.
 #pragma once
 
 #include <cstdint>
@@ -52,10 +58,13 @@ struct ShardRange {
   std::int64_t elements() const noexcept { return end - begin; }
 };
 
+enum class ValueMode { full, sharded };
+
 class ParameterSpace {
  public:
   // Every parameter has the same device and value dtype; none appears twice; no unit is empty.
-  // The current values and gradients are copied into the flat buffers.
+  // The current values and gradients are copied into the flat buffers (a parameter without
+  // storage, a bare description, starts at zero).
   explicit ParameterSpace(std::vector<UnitSpec> units, int ranks = 1);
   ParameterSpace(const ParameterSpace&) = delete;
   ParameterSpace& operator=(const ParameterSpace&) = delete;
@@ -74,11 +83,37 @@ class ParameterSpace {
   std::int64_t parameter_elements() const noexcept;               // without the padding
   // The padded size the space would have at `ranks` ranks (nothing is changed).
   std::int64_t elements_at(int ranks) const;
-  Device device() const noexcept { return values_.device(); }
-  DType storage() const noexcept { return values_.dtype(); }
+  // Each unit's padded size at `ranks` ranks.
+  std::vector<std::int64_t> unit_elements_at(int ranks) const;
+  Device device() const noexcept { return device_; }
+  DType storage() const noexcept { return storage_; }
 
+  ValueMode value_mode() const noexcept { return mode_; }
+  // The flat value buffer in full mode; undefined when sharded.
   const Tensor& values() const noexcept { return values_; }
+  // What this space stores of the values: values() in full mode, this rank's packed slices
+  // ([shard_elements()]) when sharded.
+  const Tensor& local_values() const noexcept { return mode_ == ValueMode::full ? values_ : shard_values_; }
+  // Elements [begin, end) of the space where they are stored here; when sharded they must lie
+  // inside one of this rank's slices.
+  Tensor stored_values(std::int64_t begin, std::int64_t end) const;
+  // The values of `unit`: a view of values() in full mode; when sharded, the buffer
+  // bind_unit_values() gave it (an Error if none).
   Tensor unit_values(std::size_t unit) const;
+  // Slice `rank` of unit `unit` as this space stores it (sharded: only its own rank's).
+  Tensor unit_slice_values(std::size_t unit, int rank) const;
+  // Full -> sharded for `rank`: keeps that rank's slices, frees the full buffer, and leaves every
+  // parameter without a value.
+  void shard_values(int rank);
+  // Sharded -> full: `full` ([elements()] in the storage dtype, on the space's device) holds every
+  // value, gathered by the caller; it becomes the flat buffer.
+  void unshard_values(const Tensor& full);
+  // The rank whose slices a sharded space holds (0 when full).
+  int value_rank() const noexcept { return value_rank_; }
+  // Sharded only: points the values of `unit` at buffer ([unit.elements] in the storage dtype), or
+  // at nothing when it is undefined.
+  void bind_unit_values(std::size_t unit, const Tensor& buffer);
+  const Tensor& bound_unit_values(std::size_t unit) const { return bound_values_.at(unit); }
   // The flat gradient buffer; undefined after release_grads().
   const Tensor& grads() const noexcept { return grads_; }
   Tensor unit_grads(std::size_t unit) const;
@@ -95,7 +130,7 @@ class ParameterSpace {
   void zero_grads(StreamRef stream = {});  // every gradient storage there is
 
   // Slice `rank` of every unit (ranks() slices each), packed: local offsets run from 0 to
-  // shard_elements().
+  // shard_elements(). A slice may hold only padding: its range is valid and updates nothing.
   std::vector<ShardRange> shard(int rank) const;
   std::int64_t shard_elements() const noexcept { return elements_ / ranks_; }
   // Every unit entire, local offset = global offset (an unsharded optimizer's view).
@@ -113,8 +148,14 @@ class ParameterSpace {
   int ranks_ = 1;
   std::uint64_t layout_version_ = 0;
   std::int64_t elements_ = 0;
+  Device device_ = Device::cpu();
+  DType storage_ = DType::f32;
+  ValueMode mode_ = ValueMode::full;
+  int value_rank_ = 0;
   Tensor values_, grads_;
-  std::vector<Tensor> bound_;  // per unit, while the gradients are released
+  Tensor shard_values_;              // sharded mode: this rank's slices, packed
+  std::vector<Tensor> bound_;        // per unit, while the gradients are released
+  std::vector<Tensor> bound_values_; // per unit, sharded mode: its gathered values
 };
 
 }  // namespace loom::model

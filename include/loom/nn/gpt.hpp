@@ -68,6 +68,8 @@ class GPT final : public model::Model {
   const model::ParameterSpace& parameter_space() const noexcept override { return *space_; }
   std::string architecture_name() const override { return "gpt"; }
   std::vector<std::pair<std::string, std::int64_t>> architecture() const override;
+  // Unit 0 (wte, wpe, ln_f): the embedding starts forward and ends backward, and wte is the head.
+  std::vector<std::size_t> root_units() const override { return {0}; }
   // Every parameter, in registration order (embeddings, blocks in order, final LayerNorm).
   const std::vector<Parameter*>& parameters() const noexcept { return parameters_; }
 

@@ -10,6 +10,8 @@
 //                 but the last inside no_sync()); every rank updates the whole model.
 //   zero 1, 2:    a shard::ZeroEngine reduce-scatters them unit by unit; each rank updates its
 //                 slice with optimizer state for that slice only, and the values are all-gathered.
+//   zero 3:       the values are sharded too, gathered unit by unit as forward and backward use
+//                 them (shard/zero.hpp).
 // Either way the loss scaler's verdict and the clipping norm are the whole gradient's (computed
 // over the shards with an all-reduce under ZeRO), so every rank takes the same decisions, and the
 // step's loss and token count are the job's.
@@ -37,12 +39,15 @@ struct TrainerOptions {
   std::int64_t grad_accumulation = 1;  // micro-batches per optimizer step
   float max_grad_norm = 1.0f;          // <= 0: no clipping
   optim::CosineSchedule schedule{};
-  enum class OptimizerKind { adamw, sgd } optimizer = OptimizerKind::adamw;
+  // adamw, or SGD (sgd and sgd_momentum both mean optim::SGD with sgd.momentum).
+  using OptimizerKind = optim::OptimizerKind;
+  OptimizerKind optimizer = OptimizerKind::adamw;
   optim::AdamWOptions adamw{};
   optim::SgdOptions sgd{};
   std::uint64_t data_seed = 0;         // recorded in checkpoints
-  int zero = 0;                        // 0 (DDP), 1 or 2; needs a communicator when > 0
+  int zero = 0;                        // 0 (DDP), 1, 2 or 3; needs a communicator when > 0
   ddp::ReducerOptions reducer{};       // the data-parallel reducer's options (ZeRO: see ZeroEngine)
+  shard::ZeroOptions zero_options{};   // ZeRO-2/3's reduction dtype, ZeRO-3's keep-gathered options
 };
 
 struct StepResult {
@@ -87,8 +92,9 @@ class Trainer {
   };
   ResumeOutcome resume(const std::string& path);
 
-  // The model state this rank holds (values, gradients, masters, moments), and what
-  // shard::model_state_bytes predicts for this model, precision, optimizer, stage and ranks.
+  // The model state this rank holds (values, gradients, masters, moments, and ZeRO's unit
+  // buffers: the gradient pool and ZeRO-3's gathered values), and what shard::model_state_bytes
+  // predicts for this model, precision, optimizer, stage and ranks.
   shard::ModelStateBytes held_model_state() const;
   shard::ModelStateBytes predicted_model_state() const;
 

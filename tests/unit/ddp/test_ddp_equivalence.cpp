@@ -1,6 +1,6 @@
 // Data-parallel training equals single-process training with the same global batch: N = 2, 3, 4
 // in-process ranks with per-rank batch B against one process with batch N x B, with and without
-// gradient accumulation, reduced in fp32 and compressed to bf16; ZeRO-1 and ZeRO-2 also equal DDP. (tests/dist runs the same
+// gradient accumulation, reduced in fp32 and compressed to bf16; ZeRO-1, 2 and 3 also equal DDP. (tests/dist runs the same
 // scenario across MPI processes.)
 #include <catch2/catch.hpp>
 
@@ -36,9 +36,9 @@ TEST_CASE("N ranks with batch B train like one process with batch N x B", "[ddp]
   }
 }
 
-TEST_CASE("ZeRO-1 and ZeRO-2 reach DDP's weights and one process's, with clipping and accumulation", "[ddp][zero]") {
+TEST_CASE("ZeRO-1, 2 and 3 reach DDP's weights and one process's, with clipping and accumulation", "[ddp][zero]") {
   for (int ranks : {2, 3, 4}) {
-    for (int zero : {1, 2}) {
+    for (int zero : {1, 2, 3}) {
       for (std::int64_t accumulation : {1, 2}) {
         for (bool adamw : {false, true}) {
           INFO(ranks << " ranks, ZeRO-" << zero << ", " << accumulation << " micro-batches, " << (adamw ? "AdamW" : "SGD"));
@@ -59,16 +59,22 @@ TEST_CASE("ZeRO-1 and ZeRO-2 reach DDP's weights and one process's, with clippin
             CHECK(r.clipped_steps == c.steps);
             CHECK(r.max_update > 1e-3);
             // The same reductions and the same norm bits as DDP (optim::space_grad_norm), except
-            // that ZeRO-2 adds the micro-batches' averages (a1 + a2) where DDP averages their
+            // that ZeRO-2 and 3 add the micro-batches' averages (a1 + a2) where DDP averages their
             // local sums (avg(g1 + g2)): last-bit differences, which AdamW (see below) turns into
-            // up to 1e-4 of a learning-rate step.
-            const bool reassociated = zero == 2 && accumulation > 1 && adamw;
+            // up to 1e-4 of a learning-rate step. ZeRO-3 computes with gathered copies of the same
+            // values, so it is ZeRO-2's arithmetic.
+            const bool reassociated = zero >= 2 && accumulation > 1 && adamw;
             CHECK(r.max_ddp_weight_diff <= (reassociated ? 2e-6 : 1e-7));
             // One process sums the batch in another order. SGD shows that rounding as it is;
             // AdamW divides by sqrt(v), so a gradient that cancels to ~0 turns it into up to a
             // few 1e-4 of a learning-rate step (lr 1e-2 here).
             CHECK(r.max_weight_diff <= (adamw ? 2e-5 : 2e-6));
             CHECK(r.max_norm_rel_diff <= 1e-5);
+            if (zero == 3) {
+              // Every use of a unit gathered it: the embeddings once per forward and once per
+              // backward... (see the prefetch test for the order); here only that it happened.
+              CHECK(r.gathers > 0);
+            }
           }
         }
       }
@@ -77,7 +83,7 @@ TEST_CASE("ZeRO-1 and ZeRO-2 reach DDP's weights and one process's, with clippin
 }
 
 TEST_CASE("ZeRO with bf16 storage keeps fp32 masters for its shard and stays with DDP", "[ddp][zero]") {
-  for (int zero : {1, 2}) {
+  for (int zero : {1, 2, 3}) {
     INFO("ZeRO-" << zero);
     loom::test::EquivalenceCase c;
     c.zero = zero;
@@ -97,6 +103,59 @@ TEST_CASE("ZeRO with bf16 storage keeps fp32 masters for its shard and stays wit
       // bf16 ulps of the largest weights (the LayerNorm scales near 1, ulp 2^-7).
       CHECK(r.max_ddp_weight_diff == 0);
       CHECK(r.max_weight_diff <= 4.0 / 128);
+    }
+  }
+}
+
+TEST_CASE("ZeRO-3's options: keeping values gathered changes no bit, a bf16 reduce-scatter stays near DDP", "[ddp][zero]") {
+  struct Option {
+    const char* name;
+    bool keep_for_backward, keep_across;
+    loom::DType reduction;
+  };
+  for (const Option& option : {Option{"keep gathered for backward", true, false, loom::DType::f32},
+                               Option{"keep gathered across micro-batches", false, true, loom::DType::f32},
+                               Option{"bf16 reduce-scatter", false, false, loom::DType::bf16}}) {
+    INFO(option.name);
+    loom::test::EquivalenceCase base;
+    base.zero = 3;
+    // SGD for the bf16 reduction: the weights are linear in the gradients, so the difference is
+    // the rounding itself (AdamW would turn a gradient cancelling to ~0 into a full lr step).
+    base.adamw = option.reduction == loom::DType::f32;
+    base.accumulation = 2;
+    base.max_grad_norm = 0.2f;
+    loom::test::EquivalenceCase c = base;
+    c.keep_gathered_for_backward = option.keep_for_backward;
+    c.keep_gathered_across_micro_batches = option.keep_across;
+    c.zero_reduction = option.reduction;
+    std::vector<loom::test::EquivalenceResult> defaults(3), results(3);
+    loom::comm::run_in_process(3, [&](loom::comm::Communicator& comm) {
+      defaults[static_cast<std::size_t>(comm.rank())] = loom::test::run_ddp_equivalence(comm, base);
+      results[static_cast<std::size_t>(comm.rank())] = loom::test::run_ddp_equivalence(comm, c);
+    });
+    for (std::size_t r = 0; r < results.size(); ++r) {
+      INFO(results[r].error << defaults[r].error);
+      REQUIRE(results[r].error.empty());
+      REQUIRE(defaults[r].error.empty());
+      INFO("max |ZeRO-3 - DDP| " << results[r].max_ddp_weight_diff << " (default options "
+                                 << defaults[r].max_ddp_weight_diff << "); gathers in the last step "
+                                 << results[r].gathers << " (default " << defaults[r].gathers << ")");
+      if (option.reduction == loom::DType::f32) {
+        // The same arithmetic on the same values: the weights agree with the default's to the bit,
+        // with fewer gathers.
+        CHECK(results[r].max_ddp_weight_diff == defaults[r].max_ddp_weight_diff);
+        CHECK(results[r].max_weight_diff == defaults[r].max_weight_diff);
+        CHECK(results[r].gathers < defaults[r].gathers);
+      } else {
+        // Each gradient rounded to 8 bits before averaging, the average added in fp32: the bound
+        // DDP's bf16 compression meets, against DDP and one process alike.
+        INFO("max |ZeRO-3 - one process| " << results[r].max_weight_diff << ", max |update| "
+                                           << results[r].max_update);
+        CHECK(results[r].max_ddp_weight_diff > 0);
+        CHECK(results[r].max_ddp_weight_diff <= 2e-2 * results[r].max_update);
+        CHECK(results[r].max_weight_diff <= 2e-2 * results[r].max_update);
+        CHECK(results[r].gathers == defaults[r].gathers);
+      }
     }
   }
 }
