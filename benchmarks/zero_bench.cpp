@@ -110,7 +110,7 @@ nlohmann::json measure_config(const Options& o, loom::World& world, const std::s
           {"exposed_comm_ms", (step_s - compute_s) * 1e3},
           {"synchronize_wait_ms", loom::bench::median(wait) * 1e3},
           {"tokens_per_s", static_cast<double>(o.batch * config.context * world.size()) / step_s},
-          {"state_bytes_measured", cpu ? state_measured : held.total()},
+          {"state_bytes_measured", cpu ? state_measured : held.persistent()},
           {"state_bytes_measured_by", cpu ? "cpu allocator" : "tensor sizes"},
           {"state_bytes_predicted", predicted.persistent()},
           {"buffer_bytes_measured", held.buffers},

@@ -88,6 +88,7 @@ class CheckedCommunicator : public Communicator {
     check({Call::barrier});
     return inner_->barrier(stream);
   }
+  void abort(const std::string& reason) override { inner_->abort(reason); }
   std::unique_ptr<Communicator> split(int color, int key) override {
     check({Call::split});  // colors and keys differ between ranks by design
     std::unique_ptr<Communicator> child = inner_->split(color, key);

@@ -61,7 +61,7 @@ class Group {
       fail(ErrorCategory::timeout, what, ": only ", arrived_, " of ", size_, " ranks joined within ", timeout_.count(),
            " ms; the communicator is aborted");
     }
-    if (round_ == round) fail(ErrorCategory::timeout, what, ": aborted by another rank's timeout");
+    if (round_ == round) fail(abort_category_, what, ": aborted by ", why());
     return snapshot_;
   }
 
@@ -80,7 +80,7 @@ class Group {
     }
     if (!letter.taken) {
       std::erase(box, &letter);
-      fail(ErrorCategory::timeout, what, ": aborted by another rank's timeout");
+      fail(abort_category_, what, ": aborted by ", why());
     }
     if (!letter.refusal.empty()) fail(ErrorCategory::invalid_argument, what, ": ", letter.refusal);
   }
@@ -94,7 +94,7 @@ class Group {
       fail(ErrorCategory::timeout, what, ": rank ", from, " did not send within ", timeout_.count(),
            " ms; the communicator is aborted");
     }
-    if (box.empty()) fail(ErrorCategory::timeout, what, ": aborted by another rank's timeout");
+    if (box.empty()) fail(abort_category_, what, ": aborted by ", why());
     Letter& letter = *box.front();
     box.pop_front();
     letter.taken = true;
@@ -107,14 +107,27 @@ class Group {
     if (tensor.nbytes() > 0) std::memcpy(tensor.raw_data(), letter.data, tensor.nbytes());
   }
 
+  // A rank that cannot go on: every waiting and later call of the group fails with its reason.
+  void abort(int rank, const std::string& reason) {
+    const std::lock_guard lock(mutex_);
+    if (aborted_) return;
+    abort_category_ = ErrorCategory::aborted;
+    reason_ = loom::detail::concat("rank ", rank, ": ", reason);
+    abort_locked();
+  }
+
  private:
   void check_not_aborted(const std::string& what) const {
-    if (aborted_) fail(ErrorCategory::timeout, what, ": the in-process communicator was aborted by an earlier timeout");
+    if (aborted_) fail(abort_category_, what, ": the in-process communicator was aborted by ", why());
   }
+  std::string why() const { return reason_.empty() ? std::string("another rank's timeout") : reason_; }
   void abort_locked() {
     aborted_ = true;
     changed_.notify_all();
   }
+
+  ErrorCategory abort_category_ = ErrorCategory::timeout;
+  std::string reason_;  // set by abort(); empty: a timeout
 
   std::mutex mutex_;
   std::condition_variable changed_;
@@ -202,6 +215,8 @@ class InProcessCommunicator : public Communicator {
     const std::string what = describe("barrier");
     return calls_.enqueue(what, [=, this] { group_->arrive(rank_, {}, what); });
   }
+
+  void abort(const std::string& reason) override { group_->abort(rank_, reason); }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     const std::string what = describe("split");

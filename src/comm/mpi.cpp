@@ -296,6 +296,12 @@ class MpiCommunicator : public Communicator {
     });
   }
 
+  void abort(const std::string& reason) override {
+    if (engine_->status.aborted()) return;  // by a peer's notice or a timeout: the peers know
+    engine_->status.abort(ErrorCategory::aborted, loom::detail::concat("rank ", rank_, ": ", reason));
+    engine_->status.wait_until_told(std::chrono::seconds(1));  // the notices leave before this process may
+  }
+
   std::unique_ptr<Communicator> split(int color, int key) override {
     std::string what = next_call("split");
     backend::require_color(what, color);

@@ -238,6 +238,12 @@ class NcclCommunicator : public Communicator {
     });
   }
 
+  // No channel to the peers: this rank's calls fail; theirs at their timeout.
+  void abort(const std::string& reason) override {
+    const std::lock_guard lock(mutex_);
+    abort_locked(ErrorCategory::aborted, loom::detail::concat("rank ", rank_, ": ", reason));
+  }
+
   std::unique_ptr<Communicator> split(int color, int key) override {
     const std::string what = describe("split");
     backend::require_color(what, color);
@@ -315,6 +321,12 @@ class NcclCommunicator : public Communicator {
     }
     const cudaEvent_t done = take_event();
     check(cudaEventRecord(done, stream_), "cudaEventRecord");
+    // Until the watcher completes the work (and may reuse `done`), a stream can wait on it.
+    work->device_wait = [device = device_, done](StreamRef stream) {
+      const loom::detail::CudaDeviceGuard on_device(device);
+      const auto target = stream.is_default() ? nullptr : static_cast<cudaStream_t>(stream.native_handle());
+      check(cudaStreamWaitEvent(target, done, 0), "cudaStreamWaitEvent");
+    };
     in_flight_.push_back({work, started, done, std::move(tensors)});
     deadlines_.submitted(Clock::now());
     changed_.notify_all();

@@ -10,6 +10,7 @@ void detail::WorkState::complete(std::exception_ptr failure) {
   {
     const std::lock_guard lock(mutex);
     if (done.load(std::memory_order_relaxed)) return;
+    device_wait = nullptr;
     error = std::move(failure);
     done.store(true, std::memory_order_release);
   }
@@ -42,6 +43,18 @@ void Work::wait(std::chrono::milliseconds timeout) const {
     fail(ErrorCategory::timeout, state_->what, " did not complete within ", timeout.count(), " ms");
   }
   if (state_->error) std::rethrow_exception(state_->error);
+}
+
+void Work::wait_on(StreamRef stream) const {
+  if (!state_) return;
+  {
+    const std::lock_guard lock(state_->mutex);
+    if (!state_->done.load(std::memory_order_relaxed) && state_->device_wait) {
+      state_->device_wait(stream);
+      return;
+    }
+  }
+  wait();
 }
 
 std::exception_ptr Work::error() const {

@@ -1,9 +1,12 @@
 #include "loom/comm/world.hpp"
 
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <thread>
 #include <string_view>
 
 #include "loom/comm/in_process.hpp"
@@ -72,6 +75,15 @@ World::World(comm::LaunchInfo launch, Device device, std::unique_ptr<comm::Commu
     : launch_(std::move(launch)), device_(device), comm_(std::move(comm)), owns_mpi_(owns_mpi) {}
 
 World::~World() {
+  // Destroyed while an exception unwinds (the World inside main's try): MPI_Finalize would wait
+  // for peers still in their collectives, and the error would never be printed. The peers are told
+  // instead (they fail at once), and MPI is not finalized.
+  if (owns_mpi_ && std::uncaught_exceptions() > 0 && comm_ && comm_->size() > 1) {
+    try {
+      comm_->abort("its process is unwinding from an error (it is printed by that process)");
+    } catch (...) {
+    }
+  }
   comm_.reset();
   if (!owns_mpi_) return;
   if (comm::mpi_calls_were_abandoned()) {
@@ -81,6 +93,9 @@ World::~World() {
   if (comm::mpi_communicator_aborted()) {
     std::fprintf(stderr, "loom: not finalizing MPI: a communicator was aborted (a peer may be stopped or gone, and "
                  "MPI_Finalize would wait for it)\n");
+    // The first process to exit with an error makes mpirun end the others: a moment for every rank
+    // to take the abort notice and report it first.
+    std::this_thread::sleep_for(std::chrono::seconds(1));
     return;
   }
   try {

@@ -14,6 +14,7 @@ std::string_view to_string(ErrorCategory category) noexcept {
     case ErrorCategory::io: return "I/O";
     case ErrorCategory::corrupt_data: return "corrupt data";
     case ErrorCategory::out_of_memory: return "out of memory";
+    case ErrorCategory::aborted: return "aborted";
   }
   return "unknown";
 }

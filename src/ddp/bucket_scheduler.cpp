@@ -104,11 +104,15 @@ namespace {
 
 // Waits for a started reduction and runs its finish step (unless abandoning); returns what
 // failed, if anything.
+// early: ahead of synchronize(), to free its buffer (complete_oldest): only `stream` waits for the
+// reduction (on a GPU; the host on the CPU) before the finish step is enqueued on it, and
+// synchronize() later waits on the host to see its error.
 template <class Bucket>
-std::exception_ptr complete(Bucket& bucket, bool run_finish = true) noexcept {
+std::exception_ptr complete(Bucket& bucket, bool run_finish = true, const StreamRef* early = nullptr) noexcept {
   std::exception_ptr failure;
   try {
-    bucket.reduction->work.wait();
+    if (early != nullptr) bucket.reduction->work.wait_on(*early);
+    else bucket.reduction->work.wait();
     if (run_finish && bucket.reduction->finish) bucket.reduction->finish();
   } catch (...) {
     failure = std::current_exception();
@@ -125,6 +129,12 @@ std::exception_ptr BucketScheduler::wait_for_buckets(bool run_finish) noexcept {
   for (auto& bucket : buckets_) {
     if (bucket->reduction && !bucket->finished) {
       if (std::exception_ptr f = complete(*bucket, run_finish); f && !failure) failure = f;
+    } else if (bucket->reduction) {  // finished early, on the device: its error shows here
+      try {
+        bucket->reduction->work.wait();
+      } catch (...) {
+        if (!failure) failure = std::current_exception();
+      }
     }
     bucket->reduction.reset();
   }
@@ -202,10 +212,10 @@ void BucketScheduler::settle_unready(std::vector<std::size_t>& never_used, Strea
   }
 }
 
-bool BucketScheduler::complete_oldest() noexcept {
+bool BucketScheduler::complete_oldest(StreamRef stream) noexcept {
   for (auto& bucket : buckets_) {
     if (!bucket->reduction || bucket->finished) continue;
-    if (std::exception_ptr f = complete(*bucket); f && !start_failure_) start_failure_ = f;
+    if (std::exception_ptr f = complete(*bucket, true, &stream); f && !start_failure_) start_failure_ = f;
     return true;
   }
   return false;

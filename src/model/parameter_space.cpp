@@ -1,10 +1,13 @@
 #include "loom/model/parameter_space.hpp"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
 #include "loom/core/error.hpp"
 #include "loom/core/tensor_ops.hpp"
+#include "loom/kernels/cast.hpp"
+#include "loom/model/init.hpp"
 
 namespace loom::model {
 
@@ -267,6 +270,36 @@ void ParameterSpace::zero_grads(StreamRef stream) {
   }
   for (const Slot& slot : slots_) {
     if (slot.parameter->has_grad()) fill(slot.parameter->grad(), 0.0, stream);
+  }
+}
+
+void ParameterSpace::initialize(std::uint64_t seed) {
+  for (const Slot& slot : slots_) {
+    const Init& init = slot.parameter->init();
+    if (init.kind == Init::Kind::keep) continue;
+    // The part of the slot stored here: all of it, or its overlap with this rank's slice.
+    std::int64_t begin = slot.offset, end = slot.offset + slot.numel;
+    if (mode_ == ValueMode::sharded) {
+      const Unit& unit = units_[slot.unit];
+      const std::int64_t size = unit.elements / ranks_, first = unit.begin + value_rank_ * size;
+      begin = std::max(begin, first);
+      end = std::min(end, first + size);
+    }
+    if (begin >= end) continue;
+    const Tensor host = Tensor::empty({end - begin}, DType::f32);
+    if (init.kind == Init::Kind::normal) {
+      fill_normal(host, seed, parameter_stream(slot.parameter->name()), begin - slot.offset, init.std);
+    } else {
+      fill(host, init.kind == Init::Kind::ones ? 1.0 : 0.0);
+    }
+    const Tensor stored = stored_values(begin, end);
+    if (storage_ == DType::f32) {
+      copy(stored, host);
+    } else {
+      const Tensor narrow = Tensor::empty(host.shape(), storage_);
+      kernels::cast(host, narrow);
+      copy(stored, narrow);
+    }
   }
 }
 

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <optional>
 #include <span>
-#include <random>
 #include <string>
 
 #include "loom/core/error.hpp"
@@ -60,7 +59,6 @@ GPT::GPT(const GPTConfig& config, const Precision& precision, Device device, std
     blocks_.back()->collect_parameters(parameters_);
   }
   ln_f_.collect_parameters(parameters_);
-  initialize(seed);
   std::vector<model::UnitSpec> units{{"embeddings", {&wte_, &wpe_}}};
   ln_f_.collect_parameters(units[0].parameters);
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
@@ -70,6 +68,7 @@ GPT::GPT(const GPTConfig& config, const Precision& precision, Device device, std
     blocks_[l]->collect_parameters(units.back().parameters);
   }
   space_ = std::make_unique<model::ParameterSpace>(std::move(units));
+  initialize(seed);
 }
 
 std::vector<std::pair<std::string, std::int64_t>> GPT::architecture() const {
@@ -78,26 +77,19 @@ std::vector<std::pair<std::string, std::int64_t>> GPT::architecture() const {
 }
 
 void GPT::initialize(std::uint64_t seed) {
+  // GPT-2's scheme: N(0, 0.02) weights (residual projections scaled by 1/sqrt(2 layers)), wpe
+  // N(0, 0.01), biases zero and LayerNorm scales one (as built). The values come from (seed, the
+  // parameter's name, element index) alone (model/init.hpp), so a rank holding a shard can make
+  // exactly its part.
   const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(config_.layers));
-  // Each tensor draws from its own generator (seed, position in the parameter list), so the
-  // values do not depend on how many numbers other tensors used.
-  auto normal_fill = [&](Parameter& p, std::size_t index, float std_dev) {
-    std::mt19937_64 rng(seed * 1000003u + index);
-    std::normal_distribution<float> dist(0.0f, std_dev);
-    const Tensor host = Tensor::empty(p.value().shape(), DType::f32);
-    for (float& v : host.span<float>()) v = dist(rng);
-    const Tensor stored = p.value().dtype() == DType::f32 ? host : Tensor::empty(host.shape(), p.value().dtype());
-    if (stored.dtype() != DType::f32) kernels::cast(host, stored);
-    copy(p.value(), stored);
-  };
-  for (std::size_t i = 0; i < parameters_.size(); ++i) {
-    Parameter& p = *parameters_[i];
-    const std::string& name = p.name();
-    const bool is_weight = name.ends_with(".weight") && p.value().shape().rank() == 2;
-    if (&p == &wte_) normal_fill(p, i, 0.02f);
-    else if (&p == &wpe_) normal_fill(p, i, 0.01f);
-    else if (is_weight) normal_fill(p, i, name.ends_with("proj.weight") ? residual_std : 0.02f);
+  for (Parameter* p : parameters_) {
+    const std::string& name = p->name();
+    const bool is_weight = name.ends_with(".weight") && p->shape().rank() == 2;
+    if (p == &wte_) p->set_init(model::Init::normal(0.02f));
+    else if (p == &wpe_) p->set_init(model::Init::normal(0.01f));
+    else if (is_weight) p->set_init(model::Init::normal(name.ends_with("proj.weight") ? residual_std : 0.02f));
   }
+  space_->initialize(seed);
 }
 
 namespace {

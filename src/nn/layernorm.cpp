@@ -12,7 +12,11 @@ LayerNorm::LayerNorm(const std::string& name, std::int64_t channels, const Preci
       eps_(eps),
       precision_(precision),
       weight_(name + ".weight", Tensor::full({channels}, precision.storage, 1.0, device), precision.grad, false),
-      bias_(name + ".bias", Tensor::zeros({channels}, precision.storage, device), precision.grad, false) {}
+      bias_(name + ".bias", Tensor::zeros({channels}, precision.storage, device), precision.grad, false) {
+  // What a parameter space that initialises (a sharded one too) gives them: the values above.
+  weight_.set_init(model::Init::ones());
+  bias_.set_init(model::Init::zeros());
+}
 
 void LayerNorm::collect_parameters(std::vector<Parameter*>& out) {
   out.push_back(&weight_);

@@ -20,9 +20,12 @@ Linear::Linear(const std::string& name, std::int64_t in_features, std::int64_t o
       precision_(precision),
       weight_(name + ".weight", Tensor::zeros({out_features, in_features}, precision.storage, device), precision.grad,
               true) {
+  // Zeros, as built, when a parameter space initialises (a model sets its own scheme on top).
+  weight_.set_init(model::Init::zeros());
   if (options.bias) {
     bias_ = std::make_unique<Parameter>(name + ".bias", Tensor::zeros({out_features}, precision.storage, device),
                                         precision.grad, false);
+    bias_->set_init(model::Init::zeros());
   }
 }
 

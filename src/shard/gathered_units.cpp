@@ -76,14 +76,18 @@ void GatheredUnits::require(std::size_t unit, StreamRef stream) {
   } else {
     ++stats_.waited;
   }
-  work_[unit].wait();
+  // The stream waits, not the host (on a GPU; on the CPU this is a wait). A gather that fails
+  // later aborts the communicator, and the next host wait on it reports the failure.
+  work_[unit].wait_on(stream);
   work_[unit] = comm::Work();
   state_[unit] = State::ready;
 }
 
 void GatheredUnits::release(std::size_t unit) {
   if (state_.at(unit) == State::released) return;
-  if (state_[unit] == State::in_flight) work_[unit].wait();  // the gather still writes the buffer
+  // A gather in flight still writes the buffer; the next gather into it is ordered after it on the
+  // communicator, but the host must not hand it to anything else before it is done.
+  if (state_[unit] == State::in_flight) work_[unit].wait();
   work_[unit] = comm::Work();
   space_.bind_unit_values(unit, Tensor());
   free_.push_back(std::move(buffer_[unit]));

@@ -49,7 +49,7 @@ ModelStateBytes model_state_bytes(std::int64_t elements, DType storage, optim::O
 }
 
 ModelStateBytes model_state_bytes(const model::ParameterSpace& space, DType storage, optim::OptimizerKind optimizer,
-                                  int stage, int ranks, std::span<const std::size_t> root_units) {
+                                  int stage, int ranks, std::span<const std::size_t> root_units, bool keep_gathered) {
   ModelStateBytes bytes = model_state_bytes(space.elements_at(ranks), storage, optimizer, stage, ranks);
   const std::vector<std::int64_t> units = space.unit_elements_at(ranks);
   // The gradient pool holds three buffers: the roots take their places first.
@@ -57,14 +57,18 @@ ModelStateBytes model_state_bytes(const model::ParameterSpace& space, DType stor
     const std::size_t roots = std::min<std::size_t>(root_units.size(), 3);
     bytes.buffers += pool_bytes(units, root_units.subspan(0, roots), 3 - roots, 4);
   }
-  if (stage >= 3) bytes.buffers += pool_bytes(units, root_units, 2, static_cast<std::int64_t>(dtype_size(storage)));
+  if (stage >= 3) {
+    bytes.buffers += pool_bytes(units, root_units, keep_gathered ? units.size() : 2,
+                                static_cast<std::int64_t>(dtype_size(storage)));
+  }
   return bytes;
 }
 
-ModelStateBytes model_state_bytes(const model::Model& model, optim::OptimizerKind optimizer, int stage, int ranks) {
+ModelStateBytes model_state_bytes(const model::Model& model, optim::OptimizerKind optimizer, int stage, int ranks,
+                                  bool keep_gathered) {
   const model::ParameterSpace& space = model.parameter_space();
   const std::vector<std::size_t> roots = model.root_units();
-  return model_state_bytes(space, space.storage(), optimizer, stage, ranks, roots);
+  return model_state_bytes(space, space.storage(), optimizer, stage, ranks, roots, keep_gathered);
 }
 
 }  // namespace loom::shard

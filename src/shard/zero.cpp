@@ -260,7 +260,7 @@ void ZeroEngine::bind_buffer(std::size_t unit, StreamRef stream) {
     return best;
   };
   auto fit = best_fit();
-  while (fit == free_.end() && pool_allocated_ >= pool_limit && scheduler_->complete_oldest()) fit = best_fit();
+  while (fit == free_.end() && pool_allocated_ >= pool_limit && scheduler_->complete_oldest(stream)) fit = best_fit();
   Tensor buffer;
   if (fit != free_.end()) {
     buffer = std::move(*fit);

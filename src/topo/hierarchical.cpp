@@ -116,6 +116,12 @@ class TopologyAware : public Communicator {
     if (!active_) return flat_.barrier(stream);
     return submit("barrier", stream, [this] { flat_.barrier().wait(); });
   }
+  // The split communicators first: a call of this wrapper may wait in either.
+  void abort(const std::string& reason) override {
+    if (intra_) intra_->abort(reason);
+    if (inter_) inter_->abort(reason);
+    flat_.abort(reason);
+  }
   std::unique_ptr<Communicator> split(int color, int key) override {
     if (!active_) return flat_.split(color, key);
     std::unique_ptr<Communicator> child;

@@ -38,13 +38,47 @@ const TrainerOptions& validated(const TrainerOptions& options, const comm::Commu
   return options;
 }
 
+// A null data group is the world; then the groups are checked against each other (collective over
+// the world: every rank reaches the same verdict).
+ParallelGroups checked_groups(ParallelGroups g) {
+  if (g.data == nullptr) g.data = g.world;
+  if (g.world == nullptr) {
+    require(g.data == nullptr && g.tensor == nullptr, "trainer: data-parallel or tensor-parallel groups were given "
+            "without the world group");
+    return g;
+  }
+  std::exception_ptr invalid;
+  try {
+    const int tensor = g.tensor != nullptr ? g.tensor->size() : 1;
+    require(tensor == 1, "trainer: the tensor-parallel group has ", tensor, " ranks; tensor parallelism is not built "
+            "yet (pass a group of size 1, or none)");
+    require(g.data->size() * tensor == g.world->size(), "trainer: the data-parallel group (", g.data->size(),
+            " ranks) times the tensor-parallel group (", tensor, ") must be the world (", g.world->size(), " ranks)");
+    require(g.data->device() == g.world->device(), "trainer: the data-parallel group is on ", g.data->device(),
+            " but the world on ", g.world->device());
+  } catch (...) {
+    invalid = std::current_exception();
+  }
+  comm::throw_if_any_failed(*g.world, invalid, "checking the parallel groups");
+  // With a tensor group of size 1 the data group is the world, rank for rank.
+  const std::vector<std::int64_t> apart = comm::all_reduce_values(
+      *g.world, {static_cast<std::int64_t>(g.world->rank() != g.data->rank())}, comm::ReduceOp::max);
+  require(apart[0] == 0, "trainer: the data-parallel group ranks the processes differently from the world (with a "
+          "tensor-parallel group of size 1 they must be the same ranks in the same order)");
+  return g;
+}
+
 }  // namespace
 
 Trainer::Trainer(model::Model& model, data::BatchSource& data, const TrainerOptions& options, comm::Communicator* comm)
+    : Trainer(model, data, options, ParallelGroups{comm, comm, nullptr}) {}
+
+Trainer::Trainer(model::Model& model, data::BatchSource& data, const TrainerOptions& options, ParallelGroups groups)
     : model_(model),
       data_(data),
-      options_(validated(options, comm)),
-      comm_(comm),
+      options_(validated(options, groups.data != nullptr ? groups.data : groups.world)),
+      groups_(checked_groups(groups)),
+      comm_(groups_.data),
       scaler_(scaler_options(model.precision())) {
   model::ParameterSpace& space = model.parameter_space();
   if (comm_ != nullptr) {
@@ -59,9 +93,48 @@ Trainer::Trainer(model::Model& model, data::BatchSource& data, const TrainerOpti
   } else {
     sync_ = std::make_unique<ddp::LocalGradients>(space);
   }
-  optimizer_ = make_optimizer(space, options_, sync_->optimizer_ranges());
-  if (const Tensor gradients = sync_->optimizer_gradients(); gradients.defined()) {
-    optimizer_->read_gradients_from(gradients);
+  std::exception_ptr failure;
+  try {
+    optimizer_ = make_optimizer(space, options_, sync_->optimizer_ranges());
+    if (const Tensor gradients = sync_->optimizer_gradients(); gradients.defined()) {
+      optimizer_->read_gradients_from(gradients);
+    }
+  } catch (...) {
+    if (comm_ == nullptr) throw;
+    failure = std::current_exception();
+  }
+  // One rank out of memory for its optimizer state must not leave the others waiting in step 1.
+  if (comm_ != nullptr) comm::throw_if_any_failed(*comm_, failure, "building the optimizer");
+}
+
+namespace {
+
+std::string message_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+
+}  // namespace
+
+void Trainer::fail_job(const std::exception_ptr& error, const char* where) noexcept {
+  if (comm_ == nullptr) return;
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    if (e.category() == ErrorCategory::aborted) return;  // another rank's failure: it told everyone
+  } catch (...) {
+  }
+  try {
+    const std::string reason =
+        loom::detail::concat("failed in ", where, " of step ", steps_done_ + 1, ": ", message_of(error));
+    comm_->abort(reason);
+    if (groups_.world != comm_) groups_.world->abort(reason);  // ranks outside this data group, too
+  } catch (...) {  // the communicator is broken already: its peers fail anyway
   }
 }
 
@@ -95,10 +168,14 @@ StepResult Trainer::step(StreamRef stream) {
   StepResult result;
   result.step = steps_done_ + 1;
   double loss_sum = 0;
-  sync_->begin_step(stream);
+  // A rank whose forward, backward or update fails cannot meet its peers' next collectives: it
+  // aborts the communicator with its error, so they stop at once with that error instead of
+  // waiting out the timeout. (A failure the collectives themselves report is every rank's already.)
   try {
+    sync_->begin_step(stream);
     run_micro_batches(result, loss_sum, stream);
   } catch (...) {
+    fail_job(std::current_exception(), "forward or backward");
     sync_->abandon_step();  // nothing stays in flight into the next step
     throw;
   }
@@ -119,9 +196,14 @@ StepResult Trainer::step(StreamRef stream) {
   result.skipped = !finite || !std::isfinite(result.grad_norm);
   if (result.skipped) ++skipped_steps_;
   if (!result.skipped) {
-    optimizer_->step(result.lr, optim::clip_factor(result.grad_norm, options_.max_grad_norm), stream);
-    sync_->after_update(stream);
-    loom::synchronize(stream);
+    try {
+      optimizer_->step(result.lr, optim::clip_factor(result.grad_norm, options_.max_grad_norm), stream);
+      sync_->after_update(stream);
+      loom::synchronize(stream);
+    } catch (...) {
+      fail_job(std::current_exception(), "the optimizer step");
+      throw;
+    }
   }
   ++steps_done_;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -150,7 +232,8 @@ shard::ModelStateBytes Trainer::predicted_model_state() const {
   if (options_.optimizer != optim::OptimizerKind::adamw) {
     kind = options_.sgd.momentum > 0 ? optim::OptimizerKind::sgd_momentum : optim::OptimizerKind::sgd;
   }
-  return shard::model_state_bytes(model_, kind, options_.zero, ranks());
+  const bool keep = options_.zero_options.keep_gathered_for_backward || options_.zero_options.keep_gathered_across_micro_batches;
+  return shard::model_state_bytes(model_, kind, options_.zero, ranks(), keep);
 }
 
 int Trainer::ranks() const noexcept { return comm_ != nullptr ? comm_->size() : 1; }

@@ -1,6 +1,6 @@
 // The GradientReducer and ZeRO across MPI processes (CTest runs this binary with 2, 3 and 4 ranks):
 // data-parallel training equals one process with the whole batch, with and without accumulation,
-// in fp32 and with bf16/fp16 compression; ZeRO-1 and ZeRO-2 equal DDP; an unused parameter and a
+// in fp32 and with bf16/fp16 compression; ZeRO-1, 2 and 3 equal DDP; an unused parameter and a
 // model that differs between processes are errors on every rank rather than hangs.
 #include <catch2/catch.hpp>
 
@@ -42,9 +42,9 @@ TEST_CASE("data-parallel training across processes equals one process with the w
   }
 }
 
-TEST_CASE("ZeRO-1 and ZeRO-2 across processes equal DDP and one process", "[dist][zero]") {
+TEST_CASE("ZeRO-1, 2 and 3 across processes equal DDP and one process", "[dist][zero]") {
   std::unique_ptr<Communicator> comm = loom::comm::make_mpi_world_communicator();
-  for (int zero : {1, 2}) {
+  for (int zero : {1, 2, 3}) {
     for (std::int64_t accumulation : {1, 2}) {
       for (bool adamw : {false, true}) {
         INFO(comm->size() << " ranks, ZeRO-" << zero << ", " << accumulation << " micro-batches, "
@@ -100,7 +100,7 @@ TEST_CASE("an unused parameter or a differing model fails every process with a n
 TEST_CASE("a ZeRO job whose ranks build different models fails on every rank, naming the difference", "[dist][zero]") {
   std::unique_ptr<Communicator> comm = loom::comm::make_mpi_world_communicator();
   const int last = comm->size() - 1;
-  for (int zero : {1, 2}) {
+  for (int zero : {1, 2, 3}) {
     loom::nn::GPTConfig config{.vocab_size = 32, .context = 8, .layers = 2, .heads = 2, .channels = 16};
     if (comm->rank() == last) config.layers = 3;  // one more unit and more parameters
     loom::nn::GPT model(config, loom::nn::Precision::fp32(), loom::Device::cpu());

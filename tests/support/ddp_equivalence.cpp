@@ -34,6 +34,13 @@ data::Batch GlobalBatchSlice::next() {
                               {rows_, steps_per_row})};
 }
 
+data::Batch BadBatchAt::next() {
+  const bool bad = slice_.position() == bad_;
+  data::Batch batch = slice_.next();
+  if (bad) batch.tokens.data<std::int32_t>()[1] = 99;
+  return batch;
+}
+
 namespace {
 
 train::TrainerOptions trainer_options(const EquivalenceCase& c) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "loom/comm/communicator.hpp"
 #include "loom/core/dtype.hpp"
@@ -59,6 +60,21 @@ class GlobalBatchSlice : public data::BatchSource {
 
  private:
   std::int64_t total_, begin_, rows_, position_ = 0;
+};
+
+// GlobalBatchSlice whose batch number `bad` holds token 99 at position (0, 1), outside the
+// vocabulary: the GPT's forward refuses it (a rank that fails in forward).
+class BadBatchAt : public data::BatchSource {
+ public:
+  BadBatchAt(GlobalBatchSlice slice, std::int64_t bad) : slice_(std::move(slice)), bad_(bad) {}
+  data::Batch next() override;
+  std::int64_t position() const override { return slice_.position(); }
+  void seek(std::int64_t position) override { slice_.seek(position); }
+  std::int64_t vocab_size() const override { return slice_.vocab_size(); }
+
+ private:
+  GlobalBatchSlice slice_;
+  std::int64_t bad_;
 };
 
 EquivalenceResult run_ddp_equivalence(comm::Communicator& comm, const EquivalenceCase& c);

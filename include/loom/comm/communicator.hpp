@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "loom/comm/work.hpp"
@@ -65,6 +66,13 @@ class Communicator {
   virtual Work send(const Tensor& tensor, int peer, StreamRef stream = {}) = 0;
   virtual Work recv(const Tensor& tensor, int peer, StreamRef stream = {}) = 0;
   virtual Work barrier(StreamRef stream = {}) = 0;
+
+  // For a rank that cannot go on (its forward threw): fails this communicator's pending and later
+  // calls here, and tells the peers, whose calls then fail within moments with an Error that
+  // carries `reason`, instead of waiting out the timeout for this rank. Not collective; the
+  // communicator is unusable afterwards. NCCL has no channel to tell its peers: it aborts here
+  // only, and the peers fail at their timeout.
+  virtual void abort(const std::string& reason) = 0;
 
   // Collective and blocking: every rank calls it after its earlier calls. Ranks passing the same
   // color form a new communicator, ranked by (key, old rank); no_color gives nullptr. The child

@@ -6,9 +6,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+
+#include "loom/core/stream.hpp"
 
 namespace loom::comm {
 
@@ -23,6 +26,9 @@ struct WorkState {
   // wait() calls help(helper, *this) first, if the helper still exists.
   void (*help)(const std::shared_ptr<void>& helper, WorkState& work) = nullptr;
   std::weak_ptr<void> helper;
+  // Set by a GPU backend while the operation runs: makes a stream wait for it on the device (an
+  // event), so the host need not. complete() clears it (its event may then serve another call).
+  std::function<void(StreamRef)> device_wait;
   // The first completion wins: a call failed by a watchdog stays failed when it returns later.
   void complete(std::exception_ptr failure);
 };
@@ -37,6 +43,10 @@ class Work {
   // Blocks until the operation is done and rethrows its error. A timeout Error names the operation
   // when it is not done within `timeout` (the operation itself keeps its own deadline).
   void wait(std::chrono::milliseconds timeout = std::chrono::milliseconds::max()) const;
+  // Orders `stream` after the operation: work enqueued on the stream from now on sees its result.
+  // On a GPU backend the stream waits on the device and the host goes on at once (an error then
+  // shows at a later wait()); on the CPU, where there is nothing to enqueue, it is wait().
+  void wait_on(StreamRef stream) const;
   // The operation's error once completed (nullptr when it succeeded or is still running).
   std::exception_ptr error() const;
 

@@ -18,6 +18,7 @@ enum class ErrorCategory {
   io,                // a file or socket could not be read or written
   corrupt_data,      // data was read but is not what it claims to be (checksum, format, size)
   out_of_memory,     // an allocator could not satisfy a request, even after releasing its cache
+  aborted,           // another rank failed and aborted the communicator (its error is in the message)
 };
 
 std::string_view to_string(ErrorCategory category) noexcept;

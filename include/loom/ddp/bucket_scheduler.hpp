@@ -123,10 +123,11 @@ class BucketScheduler {
   // Opening one after a synchronized backward, before synchronize(), is an error (its micro-batch
   // would write gradients that are being reduced).
   [[nodiscard]] NoSync no_sync();
-  // Waits for the oldest reduction still in flight and runs its finish step (a pool of gradient
-  // buffers gets that bucket's buffer back). Returns false when none is in flight. A failure is
-  // kept for synchronize(), which reports it on every rank.
-  bool complete_oldest() noexcept;
+  // Orders `stream` after the oldest reduction still in flight (Work::wait_on: on a GPU the host
+  // does not wait) and runs its finish step (a pool of gradient buffers gets that bucket's buffer
+  // back, for work enqueued on `stream`). Returns false when none is in flight. A failure is kept
+  // for synchronize(), which waits for the reduction on the host and reports it on every rank.
+  bool complete_oldest(StreamRef stream) noexcept;
   // After backward failed part-way: waits for the reductions it started (their errors dropped,
   // their finish steps not run) and forgets the iteration. Every rank must do the same.
   void abandon_iteration() noexcept;

@@ -20,6 +20,7 @@
 #include "loom/core/shape.hpp"
 #include "loom/core/stream.hpp"
 #include "loom/core/tensor.hpp"
+#include "loom/model/init.hpp"
 
 namespace loom::model {
 
@@ -54,6 +55,9 @@ class Parameter {
   std::int64_t numel() const noexcept { return shape_.numel(); }
   bool weight_decay() const noexcept { return weight_decay_; }
   const Partition& partition() const noexcept { return partition_; }
+  // How ParameterSpace::initialize sets it (default: keep the values it was built with).
+  const Init& init() const noexcept { return init_; }
+  void set_init(Init init) { init_ = init; }
   // Declares the box of a global tensor this parameter holds (tensor parallelism); checked
   // against the shape.
   void set_partition(Partition partition);
@@ -82,6 +86,7 @@ class Parameter {
   Device device_;
   bool weight_decay_;
   Partition partition_;
+  Init init_;
   Tensor value_;
   Tensor grad_;
   std::vector<std::pair<HookId, GradReadyHook>> hooks_;

@@ -136,6 +136,11 @@ class ParameterSpace {
   // Every unit entire, local offset = global offset (an unsharded optimizer's view).
   std::vector<ShardRange> whole() const;
 
+  // Sets every parameter whose Init is not `keep` from (seed, its name, element index) (init.hpp),
+  // writing only what this space stores: in sharded mode a rank makes exactly its slices, the same
+  // bits one process makes for the whole tensor. Padding stays zero.
+  void initialize(std::uint64_t seed);
+
   // The layout in words (units, their parameters and shapes, the ranks), to compare across ranks.
   std::string describe() const;
 

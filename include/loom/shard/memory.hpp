@@ -9,7 +9,8 @@
 // buffers the engine holds while a step runs: ZeRO-2 and 3 keep a pool of at most three fp32
 // full-unit gradient buffers (the root units' and the two largest others: one computing, one
 // reducing), and ZeRO-3 a pool of gathered values in the storage dtype (the root units' and the
-// two largest others: one in use, one prefetched).
+// two largest others: one in use, one prefetched; every unit when the values are kept gathered
+// from forward to backward).
 #pragma once
 
 #include <cstdint>
@@ -40,9 +41,12 @@ struct ModelStateBytes {
 ModelStateBytes model_state_bytes(std::int64_t elements, DType storage, optim::OptimizerKind optimizer, int stage,
                                   int ranks);
 // The same for a model's parameter space laid out for `ranks` (its padding included), with the
-// unit buffers for its root units.
+// unit buffers for its root units; keep_gathered: ZeRO-3 keeps every unit gathered from forward
+// to backward (ZeroOptions::keep_gathered_for_backward or _across_micro_batches).
 ModelStateBytes model_state_bytes(const model::ParameterSpace& space, DType storage, optim::OptimizerKind optimizer,
-                                  int stage, int ranks, std::span<const std::size_t> root_units = {});
-ModelStateBytes model_state_bytes(const model::Model& model, optim::OptimizerKind optimizer, int stage, int ranks);
+                                  int stage, int ranks, std::span<const std::size_t> root_units = {},
+                                  bool keep_gathered = false);
+ModelStateBytes model_state_bytes(const model::Model& model, optim::OptimizerKind optimizer, int stage, int ranks,
+                                  bool keep_gathered = false);
 
 }  // namespace loom::shard

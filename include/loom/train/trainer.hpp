@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 
 #include "loom/comm/communicator.hpp"
@@ -50,6 +51,21 @@ struct TrainerOptions {
   shard::ZeroOptions zero_options{};   // ZeRO-2/3's reduction dtype, ZeRO-3's keep-gathered options
 };
 
+// The groups of ranks a training job spans, and what each is used for:
+//   world:  every rank of the job; saving (its rank 0 writes) and the failure notice.
+//   data:   the ranks that split the batch and hold the same model (or its ZeRO shards): the
+//           gradient synchronisation, the loss and token counts, the data position, the norm and
+//           the loss scaler's agreement.
+//   tensor: the ranks that split each layer (tensor parallelism): size 1 until it is built.
+// data x tensor must be world: with tensor of size 1, data is the world itself. A null world is
+// one process (data and tensor must be null too); a null data group is the world; a null tensor
+// group has size 1.
+struct ParallelGroups {
+  comm::Communicator* world = nullptr;
+  comm::Communicator* data = nullptr;
+  comm::Communicator* tensor = nullptr;
+};
+
 struct StepResult {
   std::int64_t step = 0;   // 1-based number of this step
   float loss = 0;          // mean over the micro-batches (and the ranks, data-parallel)
@@ -67,8 +83,14 @@ class Trainer {
   // collective. The model, data and comm must outlive the trainer.
   Trainer(model::Model& model, data::BatchSource& data, const TrainerOptions& options,
           comm::Communicator* comm = nullptr);
+  // The same with the job's groups (see ParallelGroups); groups that do not fit together (sizes,
+  // devices, ranks in another order) are an invalid_argument Error on every rank, naming them.
+  Trainer(model::Model& model, data::BatchSource& data, const TrainerOptions& options, ParallelGroups groups);
   ~Trainer();
 
+  // One optimizer step. Data-parallel: when this rank's forward, backward or optimizer step
+  // throws, it aborts the communicator with its error before rethrowing, so every other rank's
+  // step fails within moments with an Error naming this rank and its message.
   StepResult step(StreamRef stream = {});
 
   std::int64_t steps_done() const noexcept { return steps_done_; }
@@ -111,15 +133,20 @@ class Trainer {
   // The same, when it is DDP's reducer or a ZeRO engine; null otherwise.
   ddp::GradientReducer* reducer() noexcept;
   shard::ZeroEngine* zero_engine() noexcept;
+  // The data-parallel group (null: one process), and all the groups.
   comm::Communicator* communicator() const noexcept { return comm_; }
+  const ParallelGroups& groups() const noexcept { return groups_; }
 
  private:
   void run_micro_batches(StepResult& result, double& loss_sum, StreamRef stream);
+  // Aborts the communicator with this rank's error (see step()).
+  void fail_job(const std::exception_ptr& error, const char* where) noexcept;
 
   model::Model& model_;
   data::BatchSource& data_;
   TrainerOptions options_;
-  comm::Communicator* comm_;
+  ParallelGroups groups_;
+  comm::Communicator* comm_;  // groups_.data
   std::unique_ptr<ddp::GradientSync> sync_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::DynamicLossScaler scaler_;

@@ -112,6 +112,19 @@ void MpiStatus::abort(ErrorCategory category, const std::string& reason) {
   wake_.notify_all();
 }
 
+void MpiStatus::wait_until_told(std::chrono::milliseconds patience) {
+  const auto until = Clock::now() + patience;
+  std::unique_lock lock(mutex_);
+  while (!told_ && !broken_ && !stopping_ && Clock::now() < until) {
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    lock.lock();
+  }
+  lock.unlock();
+  // The notices are posted: give the eager sends a moment to leave.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
 bool any_communicator_aborted() { return aborted_any.load(); }
 
 void MpiStatus::abort_locked(ErrorCategory category, const std::string& reason, const std::string* current_detail) {

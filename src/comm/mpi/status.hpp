@@ -62,6 +62,8 @@ class MpiStatus {
   // Aborts from the worker (an MPI error, mismatched collectives): fails the running call with
   // `reason`, queued and later calls too, and tells the peers.
   void abort(ErrorCategory category, const std::string& reason);
+  // After abort(): waits (at most `patience`) until the notice to the peers is on its way.
+  void wait_until_told(std::chrono::milliseconds patience);
 
   static std::chrono::milliseconds answer_grace(std::chrono::milliseconds timeout);
   static std::chrono::milliseconds poll_period(std::chrono::milliseconds timeout);

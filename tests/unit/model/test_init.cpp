@@ -1,0 +1,77 @@
+// Counter-based initialisation (model/init.hpp): Philox4x32-10 against the known-answer vectors of
+// its authors' Random123 library, normal deviates with the right moments, any sub-range of a
+// stream equal to the same elements of the whole, and a sharded parameter space at N = 1..4 whose
+// every rank makes exactly the slices of the values one process makes, bit for bit.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "loom/core/tensor_ops.hpp"
+#include "loom/model/init.hpp"
+#include "loom/nn/gpt.hpp"
+
+using loom::model::philox4x32_10;
+
+TEST_CASE("Philox4x32-10 gives Random123's known answers", "[model][init]") {
+  using Block = std::array<std::uint32_t, 4>;
+  CHECK(philox4x32_10({0, 0, 0, 0}, {0, 0}) == Block{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u});
+  CHECK(philox4x32_10({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu}) ==
+        Block{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu});
+  CHECK(philox4x32_10({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u}) ==
+        Block{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u});
+}
+
+TEST_CASE("fill_normal draws N(0, std^2), and any range of a stream is those elements of the whole", "[model][init]") {
+  constexpr std::int64_t n = 1 << 20;
+  const loom::Tensor all = loom::Tensor::empty({n}, loom::DType::f32);
+  loom::model::fill_normal(all, 7, loom::model::parameter_stream("h0.mlp.fc.weight"), 0, 2.0f);
+  double sum = 0, squares = 0;
+  for (const float v : all.span<float>()) {
+    sum += v;
+    squares += static_cast<double>(v) * v;
+  }
+  const double mean = sum / n, variance = squares / n - mean * mean;
+  CHECK(std::fabs(mean) < 5 * 2.0 / std::sqrt(static_cast<double>(n)));
+  CHECK(std::fabs(variance / 4.0 - 1.0) < 0.01);
+  for (const std::int64_t first : {std::int64_t{1}, std::int64_t{2}, std::int64_t{999}, n - 7}) {
+    const loom::Tensor part = loom::Tensor::empty({std::min<std::int64_t>(64, n - first)}, loom::DType::f32);
+    loom::model::fill_normal(part, 7, loom::model::parameter_stream("h0.mlp.fc.weight"), first, 2.0f);
+    for (std::int64_t i = 0; i < part.numel(); ++i) {
+      INFO("element " << first + i);
+      REQUIRE(part.span<float>()[static_cast<std::size_t>(i)] == all.span<float>()[static_cast<std::size_t>(first + i)]);
+    }
+  }
+  // Another seed or another name is another stream.
+  const loom::Tensor other = loom::Tensor::empty({4}, loom::DType::f32);
+  loom::model::fill_normal(other, 8, loom::model::parameter_stream("h0.mlp.fc.weight"), 0, 2.0f);
+  CHECK(other.span<float>()[0] != all.span<float>()[0]);
+  loom::model::fill_normal(other, 7, loom::model::parameter_stream("h0.mlp.proj.weight"), 0, 2.0f);
+  CHECK(other.span<float>()[0] != all.span<float>()[0]);
+}
+
+TEST_CASE("every rank of a sharded space makes exactly its slices of one process's values", "[model][init]") {
+  const loom::nn::GPTConfig config{.vocab_size = 50, .context = 12, .layers = 3, .heads = 2, .channels = 24};
+  for (const char* precision : {"fp32", "bf16"}) {
+    for (int ranks : {1, 2, 3, 4}) {
+      INFO(precision << ", " << ranks << " ranks");
+      loom::nn::GPT whole(config, loom::nn::Precision::parse(precision), loom::Device::cpu(), 11);
+      whole.parameter_space().repartition(ranks);  // the same values, laid out as the ranks see them
+      const loom::model::ParameterSpace& full = whole.parameter_space();
+      for (int rank = 0; rank < ranks; ++rank) {
+        loom::nn::GPT model(config, loom::nn::Precision::parse(precision), loom::Device::cpu(), 99);
+        loom::model::ParameterSpace& space = model.parameter_space();
+        space.repartition(ranks);
+        space.shard_values(rank);
+        loom::fill(space.local_values(), 0.0);  // nothing left of seed 99
+        space.initialize(11);
+        for (std::size_t u = 0; u < full.units().size(); ++u) {
+          INFO("rank " << rank << ", unit " << full.units()[u].name);
+          const std::vector<double> want = loom::to_doubles(full.unit_slice_values(u, rank));
+          const std::vector<double> got = loom::to_doubles(space.unit_slice_values(u, rank));
+          REQUIRE(got == want);
+        }
+      }
+    }
+  }
+}

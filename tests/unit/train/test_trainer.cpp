@@ -1,0 +1,85 @@
+// Trainer with in-process ranks: the failure path (one rank's forward throws on a bad batch, and every
+// rank's step fails at once with that rank's error instead of waiting out a 300 s timeout), and the
+// parallel groups it takes (what fits together, and the named errors for what does not).
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/comm/in_process.hpp"
+#include "loom/nn/gpt.hpp"
+#include "loom/train/trainer.hpp"
+#include "support/ddp_equivalence.hpp"
+
+TEST_CASE("one rank failing in forward fails every rank's step at once, naming it and its error", "[train]") {
+  for (int stage : {0, 2, 3}) {
+    INFO("ZeRO stage " << stage);
+    loom::comm::CommOptions options;
+    options.timeout = std::chrono::milliseconds(300000);
+    std::vector<std::string> errors(3);
+    std::vector<int> failed_at(3, 0);
+    const auto start = std::chrono::steady_clock::now();
+    loom::comm::run_in_process(3, [&](loom::comm::Communicator& comm) {
+      const auto r = static_cast<std::size_t>(comm.rank());
+      loom::nn::GPT model({.vocab_size = 32, .context = 8, .layers = 2, .heads = 2, .channels = 16},
+                          loom::nn::Precision::fp32(), loom::Device::cpu());
+      loom::test::BadBatchAt data(loom::test::GlobalBatchSlice(6, 2 * comm.rank(), 2), comm.rank() == 2 ? 2 : -1);
+      loom::train::TrainerOptions trainer_options;
+      trainer_options.zero = stage;
+      loom::train::Trainer trainer(model, data, trainer_options, &comm);
+      for (int step = 1; step <= 5 && errors[r].empty(); ++step) {
+        try {
+          trainer.step();
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+          failed_at[r] = step;
+        }
+      }
+    }, options);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+    for (std::size_t r = 0; r < 3; ++r) {
+      INFO("rank " << r << ": " << errors[r]);
+      CHECK(failed_at[r] == 3);
+      CHECK_THAT(errors[r], Catch::Contains("token 99 at position (0, 1)"));
+      if (r < 2) CHECK_THAT(errors[r], Catch::Contains("rank 2: failed in forward or backward of step 3"));
+    }
+  }
+}
+
+TEST_CASE("Trainer takes the job's parallel groups and names groups that do not fit together", "[train]") {
+  std::vector<std::string> errors(4 * 2);
+  std::vector<float> losses(2);
+  loom::comm::run_in_process(2, [&](loom::comm::Communicator& world) {
+    const auto r = static_cast<std::size_t>(world.rank());
+    loom::nn::GPT model({.vocab_size = 32, .context = 8, .layers = 1, .heads = 2, .channels = 16},
+                        loom::nn::Precision::fp32(), loom::Device::cpu());
+    loom::test::GlobalBatchSlice data(4, 2 * world.rank(), 2);
+    const std::unique_ptr<loom::comm::Communicator> alone = world.split(world.rank(), 0);
+    const std::unique_ptr<loom::comm::Communicator> reversed = world.split(0, -world.rank());
+    const std::unique_ptr<loom::comm::Communicator> pair = world.split(0, world.rank());
+    auto error_of = [&](loom::train::ParallelGroups groups) {
+      try {
+        loom::train::Trainer trainer(model, data, {}, groups);
+      } catch (const std::exception& e) {
+        return std::string(e.what());
+      }
+      return std::string();
+    };
+    errors[r * 4 + 0] = error_of({&world, pair.get(), alone.get()});     // fits: data = world, tensor of 1
+    errors[r * 4 + 1] = error_of({&world, alone.get(), nullptr});        // 1 x 1 is not 2
+    errors[r * 4 + 2] = error_of({&world, &world, pair.get()});          // a tensor group of 2
+    errors[r * 4 + 3] = error_of({&world, reversed.get(), nullptr});     // the ranks in another order
+    loom::train::Trainer trainer(model, data, {}, {&world, pair.get(), alone.get()});
+    losses[r] = trainer.step().loss;
+  });
+  for (std::size_t r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK(errors[r * 4 + 0].empty());
+    CHECK_THAT(errors[r * 4 + 1], Catch::Contains("times the tensor-parallel group (1) must be the world (2 ranks)"));
+    CHECK_THAT(errors[r * 4 + 2], Catch::Contains("tensor parallelism is not built yet"));
+    CHECK_THAT(errors[r * 4 + 3], Catch::Contains("ranks the processes differently"));
+  }
+  CHECK(losses[0] == losses[1]);  // the step's loss is the data group's mean
+}
