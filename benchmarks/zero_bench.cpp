@@ -75,10 +75,14 @@ nlohmann::json measure_config(const Options& o, loom::World& world, const std::s
   loom::bench::RepeatBatch data(loom::bench::random_batch(o.batch, config.context, config.vocab_size, rng),
                                 config.vocab_size);
   const std::int64_t live_before = loom::cpu_memory_stats().live_bytes;
+  loom::reset_cpu_memory_peak();
   loom::nn::GPT model(config, precision, world.device());
   loom::comm::Communicator* comm = world.size() > 1 || stage > 0 ? &world.comm() : nullptr;
   loom::train::Trainer trainer(model, data, trainer_options(name), comm);
   const std::int64_t state_measured = loom::cpu_memory_stats().live_bytes - live_before;
+  // The peak while the model and trainer were built: every parameter's own tensors, the space, its
+  // layout for the ranks and (ZeRO-3) the shard, before the full values are let go.
+  const std::int64_t construction_peak = loom::cpu_memory_stats().peak_bytes - live_before;
   loom::reset_cpu_memory_peak();
   for (int i = 0; i < o.warmup; ++i) trainer.step();
   const std::int64_t peak = loom::cpu_memory_stats().peak_bytes - live_before;
@@ -122,7 +126,8 @@ nlohmann::json measure_config(const Options& o, loom::World& world, const std::s
           {"optimizer_bytes", held.optimizer()},
           {"gradient_bytes", held.gradients},
           {"gradient_pool_buffers", trainer.zero_engine() != nullptr ? trainer.zero_engine()->pool_buffers() : 0},
-          {"peak_bytes", cpu ? peak : 0}};
+          {"peak_bytes", cpu ? peak : 0},
+          {"construction_peak_bytes", cpu ? construction_peak : 0}};
 }
 
 int run_worker(const Options& o, loom::InitOptions init, int argc, char** argv) {
@@ -139,9 +144,9 @@ int run_worker(const Options& o, loom::InitOptions init, int argc, char** argv) 
 }
 
 void print_table(const nlohmann::json& rows) {
-  std::printf("\n%5s %7s %11s %9s %10s %10s %9s %8s %10s %10s %10s %10s %9s %9s %8s %9s\n", "ranks", "threads", "config",
-              "step ms", "compute ms", "exposed ms", "sync wait", "vs DDP", "state MiB", "predicted", "buffers",
-              "predicted", "optim MiB", "peak MiB", "prefetch", "tok/s");
+  std::printf("\n%5s %7s %11s %9s %10s %10s %9s %8s %10s %10s %10s %10s %9s %9s %10s %8s %9s\n", "ranks", "threads",
+              "config", "step ms", "compute ms", "exposed ms", "sync wait", "vs DDP", "state MiB", "predicted", "buffers",
+              "predicted", "optim MiB", "peak MiB", "build peak", "prefetch", "tok/s");
   for (const auto& r : rows) {
     double ddp_step = 0;
     for (const auto& d : rows) {
@@ -153,13 +158,14 @@ void print_table(const nlohmann::json& rows) {
     if (r["gathers_per_step"].get<double>() > 0) {
       std::snprintf(prefetch, sizeof(prefetch), "%.2f", r["prefetched_fraction"].get<double>());
     }
-    std::printf("%5d %7d %11s %9.2f %10.2f %10.3f %9.3f %8s %10.3f %10.3f %10.3f %10.3f %9.3f %9.2f %8s %9.0f\n",
+    std::printf("%5d %7d %11s %9.2f %10.2f %10.3f %9.3f %8s %10.3f %10.3f %10.3f %10.3f %9.3f %9.2f %10.2f %8s %9.0f\n",
                 r["ranks"].get<int>(), r["threads_per_rank"].get<int>(), r["config"].get<std::string>().c_str(),
                 r["step_ms"].get<double>(), r["compute_ms"].get<double>(), r["exposed_comm_ms"].get<double>(),
                 r["synchronize_wait_ms"].get<double>(), versus, mib(r["state_bytes_measured"].get<std::int64_t>()),
                 mib(r["state_bytes_predicted"].get<std::int64_t>()), mib(r["buffer_bytes_measured"].get<std::int64_t>()),
                 mib(r["buffer_bytes_predicted"].get<std::int64_t>()), mib(r["optimizer_bytes"].get<std::int64_t>()),
-                mib(r["peak_bytes"].get<std::int64_t>()), prefetch, r["tokens_per_s"].get<double>());
+                mib(r["peak_bytes"].get<std::int64_t>()), mib(r["construction_peak_bytes"].get<std::int64_t>()), prefetch,
+                r["tokens_per_s"].get<double>());
   }
 }
 

@@ -25,6 +25,8 @@ namespace loom::comm {
 
 namespace {
 
+std::atomic<bool> nccl_aborted_any{false};
+
 static_assert(sizeof(ncclUniqueId) == std::tuple_size_v<NcclId>, "NcclId must hold an ncclUniqueId");
 
 using Clock = std::chrono::steady_clock;
@@ -396,6 +398,7 @@ class NcclCommunicator : public Communicator {
   void abort_locked(ErrorCategory category, const std::string& reason) {
     if (aborted_) return;
     aborted_ = true;
+    nccl_aborted_any.store(true);
     abort_category_ = category;
     abort_reason_ = reason;
     for (InFlight& call : in_flight_) {
@@ -461,6 +464,8 @@ NcclId make_nccl_id() {
   std::memcpy(out.data(), &id, out.size());
   return out;
 }
+
+bool nccl_communicator_aborted() { return nccl_aborted_any.load(); }
 
 std::unique_ptr<Communicator> make_nccl_communicator(const NcclId& id, int rank, int size, Device device,
                                                      const CommOptions& options) {

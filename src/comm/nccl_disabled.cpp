@@ -14,4 +14,6 @@ std::unique_ptr<Communicator> make_nccl_communicator(const NcclId&, int, int, De
   return nullptr;
 }
 
+bool nccl_communicator_aborted() { return false; }
+
 }  // namespace loom::comm

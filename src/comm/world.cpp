@@ -90,7 +90,7 @@ World::~World() {
     std::fprintf(stderr, "loom: not finalizing MPI: a timed-out call is still inside MPI\n");
     return;
   }
-  if (comm::mpi_communicator_aborted()) {
+  if (comm::mpi_communicator_aborted() || comm::nccl_communicator_aborted()) {
     std::fprintf(stderr, "loom: not finalizing MPI: a communicator was aborted (a peer may be stopped or gone, and "
                  "MPI_Finalize would wait for it)\n");
     // The first process to exit with an error makes mpirun end the others: a moment for every rank

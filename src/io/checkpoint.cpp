@@ -112,17 +112,24 @@ std::vector<NamedTensor> gathered_weights(const model::Model& model, comm::Commu
     failure = std::current_exception();
   }
   comm::throw_if_any_failed(*comm, failure, "gathering the sharded values");
+  // Every unit is gathered on every rank even after rank 0 failed to copy one: the others must not
+  // be left waiting in the next gather; the failure is agreed at the end.
   for (std::size_t u = 0; u < space.units().size(); ++u) {
     const model::Unit& unit = space.units()[u];
     const Tensor full = unit_buffer.slice(0, unit.elements);
     comm->all_gather(space.unit_slice_values(u, space.value_rank()), full).wait();
-    if (!root) continue;
-    for (const std::size_t s : unit.slots) {
-      const model::Slot& slot = space.slots()[s];
-      const std::int64_t at = slot.offset - unit.begin;
-      copy(weights[s].tensor, full.slice(at, at + slot.numel).view(slot.parameter->shape()));
+    if (!root || failure) continue;
+    try {
+      for (const std::size_t s : unit.slots) {
+        const model::Slot& slot = space.slots()[s];
+        const std::int64_t at = slot.offset - unit.begin;
+        copy(weights[s].tensor, full.slice(at, at + slot.numel).view(slot.parameter->shape()));
+      }
+    } catch (...) {
+      failure = std::current_exception();
     }
   }
+  comm::throw_if_any_failed(*comm, failure, "gathering the sharded values");
   return weights;
 }
 

@@ -174,10 +174,14 @@ Tensor ParameterSpace::unit_slice_values(std::size_t unit, int rank) const {
   return stored_values(u.begin + rank * size, u.begin + (rank + 1) * size);
 }
 
-void ParameterSpace::shard_values(int rank) {
+void ParameterSpace::shard_values(int rank, Tensor into) {
   require(mode_ == ValueMode::full, "parameter space: the values are sharded already");
   require(rank >= 0 && rank < ranks_, "parameter space: rank ", rank, " is outside [0, ", ranks_, ")");
-  const Tensor shard = Tensor::empty({shard_elements()}, storage_, device_);
+  if (into.defined()) {
+    require(into.numel() == shard_elements() && into.dtype() == storage_ && into.device() == device_,
+            "parameter space: a shard needs ", shard_elements(), " ", storage_, " elements on ", device_, ", got ", into);
+  }
+  const Tensor shard = into.defined() ? into : Tensor::empty({shard_elements()}, storage_, device_);
   for (std::size_t u = 0; u < units_.size(); ++u) {
     const auto [local, size] = packed_slice(units_, u, ranks_);
     const std::int64_t first = units_[u].begin + rank * size;

@@ -102,8 +102,13 @@ void GatheredUnits::release_all() noexcept {
       release(u);
     } catch (...) {  // a failed gather: its error reached (or will reach) the caller of require()
       work_[u] = comm::Work();
-      buffer_[u] = Tensor();
+      try {
+        space_.bind_unit_values(u, Tensor());
+      } catch (...) {
+      }
+      buffer_[u] = Tensor();  // the failed gather's buffer is not reused
       state_[u] = State::released;
+      --live_;
     }
   }
 }

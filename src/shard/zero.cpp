@@ -76,16 +76,20 @@ ZeroEngine::ZeroEngine(comm::Communicator& comm, model::Model& model, int stage,
   for (const std::size_t root : model_.root_units()) root_[root] = true;
   if (stage_ == 1) return;
   std::exception_ptr failure;
+  Tensor value_shard;
   try {
     shard_grads_ = Tensor::zeros({space_.shard_elements()}, DType::f32, space_.device());
-    if (stage_ == 3) {
-      space_.shard_values(comm_.rank());
-      gathered_ = std::make_unique<detail::GatheredUnits>(comm_, space_);
-    }
+    if (stage_ == 3) value_shard = Tensor::empty({space_.shard_elements()}, space_.storage(), space_.device());
   } catch (...) {
     failure = std::current_exception();
   }
+  // Nothing of the model changes before every rank has what it needs: a failure anywhere leaves
+  // every rank's model whole.
   comm::throw_if_any_failed(comm_, failure, "ZeRO: allocating the shards");
+  if (stage_ == 3) {
+    space_.shard_values(comm_.rank(), value_shard);
+    gathered_ = std::make_unique<detail::GatheredUnits>(comm_, space_);
+  }
   space_.release_grads();
   bound_buffers_.assign(space_.units().size(), Tensor());
   hooks_ = model_.add_unit_hooks({[this](std::size_t unit, StreamRef stream) { before_forward(unit, stream); },
@@ -133,7 +137,8 @@ void ZeroEngine::before_forward(std::size_t unit, StreamRef stream) {
 }
 
 void ZeroEngine::after_forward(std::size_t unit) {
-  if (!values_sharded() || is_root(unit) || options_.keep_gathered_for_backward) return;
+  if (!values_sharded() || is_root(unit)) return;
+  if (options_.keep_gathered_for_backward || options_.keep_gathered_across_micro_batches) return;
   if (next_forward(unit) == root_.size()) return;  // the last unit of forward is the first of backward
   gathered_->release(unit);
 }
@@ -172,6 +177,10 @@ void ZeroEngine::unshard_values(StreamRef stream) {
   for (const comm::Work& work : works) work.wait();
   loom::synchronize(stream);  // the stream's work, not the engine's synchronize()
   space_.unshard_values(full);
+}
+
+void ZeroEngine::values_changed() noexcept {
+  if (gathered_) gathered_->release_all();
 }
 
 GatherReport ZeroEngine::gather_report() const noexcept {
@@ -215,13 +224,17 @@ ddp::PendingReduction ZeroEngine::start(const ddp::ScheduledBucket& bucket, Stre
   if (options_.reduction == DType::bf16) {
     // Half the bytes on the wire; the average of this rank's slice comes back to f32 in `mine` (the
     // unit's f32 buffer is free by then) and is added into the fp32 shard.
-    const Tensor compact = Tensor::empty({gradients.numel()}, DType::bf16, gradients.device());
-    kernels::cast(gradients, compact, {}, stream);
-    const Tensor compact_mine = compact.slice(comm_.rank() * n, (comm_.rank() + 1) * n);
-    comm::Work work = comm_.reduce_scatter(compact, compact_mine, comm::ReduceOp::avg, stream);
-    return ddp::PendingReduction{std::move(work), [this, unit = bucket.unit, compact_mine, mine, into, stream] {
-                                   kernels::cast(compact_mine, mine, {}, stream);
+    // The bf16 copy lives until its finish step has used it, not until synchronize(): held here
+    // and dropped by the finish, so at most the units in flight have one.
+    auto compact = std::make_shared<Tensor>(Tensor::empty({gradients.numel()}, DType::bf16, gradients.device()));
+    kernels::cast(gradients, *compact, {}, stream);
+    comm::Work work = comm_.reduce_scatter(*compact, compact->slice(comm_.rank() * n, (comm_.rank() + 1) * n),
+                                           comm::ReduceOp::avg, stream);
+    return ddp::PendingReduction{std::move(work), [this, unit = bucket.unit, compact, n, mine, into, stream] {
+                                   kernels::cast(compact->slice(comm_.rank() * n, (comm_.rank() + 1) * n), mine, {},
+                                                 stream);
                                    kernels::residual_add(into, mine, into, stream);
+                                   *compact = Tensor();
                                    release_buffer(unit);
                                  }};
   }

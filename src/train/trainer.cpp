@@ -104,7 +104,19 @@ Trainer::Trainer(model::Model& model, data::BatchSource& data, const TrainerOpti
     failure = std::current_exception();
   }
   // One rank out of memory for its optimizer state must not leave the others waiting in step 1.
-  if (comm_ != nullptr) comm::throw_if_any_failed(*comm_, failure, "building the optimizer");
+  if (comm_ == nullptr) return;
+  try {
+    comm::throw_if_any_failed(*comm_, failure, "building the optimizer");
+  } catch (...) {
+    // Every rank is here: give a ZeRO-3 model its values back before the engine goes.
+    if (shard::ZeroEngine* zero = zero_engine(); zero != nullptr && zero->stage() == 3) {
+      try {
+        zero->unshard_values();
+      } catch (...) {  // the first error is the one to report
+      }
+    }
+    throw;
+  }
 }
 
 namespace {
@@ -285,7 +297,10 @@ Trainer::ResumeOutcome Trainer::resume(const std::string& path) {
       }
       if (search.chosen) outcome.checkpoint = *search.chosen;
     }
-    if (outcome) restore(io::load_checkpoint(outcome.checkpoint, model_, *optimizer_));
+    if (outcome) {
+      restore(io::load_checkpoint(outcome.checkpoint, model_, *optimizer_));
+      sync_->values_changed();  // no unit gathered before the load is used after it
+    }
   } catch (...) {
     if (comm_ == nullptr) throw;
     failure = std::current_exception();

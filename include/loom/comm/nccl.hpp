@@ -27,4 +27,8 @@ NcclId make_nccl_id();
 std::unique_ptr<Communicator> make_nccl_communicator(const NcclId& id, int rank, int size, Device device,
                                                      const CommOptions& options = {});
 
+// True once an NCCL communicator of this process was aborted (a timeout, an error, abort()): its
+// peers may still be waiting in NCCL, and MPI_Finalize (the bootstrap's) could wait for them.
+bool nccl_communicator_aborted();
+
 }  // namespace loom::comm

@@ -57,6 +57,10 @@ class GradientSync {
   // After the optimizer updated its ranges (ZeRO: the values are all-gathered). Collective.
   virtual void after_update(StreamRef stream) = 0;
 
+  // After the values were written from outside (a checkpoint loaded): nothing kept of the old
+  // ones is used again (ZeRO-3 releases what it has gathered). Not collective.
+  virtual void values_changed() noexcept {}
+
   // What the last after_backward() that reduced saw, and the buckets (empty for one process).
   virtual const ReducerStats& stats() const noexcept = 0;
   virtual std::vector<BucketLayout> bucket_layout() const = 0;

@@ -102,9 +102,10 @@ class ParameterSpace {
   Tensor unit_values(std::size_t unit) const;
   // Slice `rank` of unit `unit` as this space stores it (sharded: only its own rank's).
   Tensor unit_slice_values(std::size_t unit, int rank) const;
-  // Full -> sharded for `rank`: keeps that rank's slices, frees the full buffer, and leaves every
+  // Full -> sharded for `rank`: keeps that rank's slices (in `into`, [shard_elements()] in the
+  // storage dtype, when given: allocated beforehand), frees the full buffer, and leaves every
   // parameter without a value.
-  void shard_values(int rank);
+  void shard_values(int rank, Tensor into = {});
   // Sharded -> full: `full` ([elements()] in the storage dtype, on the space's device) holds every
   // value, gathered by the caller; it becomes the flat buffer.
   void unshard_values(const Tensor& full);

@@ -57,7 +57,8 @@ struct ZeroOptions {
   // Stage 3: a unit's values stay gathered from its forward to its backward (more memory, no
   // second gather; FSDP's reshard_after_forward = false).
   bool keep_gathered_for_backward = false;
-  // Stage 3: they stay gathered across the micro-batches of one step (released after the last).
+  // Stage 3: they stay gathered across the forwards and backwards of all the micro-batches of one
+  // step (released by the last backward): one gather per unit per step.
   bool keep_gathered_across_micro_batches = false;
   // Stages 2 and 3: the reduce-scatter's dtype. bf16 halves the traffic; each rank still adds
   // its reduced slice into the fp32 gradient shard.
@@ -127,6 +128,7 @@ class ZeroEngine final : public ddp::GradientSync, private ddp::BucketCollective
   Tensor optimizer_gradients() const override { return shard_grads_; }
   comm::Communicator* shard_group() const noexcept override { return &comm_; }
   void after_update(StreamRef stream) override { gather_values(stream); }
+  void values_changed() noexcept override;
   const ddp::ReducerStats& stats() const noexcept override { return scheduler_->stats(); }
   std::vector<ddp::BucketLayout> bucket_layout() const override { return scheduler_->bucket_layout(); }
 

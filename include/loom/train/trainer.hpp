@@ -90,7 +90,8 @@ class Trainer {
 
   // One optimizer step. Data-parallel: when this rank's forward, backward or optimizer step
   // throws, it aborts the communicator with its error before rethrowing, so every other rank's
-  // step fails within moments with an Error naming this rank and its message.
+  // step fails within moments with an Error naming this rank and its message (MPI and in-process
+  // communicators; NCCL has no channel to tell its peers, which fail at their timeout).
   StepResult step(StreamRef stream = {});
 
   std::int64_t steps_done() const noexcept { return steps_done_; }

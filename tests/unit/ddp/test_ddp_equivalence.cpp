@@ -146,6 +146,8 @@ TEST_CASE("ZeRO-3's options: keeping values gathered changes no bit, a bf16 redu
         CHECK(results[r].max_ddp_weight_diff == defaults[r].max_ddp_weight_diff);
         CHECK(results[r].max_weight_diff == defaults[r].max_weight_diff);
         CHECK(results[r].gathers < defaults[r].gathers);
+        // Kept across the micro-batches: one gather per unit in the whole step (the tiny GPT's 3).
+        if (option.keep_across) CHECK(results[r].gathers == 3);
       } else {
         // Each gradient rounded to 8 bits before averaging, the average added in fp32: the bound
         // DDP's bf16 compression meets, against DDP and one process alike.

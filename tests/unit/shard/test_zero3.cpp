@@ -192,6 +192,10 @@ TEST_CASE("A ZeRO-3 checkpoint resumes at one rank without ZeRO and at two ranks
   });
   REQUIRE(errors[0].empty());
   REQUIRE(errors[1].empty());
+  loom::test::GlobalBatchSlice held_out(2, 0, 2);
+  held_out.seek(77);
+  const loom::data::Batch probe = held_out.next();
+  float resumed_loss = 0;
   // One process, no ZeRO: the same values, and it trains on.
   {
     loom::nn::GPT model(four_blocks(), loom::nn::Precision::bf16(), loom::Device::cpu(), 99);
@@ -200,11 +204,13 @@ TEST_CASE("A ZeRO-3 checkpoint resumes at one rank without ZeRO and at two ranks
     REQUIRE(trainer.resume(dir.string()));
     CHECK(trainer.steps_done() == 2);
     CHECK(all_values(model.parameter_space()) == saved_values);
+    resumed_loss = model.forward(probe.tokens, probe.targets);
     CHECK(std::isfinite(trainer.step().loss));
   }
   // Two ranks, ZeRO-2; and back into ZeRO-3.
   for (int stage : {2, 3}) {
     std::vector<std::vector<float>> values(2);
+    std::vector<float> losses(2);
     loom::comm::run_in_process(2, [&](Communicator& comm) {
       try {
         loom::nn::GPT model(four_blocks(), loom::nn::Precision::bf16(), loom::Device::cpu(), 99);
@@ -212,7 +218,11 @@ TEST_CASE("A ZeRO-3 checkpoint resumes at one rank without ZeRO and at two ranks
         loom::train::TrainerOptions options;
         options.zero = stage;
         loom::train::Trainer trainer(model, data, options, &comm);
+        // A forward before the resume leaves units gathered with the old values; the one after it
+        // must see the checkpoint's.
+        model.forward(probe.tokens, probe.targets);
         trainer.resume(dir.string());
+        losses[static_cast<std::size_t>(comm.rank())] = model.forward(probe.tokens, probe.targets);
         if (stage == 3) trainer.zero_engine()->unshard_values();
         values[static_cast<std::size_t>(comm.rank())] = all_values(model.parameter_space());
         trainer.step();
@@ -224,6 +234,8 @@ TEST_CASE("A ZeRO-3 checkpoint resumes at one rank without ZeRO and at two ranks
     REQUIRE(errors[2].empty());
     CHECK(values[0] == saved_values);
     CHECK(values[1] == saved_values);
+    CHECK(losses[0] == resumed_loss);
+    CHECK(losses[1] == resumed_loss);
   }
   std::filesystem::remove_all(dir);
 }
