@@ -23,10 +23,9 @@ using Clock = std::chrono::steady_clock;
 // queue already holds calls, or the last one was left to the worker): waking a thread costs about
 // 2 us of futex on a small VM, as much as a small collective, and on a rank bound to one core it
 // also preempts the thread that communicates. A call nobody waits for and nothing follows is
-// started by nudge() (the backend's periodic thread). The worker leaves a call `grace` to the
-// thread that waits for it.
+// started by nudge() (the backend's periodic thread). The worker leaves a call its queue's grace
+// (default_inline_grace) to the thread that waits for it.
 constexpr auto hot = std::chrono::microseconds(50);
-constexpr auto grace = std::chrono::microseconds(20);
 
 struct Call {
   std::shared_ptr<WorkState> work;
@@ -55,6 +54,7 @@ struct CallQueue::State {
   std::string name;
   std::chrono::milliseconds timeout;
   bool inline_calls = false;
+  std::chrono::microseconds grace{0};
   std::mutex mutex;
   std::condition_variable changed;        // an abort, the worker's exit (for the destructor)
   std::condition_variable wake;           // work for the worker, or stopping
@@ -192,12 +192,15 @@ struct CallQueue::State {
   std::thread worker, watchdog;
 };
 
-CallQueue::CallQueue(std::string name, std::chrono::milliseconds watchdog_timeout, bool inline_calls)
+CallQueue::CallQueue(std::string name, std::chrono::milliseconds watchdog_timeout, bool inline_calls,
+                     std::chrono::microseconds inline_grace)
     : state_(std::make_shared<State>()) {
   require(watchdog_timeout.count() >= 0, name, ": the timeout must not be negative");
+  require(inline_grace.count() >= 0, name, ": the inline grace must not be negative");
   state_->name = std::move(name);
   state_->timeout = watchdog_timeout;
   state_->inline_calls = inline_calls;
+  state_->grace = inline_grace;
   state_->worker = std::thread([s = state_] { s->work_loop(); });
   if (watchdog_timeout.count() > 0) state_->watchdog = std::thread([s = state_] { s->watch_loop(); });
 }

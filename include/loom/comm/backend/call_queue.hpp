@@ -16,14 +16,18 @@
 
 namespace loom::comm::backend {
 
+// How long the worker leaves a fresh call on an inline queue to the thread that waits for it.
+inline constexpr std::chrono::microseconds default_inline_grace{20};
+
 class CallQueue {
  public:
   // watchdog_timeout zero: no watchdog (the calls bound their own waits). inline_calls: a thread
   // that waits for a call not yet started runs it (and the calls queued before it) itself, in
   // order, instead of handing it to the worker and back; the worker starts a call that nobody
-  // waits for within a moment (or, if nothing wakes it, when Handle::nudge is called). For calls
-  // that never block past their own timeout.
-  CallQueue(std::string name, std::chrono::milliseconds watchdog_timeout, bool inline_calls = false);
+  // waits for once it is `inline_grace` old (or, if nothing wakes it, when Handle::nudge is
+  // called). For calls that never block past their own timeout.
+  CallQueue(std::string name, std::chrono::milliseconds watchdog_timeout, bool inline_calls = false,
+            std::chrono::microseconds inline_grace = default_inline_grace);
   ~CallQueue();
   CallQueue(const CallQueue&) = delete;
   CallQueue& operator=(const CallQueue&) = delete;
