@@ -76,12 +76,13 @@ nlohmann::json measure_config(const Options& o, loom::World& world, const std::s
                                 config.vocab_size);
   const std::int64_t live_before = loom::cpu_memory_stats().live_bytes;
   loom::reset_cpu_memory_peak();
-  loom::nn::GPT model(config, precision, world.device());
   loom::comm::Communicator* comm = world.size() > 1 || stage > 0 ? &world.comm() : nullptr;
+  // Built in the layout its stage trains in (what train_gpt does): no full copy on the way.
+  loom::nn::GPT model(config, precision, world.device(), 1337, loom::shard::space_layout(stage, comm));
   loom::train::Trainer trainer(model, data, trainer_options(name), comm);
   const std::int64_t state_measured = loom::cpu_memory_stats().live_bytes - live_before;
-  // The peak while the model and trainer were built: every parameter's own tensors, the space, its
-  // layout for the ranks and (ZeRO-3) the shard, before the full values are let go.
+  // The peak while the model and trainer were built (the state they keep, plus initialisation's
+  // scratch of one parameter's part at a time).
   const std::int64_t construction_peak = loom::cpu_memory_stats().peak_bytes - live_before;
   loom::reset_cpu_memory_peak();
   for (int i = 0; i < o.warmup; ++i) trainer.step();

@@ -165,11 +165,13 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
   const loom::Device device = world.size() == 1 ? loom::Device::parse(config.device) : world.device();
   loom::nn::GPTConfig model_config = config.model;
   if (config.data == "addition" || config.data.starts_with("text:")) model_config.vocab_size = 256;
-  loom::nn::GPT model(model_config, loom::nn::Precision::parse(config.precision), device, config.seed);
   const DataParallel dp = make_data_parallel(config, world);
-  train_gpt::RunData data(config, {.rank = world.rank(), .world = world.size()});
   loom::train::TrainerOptions options = config.trainer_options();
   options.reducer = dp.reducer;
+  // Built in the layout its ZeRO stage trains in: a rank never holds more than its share.
+  loom::nn::GPT model(model_config, loom::nn::Precision::parse(config.precision), device, config.seed,
+                      loom::shard::space_layout(options.zero, dp.comm.get()));
+  train_gpt::RunData data(config, {.rank = world.rank(), .world = world.size()});
   loom::train::Trainer trainer(model, data.train(), options, dp.comm.get());
   log.line("%s\n", loom::to_string(loom::build_info()).c_str());
   log.line("model: %lld layers, %lld heads, width %lld, context %lld, vocab %lld (%lld parameters), %s on %s\n",

@@ -59,7 +59,9 @@ int run(const Options& o, loom::World& world) {
   const loom::Device device = world.size() == 1 ? loom::Device::parse(o.device) : world.device();
   loom::require(o.zero == 0 || world.size() > 1, "--zero ", o.zero, " shards over the ranks of a data-parallel job; "
                 "launch it with mpirun -np N");
-  train_mlp::Mlp model(o.model, loom::model::Precision::parse(o.precision), device, o.seed);
+  loom::comm::Communicator* comm = world.size() > 1 ? &world.comm() : nullptr;
+  train_mlp::Mlp model(o.model, loom::model::Precision::parse(o.precision), device, o.seed,
+                       loom::shard::space_layout(o.zero, comm));
   const train_mlp::RegressionTaskConfig task_config{o.model.inputs, o.model.outputs, o.features, o.seed};
   train_mlp::RegressionTask data(task_config, o.batch, {.rank = world.rank(), .world = world.size()});
   loom::train::TrainerOptions options;
@@ -70,16 +72,18 @@ int run(const Options& o, loom::World& world) {
   options.adamw.weight_decay = 0.0f;
   options.data_seed = o.seed;
   options.zero = o.zero;
-  loom::train::Trainer trainer(model, data, options, world.size() > 1 ? &world.comm() : nullptr);
+  loom::train::Trainer trainer(model, data, options, comm);
   const auto held = trainer.held_model_state();
   if (leader) {
     std::printf("mlp: %lld inputs, %lld layers of %lld, %lld outputs (%lld parameters), %s on %s; %d rank(s), %s, "
-                "model state %.1f KiB per rank (predicted %.1f KiB)\n",
+                "model state %.1f KiB per rank (predicted %.1f KiB), unit buffers during backward %.1f KiB (predicted)\n",
                 static_cast<long long>(o.model.inputs), static_cast<long long>(o.model.layers),
                 static_cast<long long>(o.model.hidden), static_cast<long long>(o.model.outputs),
                 static_cast<long long>(model.parameter_space().parameter_elements()), o.precision.c_str(),
                 device.to_string().c_str(), world.size(), o.zero == 0 ? "DDP" : ("ZeRO-" + std::to_string(o.zero)).c_str(),
-                static_cast<double>(held.total()) / 1024, static_cast<double>(trainer.predicted_model_state().total()) / 1024);
+                static_cast<double>(held.persistent()) / 1024,
+                static_cast<double>(trainer.predicted_model_state().persistent()) / 1024,
+                static_cast<double>(trainer.predicted_model_state().buffers) / 1024);
   }
   loom::require(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
   if (!o.checkpoint_dir.empty()) {  // a checkpoint directory is always resumed from (as train_gpt's --resume auto)

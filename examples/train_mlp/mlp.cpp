@@ -1,7 +1,6 @@
 #include "mlp.hpp"
 
 #include <cmath>
-#include <random>
 
 #include "loom/core/caching_allocator.hpp"
 #include "loom/core/error.hpp"
@@ -20,7 +19,8 @@ void MlpConfig::validate() const {
                 "positive and layers >= 1, got ", inputs, ", ", hidden, ", ", outputs, " and ", layers);
 }
 
-Mlp::Mlp(const MlpConfig& config, const loom::model::Precision& precision, loom::Device device, std::uint64_t seed)
+Mlp::Mlp(const MlpConfig& config, const loom::model::Precision& precision, loom::Device device, std::uint64_t seed,
+         const loom::model::SpaceLayout& layout)
     : config_((config.validate(), precision.validate(), config)), precision_(precision), device_(device) {
   std::vector<loom::model::UnitSpec> units;
   for (std::int64_t l = 0; l < config.layers; ++l) {
@@ -32,18 +32,10 @@ Mlp::Mlp(const MlpConfig& config, const loom::model::Precision& precision, loom:
                                                          precision, device));
     units.push_back({name, {}});
     layers_.back()->collect_parameters(units.back().parameters);
+    layers_.back()->weight().set_init(loom::model::Init::normal(1.0f / std::sqrt(static_cast<float>(in))));
   }
-  space_ = std::make_unique<loom::model::ParameterSpace>(std::move(units));
-  std::mt19937_64 rng(seed);
-  for (auto& layer : layers_) {
-    loom::model::Parameter& w = layer->weight();
-    std::normal_distribution<float> normal(0.0f, 1.0f / std::sqrt(static_cast<float>(w.value().shape()[1])));
-    const Tensor host = Tensor::empty(w.value().shape(), DType::f32);
-    for (float& v : host.span<float>()) v = normal(rng);
-    const Tensor stored = w.value().dtype() == DType::f32 ? host : Tensor::empty(host.shape(), w.value().dtype());
-    if (stored.dtype() != DType::f32) loom::kernels::cast(host, stored);
-    loom::copy(w.value(), stored);
-  }
+  space_ = std::make_unique<loom::model::ParameterSpace>(std::move(units), layout);
+  space_->initialize(seed);
 }
 
 std::vector<std::pair<std::string, std::int64_t>> Mlp::architecture() const {

@@ -25,8 +25,10 @@ struct MlpConfig {
 
 class Mlp final : public loom::model::Model {
  public:
-  // Weights N(0, 1/fan_in), biases 0, from the seed.
-  Mlp(const MlpConfig& config, const loom::model::Precision& precision, loom::Device device, std::uint64_t seed);
+  // Weights N(0, 1/fan_in), biases 0, from the seed (loom's counter-based initialisation, so that a
+  // rank of a ZeRO-3 job, built in shard::space_layout(3, comm), makes only its slices).
+  Mlp(const MlpConfig& config, const loom::model::Precision& precision, loom::Device device, std::uint64_t seed,
+      const loom::model::SpaceLayout& layout = {});
 
   // inputs [B, inputs] and targets [B, outputs], f32 (on any device). Returns the mean over every
   // element of (y - target)^2.

@@ -12,6 +12,9 @@ void validate(const comm::Communicator& comm, const model::ParameterSpace& space
           comm.backend(), " communicator on ", comm.device());
   require(options.bucket_bytes >= 0 && options.first_bucket_bytes >= 0, "gradient reducer: bucket sizes must be >= 0, "
           "got bucket_bytes ", options.bucket_bytes, " and first_bucket_bytes ", options.first_bucket_bytes);
+  require(space.value_mode() == model::ValueMode::full, "gradient reducer: the model's values are sharded (ZeRO-3's "
+          "layout), but data parallelism keeps every value on every rank; build the model with "
+          "shard::space_layout(0, communicator), or train it with ZeRO-3");
 }
 
 // What must match on every rank besides the parameters (a different bucket plan would pair
@@ -30,6 +33,7 @@ GradientReducer::GradientReducer(comm::Communicator& comm, model::ParameterSpace
   std::exception_ptr invalid;
   try {
     validate(comm_, space_, options_);
+    space_.allocate_grads();  // a model built in ZeRO-2's layout has none yet
   } catch (...) {
     invalid = std::current_exception();
   }

@@ -50,6 +50,15 @@ void make_replicas(comm::Communicator& comm, model::ParameterSpace& space, std::
     fail(ErrorCategory::invalid_argument, who, ": ", d->index == 0 ? "the options" : "the parameter spaces",
          " differ across ranks: rank 0 has ", d->on_rank_0, " but rank ", d->rank, " has ", d->on_that_rank);
   }
+  // Sharded values (a model built in ZeRO-3's layout) have no replicas to broadcast: each rank
+  // made its own slices, with the bits one process makes (model/init.hpp), from the seed, which
+  // therefore must be the same everywhere.
+  if (space.value_mode() == model::ValueMode::sharded) {
+    verify_same_value(comm, static_cast<std::int64_t>(space.initial_seed().value_or(~std::uint64_t{0})),
+                      std::string(who) + ": the seed the model's sharded values were initialised with (each rank "
+                      "makes its own slices from it, so every rank must build the model with the same seed)");
+    return;
+  }
   if (!broadcast) return;
   // In pieces: MPI counts elements in an int, and a model's values can pass 2^31.
   constexpr std::int64_t piece = std::int64_t{1} << 30;

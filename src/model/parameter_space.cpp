@@ -17,8 +17,13 @@ std::int64_t round_up(std::int64_t value, std::int64_t multiple) { return (value
 
 }  // namespace
 
-ParameterSpace::ParameterSpace(std::vector<UnitSpec> units, int ranks) {
+ParameterSpace::ParameterSpace(std::vector<UnitSpec> units, int ranks)
+    : ParameterSpace(std::move(units), SpaceLayout{.ranks = ranks}) {}
+
+ParameterSpace::ParameterSpace(std::vector<UnitSpec> units, const SpaceLayout& layout) {
   require(!units.empty(), "parameter space: no units");
+  require(layout.ranks >= 1 && layout.rank >= 0 && layout.rank < layout.ranks, "parameter space: rank ", layout.rank,
+          " of ", layout.ranks, " is not a rank of the layout");
   std::set<const Parameter*> seen;
   const Parameter* first = nullptr;
   for (UnitSpec& spec : units) {
@@ -39,10 +44,23 @@ ParameterSpace::ParameterSpace(std::vector<UnitSpec> units, int ranks) {
   }
   device_ = first->device();
   storage_ = first->dtype();
-  lay_out(ranks);
+  lay_out(layout.ranks);
+  const bool described = std::none_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.parameter->has_value(); });
+  if (layout.values == ValueMode::sharded && described) {
+    // Nothing to copy: only this rank's slices are ever allocated.
+    for (const Slot& slot : slots_) slot.parameter->bind(Tensor(), Tensor());
+    shard_values_ = Tensor::zeros({shard_elements()}, storage_, device_);
+    value_rank_ = layout.rank;
+    mode_ = ValueMode::sharded;
+    bound_.assign(units_.size(), Tensor());
+    bound_values_.assign(units_.size(), Tensor());
+    if (layout.grads) allocate_grads();
+    return;
+  }
   const Tensor values = Tensor::zeros({elements_}, storage_, device_);
-  const Tensor grads = Tensor::zeros({elements_}, DType::f32, device_);
+  const Tensor grads = layout.grads ? Tensor::zeros({elements_}, DType::f32, device_) : Tensor();
   rebind(values, grads);
+  if (layout.values == ValueMode::sharded) shard_values(layout.rank);
 }
 
 void ParameterSpace::lay_out(int ranks) {
@@ -278,6 +296,7 @@ void ParameterSpace::zero_grads(StreamRef stream) {
 }
 
 void ParameterSpace::initialize(std::uint64_t seed) {
+  initial_seed_ = seed;
   for (const Slot& slot : slots_) {
     const Init& init = slot.parameter->init();
     if (init.kind == Init::Kind::keep) continue;
@@ -326,6 +345,12 @@ std::vector<ShardRange> ParameterSpace::whole() const {
     out.push_back({u, units_[u].begin, units_[u].begin + units_[u].elements, units_[u].begin});
   }
   return out;
+}
+
+void ParameterSpace::claim(const std::string& who) {
+  require(claimed_by_.empty(), "parameter space: ", who, " cannot take the model's values: they are sharded already "
+          "and ", claimed_by_, " holds them (one engine gathers them at a time)");
+  claimed_by_ = who;
 }
 
 std::string ParameterSpace::describe() const {

@@ -7,7 +7,9 @@
 
 #include "loom/core/stream.hpp"
 #include "loom/core/tensor.hpp"
+#include "loom/core/error.hpp"
 #include "loom/core/tensor_ops.hpp"
+#include "loom/model/parameter.hpp"
 
 namespace loom::nn::detail {
 
@@ -27,6 +29,13 @@ inline Tensor on_device(const Tensor& t, Tensor& staging, Device device, StreamR
   ensure_buffer(staging, t.shape(), t.dtype(), device);
   copy(staging, t, stream);
   return staging;
+}
+
+// A layer's parameters are descriptions until a parameter space binds them (and, under ZeRO-3,
+// until their unit is gathered): a forward without storage is a named error, not a stray read.
+inline void require_storage(const model::Parameter& p) {
+  require(p.has_value(), "'", p.name(), "' has no storage: add the layer's parameters to a model's "
+          "model::ParameterSpace (under ZeRO-3, run the model with its engine, which gathers each unit)");
 }
 
 // [d0, ..., dk, last] -> [d0 * ... * dk, last]

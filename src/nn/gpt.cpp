@@ -42,13 +42,13 @@ double GPTConfig::training_flops_per_token(std::int64_t steps) const {
          12.0 * static_cast<double>(layers * channels * steps);
 }
 
-GPT::GPT(const GPTConfig& config, const Precision& precision, Device device, std::uint64_t seed)
+GPT::GPT(const GPTConfig& config, const Precision& precision, Device device, std::uint64_t seed,
+         const model::SpaceLayout& layout)
     : config_((config.validate(), precision.validate(), config)),
       precision_(precision),
       device_(device),
-      wte_("wte", Tensor::zeros({config.padded_vocab(), config.channels}, precision.storage, device), precision.grad,
-           true),
-      wpe_("wpe", Tensor::zeros({config.context, config.channels}, precision.storage, device), precision.grad, true),
+      wte_("wte", Shape{config.padded_vocab(), config.channels}, precision.storage, device, true),
+      wpe_("wpe", Shape{config.context, config.channels}, precision.storage, device, true),
       ln_f_("ln_f", config.channels, precision, device) {
   parameters_ = {&wte_, &wpe_};
   for (std::int64_t l = 0; l < config.layers; ++l) {
@@ -67,7 +67,9 @@ GPT::GPT(const GPTConfig& config, const Precision& precision, Device device, std
     units.push_back({std::move(name), {}});
     blocks_[l]->collect_parameters(units.back().parameters);
   }
-  space_ = std::make_unique<model::ParameterSpace>(std::move(units));
+  // Every parameter is a description so far: the space allocates what the layout keeps, and each
+  // rank initialises only what it stores.
+  space_ = std::make_unique<model::ParameterSpace>(std::move(units), layout);
   initialize(seed);
 }
 
@@ -134,6 +136,7 @@ void GPT::run_forward(const Tensor& tokens, const Tensor& targets, StreamRef str
   const std::int64_t c = config_.channels, vp = config_.padded_vocab(), rows = batch * steps;
   detail::ensure_buffer(embedded_, {batch, steps, c}, precision_.storage, device_);
   before_forward(0, stream);
+  detail::require_storage(wte_);
   kernels::embedding_forward(tokens_, wte_.value(), wpe_.value(), embedded_, stream,
                              tokens_checked ? kernels::IndexCheck::trusted : kernels::IndexCheck::checked);
   Tensor x = embedded_;

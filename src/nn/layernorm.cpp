@@ -11,9 +11,9 @@ LayerNorm::LayerNorm(const std::string& name, std::int64_t channels, const Preci
     : channels_(channels),
       eps_(eps),
       precision_(precision),
-      weight_(name + ".weight", Tensor::full({channels}, precision.storage, 1.0, device), precision.grad, false),
-      bias_(name + ".bias", Tensor::zeros({channels}, precision.storage, device), precision.grad, false) {
-  // What a parameter space that initialises (a sharded one too) gives them: the values above.
+      weight_(name + ".weight", Shape{channels}, precision.storage, device, false),
+      bias_(name + ".bias", Shape{channels}, precision.storage, device, false) {
+  // Descriptions: the model's parameter space gives them storage and these values.
   weight_.set_init(model::Init::ones());
   bias_.set_init(model::Init::zeros());
 }
@@ -24,6 +24,7 @@ void LayerNorm::collect_parameters(std::vector<Parameter*>& out) {
 }
 
 void LayerNorm::prepare_forward(const Tensor& input_rows) {
+  detail::require_storage(weight_);
   input_ = input_rows;
   const Device device = weight_.device();
   detail::ensure_buffer(output_, input_.shape(), precision_.storage, device);

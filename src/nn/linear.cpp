@@ -18,13 +18,12 @@ Linear::Linear(const std::string& name, std::int64_t in_features, std::int64_t o
       out_(out_features),
       options_(options),
       precision_(precision),
-      weight_(name + ".weight", Tensor::zeros({out_features, in_features}, precision.storage, device), precision.grad,
-              true) {
-  // Zeros, as built, when a parameter space initialises (a model sets its own scheme on top).
+      weight_(name + ".weight", Shape{out_features, in_features}, precision.storage, device, true) {
+  // Descriptions: the model's parameter space gives them storage, zeros until it initialises them
+  // (a model sets its own scheme on top).
   weight_.set_init(model::Init::zeros());
   if (options.bias) {
-    bias_ = std::make_unique<Parameter>(name + ".bias", Tensor::zeros({out_features}, precision.storage, device),
-                                        precision.grad, false);
+    bias_ = std::make_unique<Parameter>(name + ".bias", Shape{out_features}, precision.storage, device, false);
     bias_->set_init(model::Init::zeros());
   }
 }
@@ -37,6 +36,7 @@ void Linear::collect_parameters(std::vector<Parameter*>& out) {
 Tensor Linear::forward(const Tensor& x, StreamRef stream) {
   require(x.defined() && x.shape().rank() >= 1 && x.shape()[-1] == in_, "Linear '", weight_.name(),
           "': input must end in ", in_, " features, got ", x);
+  detail::require_storage(weight_);
   input_ = detail::as_rows(x);
   const std::int64_t rows = input_.shape()[0];
   const Device device = weight_.device();

@@ -33,8 +33,16 @@ void validate(const comm::Communicator& comm, const model::Model& model, int sta
           "bf16 reduction needs stage 2 or 3");
   require(stage == 3 || (!zero.keep_gathered_for_backward && !zero.keep_gathered_across_micro_batches),
           "ZeRO: keeping values gathered applies to stage 3 only (stages 1 and 2 keep every value)");
-  require(space.value_mode() == model::ValueMode::full, "ZeRO: the model's values are sharded already (another "
-          "ZeRO-3 engine holds them)");
+  require(space.claimed_by().empty(), "ZeRO: the model's values are sharded already (", space.claimed_by(),
+          " holds them)");
+  if (space.value_mode() == model::ValueMode::sharded) {
+    // Built in ZeRO-3's layout (shard::space_layout), or left sharded by an engine that is gone.
+    require(stage == 3, "ZeRO: the model's values are sharded (ZeRO-3's layout) but stage ", stage, " keeps every "
+            "value on every rank; build the model with shard::space_layout(", stage, ", communicator)");
+    require(space.ranks() == comm.size() && space.value_rank() == comm.rank(), "ZeRO: the model's values are "
+            "sharded as rank ", space.value_rank(), " of ", space.ranks(), ", but this rank is rank ", comm.rank(),
+            " of ", comm.size(), " of the communicator");
+  }
   for (const std::size_t root : model.root_units()) {
     require(root < space.units().size(), "ZeRO: the model names root unit ", root, " but has ", space.units().size(),
             " units");
@@ -62,6 +70,7 @@ ZeroEngine::ZeroEngine(comm::Communicator& comm, model::Model& model, int stage,
   std::exception_ptr invalid;
   try {
     validate(comm_, model_, stage_, reducer_options, options_);
+    if (stage_ == 1) space_.allocate_grads();  // a model built in ZeRO-2/3's layout has none yet
   } catch (...) {
     invalid = std::current_exception();
   }
@@ -79,7 +88,9 @@ ZeroEngine::ZeroEngine(comm::Communicator& comm, model::Model& model, int stage,
   Tensor value_shard;
   try {
     shard_grads_ = Tensor::zeros({space_.shard_elements()}, DType::f32, space_.device());
-    if (stage_ == 3) value_shard = Tensor::empty({space_.shard_elements()}, space_.storage(), space_.device());
+    if (stage_ == 3 && !values_sharded()) {
+      value_shard = Tensor::empty({space_.shard_elements()}, space_.storage(), space_.device());
+    }
   } catch (...) {
     failure = std::current_exception();
   }
@@ -87,7 +98,8 @@ ZeroEngine::ZeroEngine(comm::Communicator& comm, model::Model& model, int stage,
   // every rank's model whole.
   comm::throw_if_any_failed(comm_, failure, "ZeRO: allocating the shards");
   if (stage_ == 3) {
-    space_.shard_values(comm_.rank(), value_shard);
+    if (!values_sharded()) space_.shard_values(comm_.rank(), value_shard);
+    space_.claim("a ZeRO-3 engine");
     gathered_ = std::make_unique<detail::GatheredUnits>(comm_, space_);
   }
   space_.release_grads();
@@ -104,6 +116,7 @@ ZeroEngine::~ZeroEngine() {
   model_.remove_unit_hooks(hooks_);
   release_all_buffers();
   gathered_.reset();  // unbinds every gathered unit; the space keeps its slices
+  space_.end_claim();
   try {
     space_.allocate_grads();  // the model stays usable without the engine (stage 3: after unshard_values)
   } catch (...) {  // out of memory: the gradients stay released; a later backward reports it
@@ -379,6 +392,18 @@ void ZeroEngine::gather_values(StreamRef stream) {
         comm_.all_gather(space_.values().slice(range.begin, range.end), space_.unit_values(range.unit), stream));
   }
   for (const comm::Work& work : works) work.wait();
+}
+
+model::SpaceLayout space_layout(int stage, const comm::Communicator* data_group) {
+  require(stage >= 0 && stage <= 3, "ZeRO: the stage must be 0 (DDP), 1, 2 or 3, got ", stage);
+  require(stage == 0 || data_group != nullptr, "ZeRO: stage ", stage, " shards over a communicator; none was given");
+  model::SpaceLayout layout;
+  if (data_group == nullptr) return layout;
+  layout.ranks = data_group->size();
+  layout.rank = data_group->rank();
+  layout.values = stage == 3 ? model::ValueMode::sharded : model::ValueMode::full;
+  layout.grads = stage < 2;
+  return layout;
 }
 
 }  // namespace loom::shard

@@ -91,6 +91,9 @@ Trainer::Trainer(model::Model& model, data::BatchSource& data, const TrainerOpti
   } else if (comm_ != nullptr) {
     sync_ = std::make_unique<ddp::GradientReducer>(*comm_, space, options_.reducer);
   } else {
+    require(space.value_mode() == model::ValueMode::full, "trainer: the model's values are sharded (ZeRO-3's layout) "
+            "but no communicator was given to gather them; build it with shard::space_layout(0, nullptr)");
+    space.allocate_grads();  // a model built in ZeRO-2's layout has none yet
     sync_ = std::make_unique<ddp::LocalGradients>(space);
   }
   std::exception_ptr failure;

@@ -78,8 +78,12 @@ EquivalenceResult run_ddp_equivalence(comm::Communicator& comm, const Equivalenc
     train::Trainer single(reference, everything, trainer_options(c));
     std::vector<train::StepResult> expected;
     for (int s = 0; s < c.steps; ++s) expected.push_back(single.step());
-    // Data-parallel: each rank initialises differently; the reducer gives every rank rank 0's weights.
-    nn::GPT model(tiny_gpt(vocab, steps_per_row), nn::Precision::parse(c.precision), comm.device(), 7 + static_cast<std::uint64_t>(comm.rank()) * 100);
+    // Data-parallel, the model built in its stage's layout: each rank initialises differently, and
+    // the reducer gives every rank rank 0's weights; under ZeRO-3 each rank makes only its slices,
+    // from the seed every rank must share.
+    const std::uint64_t seed = c.zero == 3 ? 7 : 7 + static_cast<std::uint64_t>(comm.rank()) * 100;
+    nn::GPT model(tiny_gpt(vocab, steps_per_row), nn::Precision::parse(c.precision), comm.device(), seed,
+                  shard::space_layout(c.zero, &comm));
     train::TrainerOptions options = trainer_options(c);
     options.zero = c.zero;
     options.zero_options.keep_gathered_for_backward = c.keep_gathered_for_backward;

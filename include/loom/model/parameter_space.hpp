@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,12 +61,26 @@ struct ShardRange {
 
 enum class ValueMode { full, sharded };
 
+// The layout a space is built in and what it allocates from the start, so that a model built for a
+// sharded job never holds more than its share, not even while it is being built: the ranks (the
+// padding), whether it stores every value or only rank `rank`'s slices (ZeRO-3), and whether the
+// flat f32 gradient buffer exists (ZeRO-2/3 bind each unit's gradients to a buffer of their own).
+// shard::space_layout() gives the one a ZeRO stage trains in; the default is one process.
+struct SpaceLayout {
+  int ranks = 1;
+  int rank = 0;
+  ValueMode values = ValueMode::full;
+  bool grads = true;
+};
+
 class ParameterSpace {
  public:
   // Every parameter has the same device and value dtype; none appears twice; no unit is empty.
   // The current values and gradients are copied into the flat buffers (a parameter without
-  // storage, a bare description, starts at zero).
+  // storage, a bare description, starts at zero). Built sharded from descriptions only, the space
+  // allocates just this rank's slices; otherwise it stores every value first, then shards.
   explicit ParameterSpace(std::vector<UnitSpec> units, int ranks = 1);
+  ParameterSpace(std::vector<UnitSpec> units, const SpaceLayout& layout);
   ParameterSpace(const ParameterSpace&) = delete;
   ParameterSpace& operator=(const ParameterSpace&) = delete;
 
@@ -141,9 +156,18 @@ class ParameterSpace {
   // writing only what this space stores: in sharded mode a rank makes exactly its slices, the same
   // bits one process makes for the whole tensor. Padding stays zero.
   void initialize(std::uint64_t seed);
+  // The seed of the last initialize() (none before one): ranks that each made their own slices
+  // must have used the same one.
+  std::optional<std::uint64_t> initial_seed() const noexcept { return initial_seed_; }
 
   // The layout in words (units, their parameters and shapes, the ranks), to compare across ranks.
   std::string describe() const;
+
+  // Sharded values need the one engine that gathers them: it claims the space for its lifetime
+  // (`who` names it), and a second claim is refused by name until end_claim().
+  void claim(const std::string& who);
+  void end_claim() noexcept { claimed_by_.clear(); }
+  const std::string& claimed_by() const noexcept { return claimed_by_; }
 
  private:
   void lay_out(int ranks);
@@ -162,6 +186,8 @@ class ParameterSpace {
   Tensor shard_values_;              // sharded mode: this rank's slices, packed
   std::vector<Tensor> bound_;        // per unit, while the gradients are released
   std::vector<Tensor> bound_values_; // per unit, sharded mode: its gathered values
+  std::string claimed_by_;
+  std::optional<std::uint64_t> initial_seed_;
 };
 
 }  // namespace loom::model

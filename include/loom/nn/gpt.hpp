@@ -40,7 +40,10 @@ struct GPTConfig {
 // block (unit 1 + l), so the reverse of the space's order is the order backward finishes them.
 class GPT final : public model::Model {
  public:
-  GPT(const GPTConfig& config, const Precision& precision, Device device, std::uint64_t seed = 1337);
+  // layout: what the parameter space allocates (shard::space_layout(stage, comm) for a ZeRO job,
+  // so that a rank never holds more than its share); the default stores every value.
+  GPT(const GPTConfig& config, const Precision& precision, Device device, std::uint64_t seed = 1337,
+      const model::SpaceLayout& layout = {});
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
 

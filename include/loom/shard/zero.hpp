@@ -23,6 +23,8 @@
 //            collective: every rank must run it. After the optimizer nothing is gathered: the
 //            next use gathers the updated slices.
 //
+// Build the model in space_layout(stage, &comm) (below) so that it never holds more than its share.
+//
 //   loom::shard::ZeroEngine zero(comm, model, 2);              // before the optimizer
 //   loom::optim::AdamW adamw(model.parameter_space(), {}, zero.ranges());
 //   zero.attach(adamw);
@@ -174,5 +176,13 @@ class ZeroEngine final : public ddp::GradientSync, private ddp::BucketCollective
   std::int64_t pool_bytes_ = 0;
   std::vector<bool> started_;  // per unit: its reduction started in this micro-batch
 };
+
+// The layout to build a model in for training at `stage` (0: DDP) over `data_group` (null: one
+// process), so that building it allocates only what the stage keeps, with no full copy on the way:
+// every value and gradient (DDP, ZeRO-1), every value and no flat gradient buffer (ZeRO-2), this
+// rank's slices of the values and no gradient buffer (ZeRO-3). A model built in the default layout
+// trains at any stage too, after a full copy while it is laid out again. For example
+//   loom::nn::GPT model(config, precision, device, seed, loom::shard::space_layout(3, comm));
+model::SpaceLayout space_layout(int stage, const comm::Communicator* data_group);
 
 }  // namespace loom::shard

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "loom/core/allocator.hpp"
 #include "loom/core/tensor_ops.hpp"
 #include "loom/model/init.hpp"
 #include "loom/nn/gpt.hpp"
@@ -59,6 +60,29 @@ TEST_CASE("every rank of a sharded space makes exactly its slices of one process
       whole.parameter_space().repartition(ranks);  // the same values, laid out as the ranks see them
       const loom::model::ParameterSpace& full = whole.parameter_space();
       for (int rank = 0; rank < ranks; ++rank) {
+        // Built in ZeRO-3's layout: only this rank's slices are ever allocated, and they hold the
+        // bits of the whole model's.
+        const loom::model::SpaceLayout layout{.ranks = ranks, .rank = rank, .values = loom::model::ValueMode::sharded,
+                                              .grads = false};
+        const std::int64_t live_before = loom::cpu_memory_stats().live_bytes;
+        loom::reset_cpu_memory_peak();
+        loom::nn::GPT built(config, loom::nn::Precision::parse(precision), loom::Device::cpu(), 11, layout);
+        const loom::model::ParameterSpace& sharded = built.parameter_space();
+        REQUIRE(sharded.value_mode() == loom::model::ValueMode::sharded);
+        REQUIRE(sharded.value_rank() == rank);
+        REQUIRE_FALSE(sharded.grads_allocated());
+        REQUIRE(sharded.local_values().numel() == full.shard_elements());
+        const std::int64_t shard_bytes = full.shard_elements() * static_cast<std::int64_t>(loom::dtype_size(sharded.storage()));
+        CHECK(loom::cpu_memory_stats().live_bytes - live_before == shard_bytes);
+        // The peak adds only initialisation's scratch, one parameter's part at a time (its f32 draw
+        // and narrowed copies): a few bytes per element of the largest parameter, not a full copy.
+        const std::int64_t largest = config.padded_vocab() * config.channels;
+        CHECK(loom::cpu_memory_stats().peak_bytes - live_before <= shard_bytes + 12 * largest);
+        for (std::size_t u = 0; u < full.units().size(); ++u) {
+          INFO("rank " << rank << ", unit " << full.units()[u].name);
+          REQUIRE(loom::to_doubles(sharded.unit_slice_values(u, rank)) == loom::to_doubles(full.unit_slice_values(u, rank)));
+        }
+        // A space sharded after it was built, initialised again.
         loom::nn::GPT model(config, loom::nn::Precision::parse(precision), loom::Device::cpu(), 99);
         loom::model::ParameterSpace& space = model.parameter_space();
         space.repartition(ranks);

@@ -91,4 +91,43 @@ TEST_CASE("a parameter space refuses bad input with named errors", "[model]") {
   ParameterSpace space({{"a", {p[0].get(), p[1].get()}}});
   CHECK_THROWS_WITH(space.repartition(0), Catch::Contains("ranks must be >= 1"));
   CHECK_THROWS_WITH(space.shard(1), Catch::Contains("rank 1 is outside"));
+  CHECK_THROWS_WITH(ParameterSpace({{"b", {bf[0].get()}}}, loom::model::SpaceLayout{.ranks = 2, .rank = 2}),
+                    Catch::Contains("rank 2 of 2 is not a rank of the layout"));
+  space.claim("engine A");
+  CHECK_THROWS_WITH(space.claim("engine B"), Catch::Contains("engine B") && Catch::Contains("engine A holds them"));
+  space.end_claim();
+  space.claim("engine B");
+}
+
+TEST_CASE("a space built in a layout allocates only what the layout keeps", "[model]") {
+  using loom::model::SpaceLayout;
+  using loom::model::ValueMode;
+  // Descriptions (no storage) of 70 and 130 elements in two units: at 2 ranks, 128 + 256 elements.
+  const Parameter a("a", loom::Shape{70}, DType::f32, loom::Device::cpu(), true);
+  const Parameter b("b", loom::Shape{130}, DType::f32, loom::Device::cpu(), true);
+  auto units = [&] {
+    return std::vector<UnitSpec>{{"u0", {const_cast<Parameter*>(&a)}}, {"u1", {const_cast<Parameter*>(&b)}}};
+  };
+  const ParameterSpace no_grads(units(), SpaceLayout{.ranks = 2, .rank = 1, .grads = false});
+  CHECK(no_grads.elements() == 384);
+  CHECK(no_grads.values().numel() == 384);
+  CHECK_FALSE(no_grads.grads_allocated());
+  CHECK_FALSE(a.has_grad());
+  ParameterSpace sharded(units(), SpaceLayout{.ranks = 2, .rank = 1, .values = ValueMode::sharded});
+  CHECK(sharded.value_mode() == ValueMode::sharded);
+  CHECK(sharded.value_rank() == 1);
+  CHECK(sharded.local_values().numel() == 192);  // rank 1's halves of both units
+  CHECK_FALSE(sharded.values().defined());
+  CHECK_FALSE(a.has_value());
+  CHECK(sharded.grads_allocated());
+  CHECK(a.has_grad());
+  // Parameters that have values are stored whole, then sharded: rank 1's slice of unit 0 is
+  // elements 64..127 of [w0 (70 values), padding].
+  auto p = make({70});
+  const ParameterSpace from_values({{"u0", {p[0].get()}}}, SpaceLayout{.ranks = 2, .rank = 1, .values = ValueMode::sharded});
+  const std::vector<double> slice = loom::to_doubles(from_values.unit_slice_values(0, 1));
+  REQUIRE(slice.size() == 64);
+  CHECK(slice[0] == 14.0);  // element 64 of w0: 64 % 50
+  CHECK(slice[5] == 19.0);
+  CHECK(slice[6] == 0.0);   // padding
 }

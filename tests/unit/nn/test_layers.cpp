@@ -2,6 +2,7 @@
 // (tests/unit/nn/gradient_check.hpp), on the CPU: the input gradient and every parameter.
 #include <catch2/catch.hpp>
 
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "loom/nn/block.hpp"
 #include "loom/nn/layernorm.hpp"
 #include "loom/nn/linear.hpp"
+#include "loom/model/parameter_space.hpp"
 #include "unit/nn/gradient_check.hpp"
 
 using loom::DType;
@@ -26,15 +28,20 @@ Tensor random_f32(const Shape& shape, std::mt19937& rng, float scale = 1.0f) {
   return t;
 }
 
-// Moves every parameter of the layer away from its initialisation, so every path carries signal.
+// Gives the layer's parameters (descriptions) storage, initialised as the layer declares (a model
+// does this through its parameter space), then moves every one away from its initialisation, so
+// every path carries signal. The space must outlive the layer's use.
 template <class Layer>
-void randomize(Layer& layer, std::mt19937& rng, float scale) {
+std::unique_ptr<loom::model::ParameterSpace> randomize(Layer& layer, std::mt19937& rng, float scale) {
   std::vector<Parameter*> params;
   layer.collect_parameters(params);
+  auto space = std::make_unique<loom::model::ParameterSpace>(std::vector<loom::model::UnitSpec>{{"layer", params}});
+  space->initialize(1);
   for (Parameter* p : params) {
     std::normal_distribution<float> dist(0.0f, scale);
     for (float& v : p->value().span<float>()) v += dist(rng);
   }
+  return space;
 }
 
 // objective(y) = sum(weights * y) in double, so dL/dy = weights.
@@ -68,7 +75,7 @@ TEST_CASE("Linear gradients match finite differences, with and without fused GEL
   for (bool gelu : {false, true}) {
     INFO("gelu " << gelu);
     loom::nn::Linear layer("fc", 7, 5, {.bias = true, .gelu = gelu}, Precision::fp32(), loom::Device::cpu());
-    randomize(layer, rng, 0.5f);
+    const auto space = randomize(layer, rng, 0.5f);
     check_layer(layer, random_f32({2, 3, 7}, rng), rng, 1e-2, 2e-3, 2e-3);
   }
 }
@@ -76,28 +83,28 @@ TEST_CASE("Linear gradients match finite differences, with and without fused GEL
 TEST_CASE("LayerNorm gradients match finite differences", "[nn][gradients]") {
   std::mt19937 rng(2);
   loom::nn::LayerNorm layer("ln", 9, Precision::fp32(), loom::Device::cpu());
-  randomize(layer, rng, 0.5f);
+  const auto space = randomize(layer, rng, 0.5f);
   check_layer(layer, random_f32({5, 9}, rng, 2.0f), rng, 1e-2, 2e-3, 2e-3);
 }
 
 TEST_CASE("causal self-attention gradients match finite differences", "[nn][gradients]") {
   std::mt19937 rng(3);
   loom::nn::CausalSelfAttention layer("attn", 8, 2, Precision::fp32(), loom::Device::cpu());
-  randomize(layer, rng, 0.3f);
+  const auto space = randomize(layer, rng, 0.3f);
   check_layer(layer, random_f32({2, 5, 8}, rng), rng, 1e-2, 2e-3, 2e-3);
 }
 
 TEST_CASE("transformer block gradients match finite differences", "[nn][gradients]") {
   std::mt19937 rng(4);
   loom::nn::TransformerBlock block("h0", 8, 2, Precision::fp32(), loom::Device::cpu());
-  randomize(block, rng, 0.3f);
+  const auto space = randomize(block, rng, 0.3f);
   check_layer(block, random_f32({2, 5, 8}, rng), rng, 3e-3, 2e-3, 2e-3);
 }
 
 TEST_CASE("a second backward accumulates exactly: gradients double", "[nn][gradients]") {
   std::mt19937 rng(5);
   loom::nn::TransformerBlock block("h0", 8, 2, Precision::fp32(), loom::Device::cpu());
-  randomize(block, rng, 0.3f);
+  const auto space = randomize(block, rng, 0.3f);
   std::vector<Parameter*> params;
   block.collect_parameters(params);
   const Tensor x = random_f32({2, 5, 8}, rng), dy = random_f32({2, 5, 8}, rng);
@@ -119,8 +126,14 @@ TEST_CASE("a second backward accumulates exactly: gradients double", "[nn][gradi
   }
 }
 
-TEST_CASE("layers reject inputs of the wrong width and backward before forward", "[nn]") {
+TEST_CASE("layers reject inputs of the wrong width, backward before forward, and parameters without storage", "[nn]") {
   loom::nn::Linear layer("fc", 4, 3, {}, Precision::fp32(), loom::Device::cpu());
+  REQUIRE_FALSE(layer.weight().has_value());  // a description until a parameter space binds it
+  REQUIRE_THROWS_WITH(layer.forward(Tensor::zeros({2, 4}, DType::f32)),
+                      Catch::Contains("'fc.weight' has no storage") && Catch::Contains("ParameterSpace"));
+  loom::nn::LayerNorm norm("ln", 4, Precision::fp32(), loom::Device::cpu());
+  REQUIRE_THROWS_WITH(norm.forward(Tensor::zeros({2, 4}, DType::f32)), Catch::Contains("'ln.weight' has no storage"));
+  const loom::model::ParameterSpace space({{"fc", {&layer.weight()}}});
   REQUIRE_THROWS_WITH(layer.backward(Tensor::zeros({2, 3}, DType::f32)), Catch::Contains("backward before forward"));
   REQUIRE_THROWS_WITH(layer.forward(Tensor::zeros({2, 5}, DType::f32)),
                       Catch::Contains("fc.weight") && Catch::Contains("must end in 4"));

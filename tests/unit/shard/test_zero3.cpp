@@ -20,6 +20,7 @@
 #include "support/ddp_equivalence.hpp"
 #include "loom/core/tensor_ops.hpp"
 
+using loom::Tensor;
 using loom::comm::Communicator;
 
 namespace {
@@ -238,4 +239,47 @@ TEST_CASE("A ZeRO-3 checkpoint resumes at one rank without ZeRO and at two ranks
     CHECK(losses[1] == resumed_loss);
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("A model built in its stage's layout holds only the stage's share, and a use that does not fit is named",
+          "[zero]") {
+  const loom::nn::Precision fp32 = loom::nn::Precision::fp32();
+  loom::comm::run_in_process(2, [&](Communicator& comm) {
+    loom::nn::GPT zero2(four_blocks(), fp32, loom::Device::cpu(), 1, loom::shard::space_layout(2, &comm));
+    CHECK(zero2.parameter_space().ranks() == 2);
+    CHECK(zero2.parameter_space().values().defined());
+    CHECK_FALSE(zero2.parameter_space().grads_allocated());
+    loom::nn::GPT zero3(four_blocks(), fp32, loom::Device::cpu(), 1, loom::shard::space_layout(3, &comm));
+    const loom::model::ParameterSpace& space = zero3.parameter_space();
+    CHECK(space.value_mode() == loom::model::ValueMode::sharded);
+    CHECK(space.value_rank() == comm.rank());
+    CHECK(space.local_values().numel() == space.elements() / 2);
+    CHECK_FALSE(space.grads_allocated());
+    // Outside an engine, its units have no values.
+    const Tensor tokens = Tensor::zeros({1, 4}, loom::DType::i32);
+    CHECK_THROWS_WITH(zero3.forward(tokens, tokens), Catch::Contains("'wte' has no storage"));
+    // DDP and ZeRO-1/2 keep every value on every rank: they refuse it by name (collectively).
+    CHECK_THROWS_WITH(loom::ddp::GradientReducer(comm, zero3.parameter_space()),
+                      Catch::Contains("sharded (ZeRO-3's layout)"));
+    CHECK_THROWS_WITH(loom::shard::ZeroEngine(comm, zero3, 2), Catch::Contains("shard::space_layout(2, communicator)"));
+    // Its engine takes it as it is (no copy of the full values); a second engine is refused.
+    {
+      loom::shard::ZeroEngine engine(comm, zero3, 3);
+      CHECK(space.local_values().numel() == space.elements() / 2);
+      CHECK_THROWS_WITH(loom::shard::ZeroEngine(comm, zero3, 3), Catch::Contains("sharded already"));
+    }
+    // Slices made from different seeds are not one model.
+    loom::nn::GPT mixed(four_blocks(), fp32, loom::Device::cpu(), 1 + static_cast<std::uint64_t>(comm.rank()),
+                        loom::shard::space_layout(3, &comm));
+    CHECK_THROWS_WITH(loom::shard::ZeroEngine(comm, mixed, 3), Catch::Contains("every rank must build the model with the "
+                                                                               "same seed"));
+  });
+  auto one = loom::comm::make_in_process_communicators(1);
+  loom::nn::GPT rank1_of_2(four_blocks(), fp32, loom::Device::cpu(), 1,
+                           {.ranks = 2, .rank = 1, .values = loom::model::ValueMode::sharded, .grads = false});
+  CHECK_THROWS_WITH(loom::shard::ZeroEngine(*one[0], rank1_of_2, 3), Catch::Contains("sharded as rank 1 of 2, but this "
+                                                                                    "rank is rank 0 of 1"));
+  loom::test::GlobalBatchSlice data(2, 0, 2);
+  CHECK_THROWS_WITH(loom::train::Trainer(rank1_of_2, data, {}), Catch::Contains("no communicator was given"));
+  CHECK_THROWS_WITH(loom::shard::space_layout(3, nullptr), Catch::Contains("none was given"));
 }
