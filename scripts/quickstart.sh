@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
-# Sets up loom and runs its main program: installs dependencies, builds into build/ and trains a
-# small GPT with examples/train_gpt on the built-in 2-digit addition task, data-parallel on the
-# CPU: `mpirun -np 2`, two processes of one thread each, gradients averaged by loom's
-# GradientReducer over MPI (about a minute on 2 cores once built). Without MPI (LOOM_MPI=OFF, or
-# no mpirun) it trains in one process. Extra arguments go to train_gpt (see its --help).
+# Sets up loom and runs its main program: installs dependencies, builds examples/train_gpt and
+# trains a small GPT on the built-in 2-digit addition task, data-parallel on the CPU: `mpirun -np
+# 2`, two processes of one thread each, gradients averaged by loom's GradientReducer over MPI
+# (about a minute on 2 cores once built). Without MPI (LOOM_MPI=OFF, or no mpirun) it trains in
+# one process. Extra arguments go to train_gpt (see its --help).
+# Where it builds: on a machine without an NVIDIA GPU, only what the CPU run needs (LOOM_CUDA=OFF:
+# no CUDA kernels to compile) into build-quickstart/, so that the test command's full build in
+# build/ is left as it is; with a GPU, the CUDA path too, into build/. LOOM_CUDA and
+# LOOM_BUILD_DIR override both choices.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build_dir=${LOOM_BUILD_DIR:-$root/build}
+if [ -z "${LOOM_CUDA:-}" ] && ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; then
+  export LOOM_CUDA=OFF
+  export LOOM_BUILD_DIR=${LOOM_BUILD_DIR:-$root/build-quickstart}
+  echo "quickstart: no NVIDIA GPU here: building the CPU path only, into ${LOOM_BUILD_DIR#"$root"/}"
+fi
+export LOOM_BUILD_DIR=${LOOM_BUILD_DIR:-$root/build}
+build_dir=$LOOM_BUILD_DIR
 
 "$root/scripts/install-deps.sh"
 "$root/scripts/configure.sh"

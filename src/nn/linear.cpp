@@ -19,9 +19,9 @@ Linear::Linear(const std::string& name, std::int64_t in_features, std::int64_t o
       options_(options),
       precision_(precision),
       weight_(name + ".weight", Shape{out_features, in_features}, precision.storage, device, true) {
-  // Descriptions: the model's parameter space gives them storage, zeros until it initialises them
-  // (a model sets its own scheme on top).
-  weight_.set_init(model::Init::zeros());
+  // Descriptions: the model's parameter space gives them storage and, when it initialises them,
+  // GPT-2's N(0, 0.02) weights and zero biases (a model may set its own scheme instead).
+  weight_.set_init(model::Init::normal(0.02f));
   if (options.bias) {
     bias_ = std::make_unique<Parameter>(name + ".bias", Shape{out_features}, precision.storage, device, false);
     bias_->set_init(model::Init::zeros());

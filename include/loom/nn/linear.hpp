@@ -1,5 +1,9 @@
 // y = x W^T + b over the last dimension (W: [out, in], PyTorch's layout), optionally followed by
 // GELU fused into the GEMM epilogue with the pre-activation kept for backward.
+//
+// Its parameters are descriptions: the model's model::ParameterSpace gives them storage, and
+// ParameterSpace::initialize(seed) their values: W ~ N(0, 0.02^2) (GPT-2's rule) and b = 0 unless
+// the model sets another model::Init on weight() (train_mlp: N(0, 1/fan_in)).
 #pragma once
 
 #include <cstdint>
