@@ -256,6 +256,11 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
     }
   }
   save();
+  // The replicas end identical, bit for bit (DDP, ZeRO-1/2; ZeRO-3's ranks hold slices, not replicas).
+  if (dp.comm && model.parameter_space().value_mode() == loom::model::ValueMode::full) {
+    loom::ddp::verify_same_values(*dp.comm, model.parameter_space());
+    log.line("replicas: every rank holds the same values (checksums compared)\n");
+  }
   const train_gpt::Evaluation final_eval = data.evaluate(model, true);
   if (!log.leader()) return exit_done;
   print_evaluation(trainer.steps_done(), final_eval);

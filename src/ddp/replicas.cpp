@@ -19,9 +19,50 @@ std::string describe(const model::Parameter& p) {
   return out.str();
 }
 
+// FNV-1a over the bytes: not cryptographic, only a change detector for replicas that should be
+// bit-identical.
+std::uint64_t checksum(std::span<const unsigned char> bytes) {
+  std::uint64_t hash = 0xcbf29ce484222325ull;
+  for (const unsigned char byte : bytes) hash = (hash ^ byte) * 0x100000001b3ull;
+  return hash;
+}
+
+std::string hex(std::uint64_t value) {
+  std::ostringstream out;
+  out << "0x" << std::hex << value;
+  return out.str();
+}
+
 }  // namespace
 
-void verify_same_parameters(comm::Communicator& comm, std::span<model::Parameter* const> parameters) {
+void verify_same_values(comm::Communicator& comm, const model::ParameterSpace& space) {
+  std::exception_ptr invalid;
+  std::vector<std::string> mine;
+  try {
+    require(space.value_mode() == model::ValueMode::full, "verify_same_values: the model's values are sharded "
+            "(ZeRO-3): each rank holds other slices, so there are no replicas to compare");
+    const Tensor values = space.values().device().is_cpu() ? space.values() : space.values().to(Device::cpu());
+    const auto* bytes = static_cast<const unsigned char*>(values.raw_data());
+    const std::size_t element = values.element_size();
+    for (const model::Slot& slot : space.slots()) {
+      const std::span<const unsigned char> part(bytes + static_cast<std::size_t>(slot.offset) * element,
+                                                static_cast<std::size_t>(slot.numel) * element);
+      mine.push_back("'" + slot.parameter->name() + "' (values checksum " + hex(checksum(part)) + ")");
+    }
+  } catch (...) {
+    invalid = std::current_exception();
+  }
+  comm::throw_if_any_failed(comm, invalid, "verify_same_values");
+  const auto difference = comm::first_difference(comm, mine);
+  if (!difference) return;
+  throw Error(ErrorCategory::invalid_argument,
+              loom::detail::concat("data-parallel replicas have diverged: parameter #", difference->index, " is ",
+                                   difference->on_rank_0, " on rank 0 but ", difference->on_that_rank, " on rank ",
+                                   difference->rank, " (of ", comm.size(), "); every rank must hold the same values"),
+              comm.rank());
+}
+
+void verify_same_parameter_shapes(comm::Communicator& comm, std::span<model::Parameter* const> parameters) {
   std::vector<std::string> mine;
   for (const model::Parameter* p : parameters) mine.push_back(describe(*p));
   const auto difference = comm::first_difference(comm, mine);
@@ -45,7 +86,7 @@ void make_replicas(comm::Communicator& comm, model::ParameterSpace& space, std::
     invalid = std::current_exception();
   }
   comm::throw_if_any_failed(comm, invalid, who);
-  verify_same_parameters(comm, space.parameters());
+  verify_same_parameter_shapes(comm, space.parameters());
   if (const auto d = comm::first_difference(comm, {settings, space.describe()})) {
     fail(ErrorCategory::invalid_argument, who, ": ", d->index == 0 ? "the options" : "the parameter spaces",
          " differ across ranks: rank 0 has ", d->on_rank_0, " but rank ", d->rank, " has ", d->on_that_rank);

@@ -31,11 +31,19 @@ inline Tensor on_device(const Tensor& t, Tensor& staging, Device device, StreamR
   return staging;
 }
 
-// A layer's parameters are descriptions until a parameter space binds them (and, under ZeRO-3,
-// until their unit is gathered): a forward without storage is a named error, not a stray read.
+// A layer's parameters are descriptions until a parameter space binds them, and under ZeRO their
+// storage comes and goes with the unit hooks: a forward or backward without it is a named error
+// pointing at the fix, not a stray read or an undefined GEMM operand.
 inline void require_storage(const model::Parameter& p) {
   require(p.has_value(), "'", p.name(), "' has no storage: add the layer's parameters to a model's "
-          "model::ParameterSpace (under ZeRO-3, run the model with its engine, which gathers each unit)");
+          "model::ParameterSpace; under ZeRO-3 a unit's values exist only between before_forward(u) and "
+          "after_forward(u) (and before_backward/after_backward): does the model call them around this layer? "
+          "(loom/model/model.hpp)");
+}
+inline void require_grad_storage(const model::Parameter& p) {
+  require(p.has_grad(), "'", p.name(), "' has no gradient storage: under ZeRO-2 and 3 a unit's gradients exist only "
+          "between before_backward(u) and after_backward(u): does the model call them around this layer's backward? "
+          "(loom/model/model.hpp)");
 }
 
 // [d0, ..., dk, last] -> [d0 * ... * dk, last]

@@ -195,6 +195,7 @@ void GPT::forward_into(const Tensor& tokens, const Tensor& targets, const Tensor
 void GPT::backward(float loss_scale, StreamRef stream) {
   require(targets_.defined(), "GPT: backward needs a forward with targets first");
   before_backward(0, stream);
+  detail::require_grad_storage(wte_);
   const std::int64_t rows = tokens_.numel(), vp = config_.padded_vocab();
   const Shape hidden_shape = final_norm_.shape();
   // d(mean loss)/d(loss_i) = 1 / counted for every counted row; ignored rows get 0 in the kernel.

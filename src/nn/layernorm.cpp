@@ -51,6 +51,7 @@ Tensor LayerNorm::forward_residual(const Tensor& a, const Tensor& b, const Tenso
 
 Tensor LayerNorm::backward(const Tensor& dy, StreamRef stream) {
   require(input_.defined(), "LayerNorm '", weight_.name(), "': backward before forward");
+  detail::require_grad_storage(weight_);
   const Tensor dy_rows = detail::as_rows(dy);
   require(dy_rows.shape() == input_.shape(), "LayerNorm '", weight_.name(), "': dy ", dy,
           " does not match the forward input");

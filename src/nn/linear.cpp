@@ -55,6 +55,7 @@ Tensor Linear::forward(const Tensor& x, StreamRef stream) {
 
 Tensor Linear::backward(const Tensor& dy, StreamRef stream) {
   require(input_.defined(), "Linear '", weight_.name(), "': backward before forward");
+  detail::require_grad_storage(weight_);
   const Tensor dy_rows = detail::as_rows(dy);
   require(dy_rows.shape() == Shape{input_.shape()[0], out_}, "Linear '", weight_.name(), "': dy ", dy,
           " does not match the forward output [", input_.shape()[0], ", ", out_, "]");

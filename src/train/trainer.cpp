@@ -9,6 +9,7 @@
 #include "loom/core/caching_allocator.hpp"
 #include "loom/core/error.hpp"
 #include "loom/ddp/replicas.hpp"
+#include "loom/model/hook_audit.hpp"
 #include "loom/optim/clip.hpp"
 
 namespace loom::train {
@@ -187,8 +188,18 @@ StepResult Trainer::step(StreamRef stream) {
   // aborts the communicator with its error, so they stop at once with that error instead of
   // waiting out the timeout. (A failure the collectives themselves report is every rank's already.)
   try {
+    // The first step also checks that the model calls its unit hooks in pairs around every unit
+    // (model/hook_audit.hpp): a model that forgets one trains in one process and under DDP, and
+    // would fail obscurely under ZeRO; here it is named, at any stage. Units a model may leave
+    // out of a step (unused parameters reduced as zeros) need only pair their hooks.
+    std::optional<model::HookAudit> audit;
+    if (steps_done_ == 0 && !audited_) audit.emplace(model_);
     sync_->begin_step(stream);
     run_micro_batches(result, loss_sum, stream);
+    if (audit) {
+      audited_ = true;
+      audit->check(options_.reducer.unused_parameters == ddp::UnusedParameters::error);
+    }
   } catch (...) {
     fail_job(std::current_exception(), "forward or backward");
     sync_->abandon_step();  // nothing stays in flight into the next step

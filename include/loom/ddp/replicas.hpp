@@ -15,8 +15,17 @@
 namespace loom::ddp {
 
 // Throws an invalid_argument Error on every rank unless every rank has the same parameters (count,
-// names, shapes, dtypes, in order); the message names the first difference and both ranks.
-void verify_same_parameters(comm::Communicator& comm, std::span<model::Parameter* const> parameters);
+// names, shapes, dtypes, in order: not their values); the message names the first difference and
+// both ranks.
+void verify_same_parameter_shapes(comm::Communicator& comm, std::span<model::Parameter* const> parameters);
+
+// Throws an invalid_argument Error on every rank unless every rank holds the same values, bit for
+// bit, naming the first parameter that differs and the ranks (a replica that diverged: a rank that
+// skipped an update, a non-deterministic kernel, weights changed on one rank). It compares a 64-bit
+// checksum of each parameter's values (one read of the values, on the host: a device model is
+// copied there first), so it is cheap enough to call every few hundred steps. The space's values
+// must be full (DDP, ZeRO-1/2 after their gather): under ZeRO-3 each rank holds other slices.
+void verify_same_values(comm::Communicator& comm, const model::ParameterSpace& space);
 
 // What DDP and ZeRO do before their first step: lay the space out for comm's ranks, check that
 // every rank has the same parameters and the same `settings` (the options that must match, as one

@@ -152,6 +152,7 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::DynamicLossScaler scaler_;
   std::int64_t steps_done_ = 0, skipped_steps_ = 0;
+  bool audited_ = false;  // the first step checked the model's unit hooks
 };
 
 }  // namespace loom::train

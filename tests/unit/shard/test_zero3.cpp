@@ -12,6 +12,7 @@
 #include "examples/train_mlp/mlp.hpp"
 #include "examples/train_mlp/regression_task.hpp"
 #include "loom/comm/in_process.hpp"
+#include "loom/core/error.hpp"
 #include "loom/io/checkpoint.hpp"
 #include "loom/nn/generate.hpp"
 #include "loom/nn/gpt.hpp"
@@ -244,36 +245,56 @@ TEST_CASE("A ZeRO-3 checkpoint resumes at one rank without ZeRO and at two ranks
 TEST_CASE("A model built in its stage's layout holds only the stage's share, and a use that does not fit is named",
           "[zero]") {
   const loom::nn::Precision fp32 = loom::nn::Precision::fp32();
+  // What each rank saw (Catch's assertions are not thread-safe: checked after the ranks end).
+  struct Seen {
+    bool zero2_layout = false, zero3_layout = false, engine_kept_shard = false;
+    std::string forward, reducer, zero2, second_engine, mixed_seeds;
+  };
+  std::vector<Seen> seen(2);
+  auto message = [](const auto& call) {
+    try {
+      call();
+    } catch (const loom::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
   loom::comm::run_in_process(2, [&](Communicator& comm) {
+    Seen& s = seen[static_cast<std::size_t>(comm.rank())];
     loom::nn::GPT zero2(four_blocks(), fp32, loom::Device::cpu(), 1, loom::shard::space_layout(2, &comm));
-    CHECK(zero2.parameter_space().ranks() == 2);
-    CHECK(zero2.parameter_space().values().defined());
-    CHECK_FALSE(zero2.parameter_space().grads_allocated());
+    s.zero2_layout = zero2.parameter_space().ranks() == 2 && zero2.parameter_space().values().defined() &&
+                     !zero2.parameter_space().grads_allocated();
     loom::nn::GPT zero3(four_blocks(), fp32, loom::Device::cpu(), 1, loom::shard::space_layout(3, &comm));
     const loom::model::ParameterSpace& space = zero3.parameter_space();
-    CHECK(space.value_mode() == loom::model::ValueMode::sharded);
-    CHECK(space.value_rank() == comm.rank());
-    CHECK(space.local_values().numel() == space.elements() / 2);
-    CHECK_FALSE(space.grads_allocated());
+    s.zero3_layout = space.value_mode() == loom::model::ValueMode::sharded && space.value_rank() == comm.rank() &&
+                     space.local_values().numel() == space.elements() / 2 && !space.grads_allocated();
     // Outside an engine, its units have no values.
     const Tensor tokens = Tensor::zeros({1, 4}, loom::DType::i32);
-    CHECK_THROWS_WITH(zero3.forward(tokens, tokens), Catch::Contains("'wte' has no storage"));
+    s.forward = message([&] { zero3.forward(tokens, tokens); });
     // DDP and ZeRO-1/2 keep every value on every rank: they refuse it by name (collectively).
-    CHECK_THROWS_WITH(loom::ddp::GradientReducer(comm, zero3.parameter_space()),
-                      Catch::Contains("sharded (ZeRO-3's layout)"));
-    CHECK_THROWS_WITH(loom::shard::ZeroEngine(comm, zero3, 2), Catch::Contains("shard::space_layout(2, communicator)"));
+    s.reducer = message([&] { loom::ddp::GradientReducer reducer(comm, zero3.parameter_space()); });
+    s.zero2 = message([&] { loom::shard::ZeroEngine engine(comm, zero3, 2); });
     // Its engine takes it as it is (no copy of the full values); a second engine is refused.
     {
       loom::shard::ZeroEngine engine(comm, zero3, 3);
-      CHECK(space.local_values().numel() == space.elements() / 2);
-      CHECK_THROWS_WITH(loom::shard::ZeroEngine(comm, zero3, 3), Catch::Contains("sharded already"));
+      s.engine_kept_shard = space.local_values().numel() == space.elements() / 2;
+      s.second_engine = message([&] { loom::shard::ZeroEngine second(comm, zero3, 3); });
     }
     // Slices made from different seeds are not one model.
     loom::nn::GPT mixed(four_blocks(), fp32, loom::Device::cpu(), 1 + static_cast<std::uint64_t>(comm.rank()),
                         loom::shard::space_layout(3, &comm));
-    CHECK_THROWS_WITH(loom::shard::ZeroEngine(comm, mixed, 3), Catch::Contains("every rank must build the model with the "
-                                                                               "same seed"));
+    s.mixed_seeds = message([&] { loom::shard::ZeroEngine engine(comm, mixed, 3); });
   });
+  for (const Seen& s : seen) {
+    CHECK(s.zero2_layout);
+    CHECK(s.zero3_layout);
+    CHECK(s.engine_kept_shard);
+    CHECK_THAT(s.forward, Catch::Contains("'wte' has no storage"));
+    CHECK_THAT(s.reducer, Catch::Contains("sharded (ZeRO-3's layout)"));
+    CHECK_THAT(s.zero2, Catch::Contains("shard::space_layout(2, communicator)"));
+    CHECK_THAT(s.second_engine, Catch::Contains("sharded already"));
+    CHECK_THAT(s.mixed_seeds, Catch::Contains("every rank must build the model with the same seed"));
+  }
   auto one = loom::comm::make_in_process_communicators(1);
   loom::nn::GPT rank1_of_2(four_blocks(), fp32, loom::Device::cpu(), 1,
                            {.ranks = 2, .rank = 1, .values = loom::model::ValueMode::sharded, .grads = false});
