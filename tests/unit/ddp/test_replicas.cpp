@@ -9,6 +9,7 @@
 
 #include "loom/comm/in_process.hpp"
 #include "loom/core/error.hpp"
+#include "support/error_message.hpp"
 #include "loom/ddp/replicas.hpp"
 #include "loom/model/parameter_space.hpp"
 
@@ -54,11 +55,8 @@ TEST_CASE("verify_same_values passes identical replicas and names the first para
         bytes[3] ^= 1;
         static_cast<unsigned char*>(r.parameters[2]->value().raw_data())[0] ^= 1;
       }
-      try {
-        loom::ddp::verify_same_values(comm, *r.space);
-      } catch (const loom::Error& e) {
-        errors[static_cast<std::size_t>(comm.rank())] = e.what();
-      }
+      errors[static_cast<std::size_t>(comm.rank())] =
+          loom::test::error_message([&] { loom::ddp::verify_same_values(comm, *r.space); });
     });
     for (const std::string& error : errors) {
       CHECK_THAT(error, Catch::Contains("replicas have diverged") && Catch::Contains("'w1'") &&
@@ -71,14 +69,7 @@ TEST_CASE("verify_same_values passes identical replicas and names the first para
 TEST_CASE("verify_same_values refuses sharded values, and verify_same_parameter_shapes ignores values", "[ddp]") {
   // Catch's assertions are not thread-safe: each rank records what it saw, checked afterwards.
   std::vector<std::string> differing_errors(2), sharded_errors(2);
-  auto message = [](const auto& call) {
-    try {
-      call();
-    } catch (const loom::Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  using loom::test::error_message;
   loom::comm::run_in_process(2, [&](Communicator& comm) {
     const auto r = static_cast<std::size_t>(comm.rank());
     // Different values, the same names and shapes: the shape check passes, the value check names w0.
@@ -86,9 +77,9 @@ TEST_CASE("verify_same_values refuses sharded values, and verify_same_parameter_
     std::vector<Parameter*> list;
     for (const auto& p : differing.parameters) list.push_back(p.get());
     loom::ddp::verify_same_parameter_shapes(comm, list);
-    differing_errors[r] = message([&] { loom::ddp::verify_same_values(comm, *differing.space); });
+    differing_errors[r] = error_message([&] { loom::ddp::verify_same_values(comm, *differing.space); });
     const Replica sharded = replica(DType::f32, 5, {.ranks = 2, .rank = comm.rank(), .values = loom::model::ValueMode::sharded});
-    sharded_errors[r] = message([&] { loom::ddp::verify_same_values(comm, *sharded.space); });
+    sharded_errors[r] = error_message([&] { loom::ddp::verify_same_values(comm, *sharded.space); });
   });
   for (const std::string& error : differing_errors) CHECK_THAT(error, Catch::Contains("diverged") && Catch::Contains("'w0'"));
   for (const std::string& error : sharded_errors) CHECK_THAT(error, Catch::Contains("sharded (ZeRO-3)"));

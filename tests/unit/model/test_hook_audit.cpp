@@ -13,6 +13,7 @@
 #include "loom/nn/linear.hpp"
 #include "loom/train/trainer.hpp"
 #include "support/ddp_equivalence.hpp"
+#include "support/error_message.hpp"
 
 using loom::Tensor;
 
@@ -84,13 +85,10 @@ std::string first_step_error(loom::model::Model& model, loom::comm::Communicator
   loom::train::TrainerOptions options;
   options.zero = zero;
   loom::train::Trainer trainer(model, data, options, comm);
-  try {
+  return loom::test::error_message([&] {
     trainer.step();
     trainer.step();  // a second step is not audited again
-  } catch (const loom::Error& e) {
-    return e.what();
-  }
-  return "no error";
+  });
 }
 
 }  // namespace

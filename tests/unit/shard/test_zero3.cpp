@@ -13,6 +13,7 @@
 #include "examples/train_mlp/regression_task.hpp"
 #include "loom/comm/in_process.hpp"
 #include "loom/core/error.hpp"
+#include "support/error_message.hpp"
 #include "loom/io/checkpoint.hpp"
 #include "loom/nn/generate.hpp"
 #include "loom/nn/gpt.hpp"
@@ -251,14 +252,7 @@ TEST_CASE("A model built in its stage's layout holds only the stage's share, and
     std::string forward, reducer, zero2, second_engine, mixed_seeds;
   };
   std::vector<Seen> seen(2);
-  auto message = [](const auto& call) {
-    try {
-      call();
-    } catch (const loom::Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  using loom::test::error_message;
   loom::comm::run_in_process(2, [&](Communicator& comm) {
     Seen& s = seen[static_cast<std::size_t>(comm.rank())];
     loom::nn::GPT zero2(four_blocks(), fp32, loom::Device::cpu(), 1, loom::shard::space_layout(2, &comm));
@@ -270,20 +264,20 @@ TEST_CASE("A model built in its stage's layout holds only the stage's share, and
                      space.local_values().numel() == space.elements() / 2 && !space.grads_allocated();
     // Outside an engine, its units have no values.
     const Tensor tokens = Tensor::zeros({1, 4}, loom::DType::i32);
-    s.forward = message([&] { zero3.forward(tokens, tokens); });
+    s.forward = error_message([&] { zero3.forward(tokens, tokens); });
     // DDP and ZeRO-1/2 keep every value on every rank: they refuse it by name (collectively).
-    s.reducer = message([&] { loom::ddp::GradientReducer reducer(comm, zero3.parameter_space()); });
-    s.zero2 = message([&] { loom::shard::ZeroEngine engine(comm, zero3, 2); });
+    s.reducer = error_message([&] { loom::ddp::GradientReducer reducer(comm, zero3.parameter_space()); });
+    s.zero2 = error_message([&] { loom::shard::ZeroEngine engine(comm, zero3, 2); });
     // Its engine takes it as it is (no copy of the full values); a second engine is refused.
     {
       loom::shard::ZeroEngine engine(comm, zero3, 3);
       s.engine_kept_shard = space.local_values().numel() == space.elements() / 2;
-      s.second_engine = message([&] { loom::shard::ZeroEngine second(comm, zero3, 3); });
+      s.second_engine = error_message([&] { loom::shard::ZeroEngine second(comm, zero3, 3); });
     }
     // Slices made from different seeds are not one model.
     loom::nn::GPT mixed(four_blocks(), fp32, loom::Device::cpu(), 1 + static_cast<std::uint64_t>(comm.rank()),
                         loom::shard::space_layout(3, &comm));
-    s.mixed_seeds = message([&] { loom::shard::ZeroEngine engine(comm, mixed, 3); });
+    s.mixed_seeds = error_message([&] { loom::shard::ZeroEngine engine(comm, mixed, 3); });
   });
   for (const Seen& s : seen) {
     CHECK(s.zero2_layout);
