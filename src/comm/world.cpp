@@ -78,9 +78,11 @@ World::~World() {
   // Destroyed while an exception unwinds (the World inside main's try): MPI_Finalize would wait
   // for peers still in their collectives, and the error would never be printed. The peers are told
   // instead (they fail at once), and MPI is not finalized.
+  bool told_peers = false;
   if (owns_mpi_ && std::uncaught_exceptions() > 0 && comm_ && comm_->size() > 1) {
     try {
       comm_->abort("its process is unwinding from an error (it is printed by that process)");
+      told_peers = true;
     } catch (...) {
     }
   }
@@ -94,8 +96,10 @@ World::~World() {
     std::fprintf(stderr, "loom: not finalizing MPI: a communicator was aborted (a peer may be stopped or gone, and "
                  "MPI_Finalize would wait for it)\n");
     // The first process to exit with an error makes mpirun end the others: a moment for every rank
-    // to take the abort notice and report it first.
-    std::this_thread::sleep_for(std::chrono::seconds(1));
+    // to take the abort notice and report it first. The peers of a rank that told them here may
+    // themselves wait that second before they print (their World, inside main's try too, goes
+    // first), so this rank waits longer than they do.
+    std::this_thread::sleep_for(std::chrono::seconds(told_peers ? 2 : 1));
     return;
   }
   try {

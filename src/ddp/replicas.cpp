@@ -95,9 +95,15 @@ void make_replicas(comm::Communicator& comm, model::ParameterSpace& space, std::
   // made its own slices, with the bits one process makes (model/init.hpp), from the seed, which
   // therefore must be the same everywhere.
   if (space.value_mode() == model::ValueMode::sharded) {
-    verify_same_value(comm, static_cast<std::int64_t>(space.initial_seed().value_or(~std::uint64_t{0})),
-                      std::string(who) + ": the seed the model's sharded values were initialised with (each rank "
-                      "makes its own slices from it, so every rank must build the model with the same seed)");
+    // (Every rank is sharded here: the layouts compared above include the value mode.)
+    if (const auto d = comm::first_difference(comm, {space.value_origin()})) {
+      fail(ErrorCategory::invalid_argument, who, ": the model's values are sharded, each rank holding its own slices, "
+           "but they were ", d->on_rank_0, " on rank 0 and ", d->on_that_rank, " on rank ", d->rank, "; every rank "
+           "must build the model with the same seed");
+    }
+    require(!space.value_origin().empty(), who, ": the model's values are sharded, each rank holding its own slices, "
+            "but not from a seed (ParameterSpace::initialize) that would make them one model; build it from "
+            "parameter descriptions and initialise it, or build it whole and let the engine shard it");
     return;
   }
   if (!broadcast) return;
@@ -109,6 +115,7 @@ void make_replicas(comm::Communicator& comm, model::ParameterSpace& space, std::
     works.push_back(comm.broadcast(values.slice(begin, std::min(values.numel(), begin + piece)), 0));
   }
   for (const comm::Work& work : works) work.wait();
+  space.set_value_origin("broadcast from rank 0");
 }
 
 void broadcast_parameters(comm::Communicator& comm, std::span<model::Parameter* const> parameters, int root) {

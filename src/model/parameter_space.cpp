@@ -296,7 +296,7 @@ void ParameterSpace::zero_grads(StreamRef stream) {
 }
 
 void ParameterSpace::initialize(std::uint64_t seed) {
-  initial_seed_ = seed;
+  value_origin_ = loom::detail::concat("initialised from seed ", seed);
   for (const Slot& slot : slots_) {
     const Init& init = slot.parameter->init();
     if (init.kind == Init::Kind::keep) continue;
@@ -355,7 +355,8 @@ void ParameterSpace::claim(const std::string& who) {
 
 std::string ParameterSpace::describe() const {
   std::string text = loom::detail::concat(units_.size(), " units, ", slots_.size(), " parameters, ", elements_,
-                                          " elements at ", ranks_, " rank(s), ", storage());
+                                          " elements at ", ranks_, " rank(s), ", storage(), ", values ",
+                                          mode_ == ValueMode::full ? "full" : "sharded");
   for (const Unit& unit : units_) {
     text += loom::detail::concat("; ", unit.name, ":");
     for (const std::size_t s : unit.slots) {

@@ -25,6 +25,7 @@ void LayerNorm::collect_parameters(std::vector<Parameter*>& out) {
 
 void LayerNorm::prepare_forward(const Tensor& input_rows) {
   detail::require_storage(weight_);
+  detail::require_storage(bias_);
   input_ = input_rows;
   const Device device = weight_.device();
   detail::ensure_buffer(output_, input_.shape(), precision_.storage, device);
@@ -52,6 +53,7 @@ Tensor LayerNorm::forward_residual(const Tensor& a, const Tensor& b, const Tenso
 Tensor LayerNorm::backward(const Tensor& dy, StreamRef stream) {
   require(input_.defined(), "LayerNorm '", weight_.name(), "': backward before forward");
   detail::require_grad_storage(weight_);
+  detail::require_grad_storage(bias_);
   const Tensor dy_rows = detail::as_rows(dy);
   require(dy_rows.shape() == input_.shape(), "LayerNorm '", weight_.name(), "': dy ", dy,
           " does not match the forward input");

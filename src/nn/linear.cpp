@@ -37,6 +37,7 @@ Tensor Linear::forward(const Tensor& x, StreamRef stream) {
   require(x.defined() && x.shape().rank() >= 1 && x.shape()[-1] == in_, "Linear '", weight_.name(),
           "': input must end in ", in_, " features, got ", x);
   detail::require_storage(weight_);
+  if (bias_) detail::require_storage(*bias_);
   input_ = detail::as_rows(x);
   const std::int64_t rows = input_.shape()[0];
   const Device device = weight_.device();
@@ -56,6 +57,7 @@ Tensor Linear::forward(const Tensor& x, StreamRef stream) {
 Tensor Linear::backward(const Tensor& dy, StreamRef stream) {
   require(input_.defined(), "Linear '", weight_.name(), "': backward before forward");
   detail::require_grad_storage(weight_);
+  if (bias_) detail::require_grad_storage(*bias_);
   const Tensor dy_rows = detail::as_rows(dy);
   require(dy_rows.shape() == Shape{input_.shape()[0], out_}, "Linear '", weight_.name(), "': dy ", dy,
           " does not match the forward output [", input_.shape()[0], ", ", out_, "]");

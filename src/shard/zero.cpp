@@ -35,6 +35,9 @@ void validate(const comm::Communicator& comm, const model::Model& model, int sta
           "ZeRO: keeping values gathered applies to stage 3 only (stages 1 and 2 keep every value)");
   require(space.claimed_by().empty(), "ZeRO: the model's values are sharded already (", space.claimed_by(),
           " holds them)");
+  require(space.grads_allocated() || space.ranks() == comm.size(), "ZeRO: the model was built for ", space.ranks(),
+          " ranks without a gradient buffer (shard::space_layout), but the communicator has ", comm.size(),
+          " ranks; build it with shard::space_layout(", stage, ", communicator)");
   if (space.value_mode() == model::ValueMode::sharded) {
     // Built in ZeRO-3's layout (shard::space_layout), or left sharded by an engine that is gone.
     require(stage == 3, "ZeRO: the model's values are sharded (ZeRO-3's layout) but stage ", stage, " keeps every "
@@ -99,7 +102,6 @@ ZeroEngine::ZeroEngine(comm::Communicator& comm, model::Model& model, int stage,
   comm::throw_if_any_failed(comm_, failure, "ZeRO: allocating the shards");
   if (stage_ == 3) {
     if (!values_sharded()) space_.shard_values(comm_.rank(), value_shard);
-    space_.claim("a ZeRO-3 engine");
     gathered_ = std::make_unique<detail::GatheredUnits>(comm_, space_);
   }
   space_.release_grads();
@@ -108,6 +110,7 @@ ZeroEngine::ZeroEngine(comm::Communicator& comm, model::Model& model, int stage,
                                   [this](std::size_t unit, StreamRef) { after_forward(unit); },
                                   [this](std::size_t unit, StreamRef stream) { before_backward(unit, stream); },
                                   [this](std::size_t unit, StreamRef) { after_backward(unit); }});
+  if (stage_ == 3) space_.claim("a ZeRO-3 engine");  // last: nothing after it throws, so it always ends
 }
 
 ZeroEngine::~ZeroEngine() {
@@ -117,8 +120,12 @@ ZeroEngine::~ZeroEngine() {
   release_all_buffers();
   gathered_.reset();  // unbinds every gathered unit; the space keeps its slices
   space_.end_claim();
+  // Full values stay usable without the engine: their gradients come back. Sharded ones need an
+  // engine anyway (the next one binds what it needs): a model built to hold only its share never
+  // gets a full gradient buffer here.
+  if (space_.value_mode() == model::ValueMode::sharded) return;
   try {
-    space_.allocate_grads();  // the model stays usable without the engine (stage 3: after unshard_values)
+    space_.allocate_grads();
   } catch (...) {  // out of memory: the gradients stay released; a later backward reports it
   }
 }

@@ -82,6 +82,7 @@ Trainer::Trainer(model::Model& model, data::BatchSource& data, const TrainerOpti
       comm_(groups_.data),
       scaler_(scaler_options(model.precision())) {
   model::ParameterSpace& space = model.parameter_space();
+  const bool built_sharded = space.value_mode() == model::ValueMode::sharded;
   if (comm_ != nullptr) {
     require(comm_->device() == model.device(), "trainer: the model lives on ", model.device(),
             " but the communicator on ", comm_->device());
@@ -112,8 +113,9 @@ Trainer::Trainer(model::Model& model, data::BatchSource& data, const TrainerOpti
   try {
     comm::throw_if_any_failed(*comm_, failure, "building the optimizer");
   } catch (...) {
-    // Every rank is here: give a ZeRO-3 model its values back before the engine goes.
-    if (shard::ZeroEngine* zero = zero_engine(); zero != nullptr && zero->stage() == 3) {
+    // Every rank is here: give a ZeRO-3 model that came whole its values back before the engine
+    // goes (one built sharded stays so: it may not fit whole).
+    if (shard::ZeroEngine* zero = zero_engine(); zero != nullptr && zero->stage() == 3 && !built_sharded) {
       try {
         zero->unshard_values();
       } catch (...) {  // the first error is the one to report

@@ -18,7 +18,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -156,9 +155,11 @@ class ParameterSpace {
   // writing only what this space stores: in sharded mode a rank makes exactly its slices, the same
   // bits one process makes for the whole tensor. Padding stays zero.
   void initialize(std::uint64_t seed);
-  // The seed of the last initialize() (none before one): ranks that each made their own slices
-  // must have used the same one.
-  std::optional<std::uint64_t> initial_seed() const noexcept { return initial_seed_; }
+  // Where the values came from, in words: "initialised from seed N" after initialize(), or what a
+  // data-parallel engine recorded ("broadcast from rank 0"); empty when unknown. Ranks that each
+  // hold only their own slices must have the same origin: no broadcast could make them agree.
+  const std::string& value_origin() const noexcept { return value_origin_; }
+  void set_value_origin(std::string origin) { value_origin_ = std::move(origin); }
 
   // The layout in words (units, their parameters and shapes, the ranks), to compare across ranks.
   std::string describe() const;
@@ -187,7 +188,7 @@ class ParameterSpace {
   std::vector<Tensor> bound_;        // per unit, while the gradients are released
   std::vector<Tensor> bound_values_; // per unit, sharded mode: its gathered values
   std::string claimed_by_;
-  std::optional<std::uint64_t> initial_seed_;
+  std::string value_origin_;
 };
 
 }  // namespace loom::model

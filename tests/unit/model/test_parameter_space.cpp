@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "loom/core/allocator.hpp"
 #include "loom/core/tensor_ops.hpp"
 #include "loom/model/parameter_space.hpp"
 #include "support/tensor_checks.hpp"
@@ -103,24 +104,34 @@ TEST_CASE("a space built in a layout allocates only what the layout keeps", "[mo
   using loom::model::SpaceLayout;
   using loom::model::ValueMode;
   // Descriptions (no storage) of 70 and 130 elements in two units: at 2 ranks, 128 + 256 elements.
-  const Parameter a("a", loom::Shape{70}, DType::f32, loom::Device::cpu(), true);
-  const Parameter b("b", loom::Shape{130}, DType::f32, loom::Device::cpu(), true);
-  auto units = [&] {
-    return std::vector<UnitSpec>{{"u0", {const_cast<Parameter*>(&a)}}, {"u1", {const_cast<Parameter*>(&b)}}};
+  auto described = [] {
+    std::vector<std::unique_ptr<Parameter>> out;
+    out.push_back(std::make_unique<Parameter>("a", loom::Shape{70}, DType::f32, loom::Device::cpu(), true));
+    out.push_back(std::make_unique<Parameter>("b", loom::Shape{130}, DType::f32, loom::Device::cpu(), true));
+    return out;
   };
-  const ParameterSpace no_grads(units(), SpaceLayout{.ranks = 2, .rank = 1, .grads = false});
+  auto units = [](const std::vector<std::unique_ptr<Parameter>>& p) {
+    return std::vector<UnitSpec>{{"u0", {p[0].get()}}, {"u1", {p[1].get()}}};
+  };
+  const auto p1 = described();
+  const ParameterSpace no_grads(units(p1), SpaceLayout{.ranks = 2, .rank = 1, .grads = false});
   CHECK(no_grads.elements() == 384);
   CHECK(no_grads.values().numel() == 384);
   CHECK_FALSE(no_grads.grads_allocated());
-  CHECK_FALSE(a.has_grad());
-  ParameterSpace sharded(units(), SpaceLayout{.ranks = 2, .rank = 1, .values = ValueMode::sharded});
+  CHECK_FALSE(p1[0]->has_grad());
+  const auto p2 = described();
+  const std::int64_t live_before = loom::cpu_memory_stats().live_bytes;
+  loom::reset_cpu_memory_peak();
+  ParameterSpace sharded(units(p2), SpaceLayout{.ranks = 2, .rank = 1, .values = ValueMode::sharded});
+  // Only rank 1's halves of both units (192 f32) and the gradients (384 f32), never the full values.
+  CHECK(loom::cpu_memory_stats().peak_bytes - live_before == (192 + 384) * 4);
   CHECK(sharded.value_mode() == ValueMode::sharded);
   CHECK(sharded.value_rank() == 1);
-  CHECK(sharded.local_values().numel() == 192);  // rank 1's halves of both units
+  CHECK(sharded.local_values().numel() == 192);
   CHECK_FALSE(sharded.values().defined());
-  CHECK_FALSE(a.has_value());
+  CHECK_FALSE(p2[0]->has_value());
   CHECK(sharded.grads_allocated());
-  CHECK(a.has_grad());
+  CHECK(p2[0]->has_grad());
   // Parameters that have values are stored whole, then sharded: rank 1's slice of unit 0 is
   // elements 64..127 of [w0 (70 values), padding].
   auto p = make({70});

@@ -249,7 +249,7 @@ TEST_CASE("A model built in its stage's layout holds only the stage's share, and
   // What each rank saw (Catch's assertions are not thread-safe: checked after the ranks end).
   struct Seen {
     bool zero2_layout = false, zero3_layout = false, engine_kept_shard = false;
-    std::string forward, reducer, zero2, second_engine, mixed_seeds;
+    std::string forward, reducer, zero2, second_engine, mixed_seeds, next_engine;
   };
   std::vector<Seen> seen(2);
   using loom::test::error_message;
@@ -270,14 +270,20 @@ TEST_CASE("A model built in its stage's layout holds only the stage's share, and
     s.zero2 = error_message([&] { loom::shard::ZeroEngine engine(comm, zero3, 2); });
     // Its engine takes it as it is (no copy of the full values); a second engine is refused.
     {
+      const void* shard = space.local_values().raw_data();
       loom::shard::ZeroEngine engine(comm, zero3, 3);
-      s.engine_kept_shard = space.local_values().numel() == space.elements() / 2;
+      s.engine_kept_shard = space.local_values().raw_data() == shard && space.value_mode() == loom::model::ValueMode::sharded;
       s.second_engine = error_message([&] { loom::shard::ZeroEngine second(comm, zero3, 3); });
     }
     // Slices made from different seeds are not one model.
     loom::nn::GPT mixed(four_blocks(), fp32, loom::Device::cpu(), 1 + static_cast<std::uint64_t>(comm.rank()),
                         loom::shard::space_layout(3, &comm));
     s.mixed_seeds = error_message([&] { loom::shard::ZeroEngine engine(comm, mixed, 3); });
+    // A model built whole (another seed on each rank), made one by the first engine's broadcast and
+    // left sharded by it, is taken by the next engine.
+    loom::nn::GPT whole(four_blocks(), fp32, loom::Device::cpu(), 5 + static_cast<std::uint64_t>(comm.rank()));
+    { loom::shard::ZeroEngine first(comm, whole, 3); }
+    s.next_engine = error_message([&] { loom::shard::ZeroEngine next(comm, whole, 3); });
   });
   for (const Seen& s : seen) {
     CHECK(s.zero2_layout);
@@ -287,13 +293,19 @@ TEST_CASE("A model built in its stage's layout holds only the stage's share, and
     CHECK_THAT(s.reducer, Catch::Contains("sharded (ZeRO-3's layout)"));
     CHECK_THAT(s.zero2, Catch::Contains("shard::space_layout(2, communicator)"));
     CHECK_THAT(s.second_engine, Catch::Contains("sharded already"));
-    CHECK_THAT(s.mixed_seeds, Catch::Contains("every rank must build the model with the same seed"));
+    CHECK_THAT(s.mixed_seeds, Catch::Contains("initialised from seed 1 on rank 0 and initialised from seed 2 on rank 1") &&
+                                  Catch::Contains("every rank must build the model with the same seed"));
+    CHECK(s.next_engine == "no error");
   }
   auto one = loom::comm::make_in_process_communicators(1);
   loom::nn::GPT rank1_of_2(four_blocks(), fp32, loom::Device::cpu(), 1,
-                           {.ranks = 2, .rank = 1, .values = loom::model::ValueMode::sharded, .grads = false});
+                           {.ranks = 2, .rank = 1, .values = loom::model::ValueMode::sharded});
   CHECK_THROWS_WITH(loom::shard::ZeroEngine(*one[0], rank1_of_2, 3), Catch::Contains("sharded as rank 1 of 2, but this "
                                                                                     "rank is rank 0 of 1"));
+  loom::nn::GPT zero2_of_2(four_blocks(), fp32, loom::Device::cpu(), 1, {.ranks = 2, .rank = 1, .grads = false});
+  CHECK_THROWS_WITH(loom::shard::ZeroEngine(*one[0], zero2_of_2, 2),
+                    Catch::Contains("built for 2 ranks without a gradient buffer") &&
+                        Catch::Contains("the communicator has 1 ranks"));
   loom::test::GlobalBatchSlice data(2, 0, 2);
   CHECK_THROWS_WITH(loom::train::Trainer(rank1_of_2, data, {}), Catch::Contains("no communicator was given"));
   CHECK_THROWS_WITH(loom::shard::space_layout(3, nullptr), Catch::Contains("none was given"));
