@@ -8,12 +8,14 @@
 //
 //   loom::ddp::GradientReducer ddp(world.comm(), model.parameter_space());  // before the optimizer
 //   for (...) {
-//     model.zero_grad();
-//     { auto skip = ddp.no_sync(); model.forward(a); model.backward(); }  // accumulate only
-//     model.forward(b); model.backward();                                 // reduces as it goes
+//     ddp.begin_step();                                    // zeroes the gradients
+//     { auto skip = ddp.no_sync(); model.forward(a_in, a_targets); model.backward(); }  // accumulate only
+//     model.forward(b_in, b_targets); model.backward();    // reduces as it goes
 //     ddp.synchronize();
 //     optimizer.step(...);
 //   }
+// (train::Trainer does all of this; in one process it takes no communicator, nullptr, and uses
+// ddp::LocalGradients instead.)
 //
 // Buckets follow the reverse of the space's order (backward order; the first one small so
 // communication starts early): the BucketScheduler (bucket_scheduler.hpp) starts them in order and
