@@ -8,7 +8,7 @@
 //
 //   loom::ddp::GradientReducer ddp(world.comm(), model.parameter_space());  // before the optimizer
 //   for (...) {
-//     ddp.begin_step();                                    // zeroes the gradients
+//     ddp.begin_step({});                                  // zeroes the gradients
 //     { auto skip = ddp.no_sync(); model.forward(a_in, a_targets); model.backward(); }  // accumulate only
 //     model.forward(b_in, b_targets); model.backward();    // reduces as it goes
 //     ddp.synchronize();
