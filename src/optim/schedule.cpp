@@ -8,6 +8,9 @@
 namespace loom::optim {
 
 float CosineSchedule::at(std::int64_t step) const {
+  require(total != 0, "cosine schedule: no length (total = 0): set total to the number of optimizer steps of the run "
+          "(the rate warms up over `warmup` steps, then decays from max_lr ", max_lr, " to min_lr ", min_lr,
+          " by step total)");
   require(warmup >= 0 && total >= 1 && warmup <= total && min_lr >= 0 && max_lr >= min_lr,
           "cosine schedule: need 0 <= warmup <= total, total >= 1 and 0 <= min_lr <= max_lr; got warmup ", warmup,
           ", total ", total, ", min_lr ", min_lr, ", max_lr ", max_lr);

@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
     loom::test::BadBatchAt data(loom::test::GlobalBatchSlice(2 * world->size(), 2 * rank, 2),
                                 mode == "forward" && rank == last ? 2 : -1);
     loom::train::TrainerOptions options;
+    options.schedule.total = 1;  // max_lr for the first step, min_lr after
     options.zero = stage;
     loom::train::Trainer trainer(model, data, options, &world->comm());
     int step = 0;

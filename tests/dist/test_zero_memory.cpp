@@ -41,6 +41,7 @@ Measured measure(loom::comm::Communicator& comm, const std::string& precision, i
                       loom::shard::space_layout(stage, &comm));
   loom::test::GlobalBatchSlice data(2 * comm.size(), 2 * comm.rank(), 2);
   loom::train::TrainerOptions options;
+  options.schedule.total = 1;  // max_lr for the first step, min_lr after
   options.zero = stage;
   loom::train::Trainer trainer(model, data, options, &comm);
   m.model_state = loom::cpu_memory_stats().live_bytes - start;

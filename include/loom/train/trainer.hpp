@@ -36,10 +36,15 @@
 
 namespace loom::train {
 
+// The defaults are GPT-2's (as in nanoGPT and llm.c): clipping at a global norm of 1.0, AdamW with
+// beta1 0.9, beta2 0.95, eps 1e-8 and decoupled weight decay 0.1 (on the parameters that declare
+// it: matrices, not biases or norms), a learning rate of 3e-4 decaying to 3e-5. The schedule's
+// length, schedule.total, has no default: set it to the run's optimizer steps (a Trainer refuses
+// a schedule without one).
 struct TrainerOptions {
   std::int64_t grad_accumulation = 1;  // micro-batches per optimizer step
   float max_grad_norm = 1.0f;          // <= 0: no clipping
-  optim::CosineSchedule schedule{};
+  optim::CosineSchedule schedule{};    // max_lr 3e-4, min_lr 3e-5, warmup 0, total: required
   // adamw, or SGD (sgd and sgd_momentum both mean optim::SGD with sgd.momentum).
   using OptimizerKind = optim::OptimizerKind;
   OptimizerKind optimizer = OptimizerKind::adamw;

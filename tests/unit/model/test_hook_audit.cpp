@@ -83,6 +83,7 @@ class TwoLayers final : public loom::model::Model {
 std::string first_step_error(loom::model::Model& model, loom::comm::Communicator* comm, int zero) {
   loom::test::GlobalBatchSlice data(4, comm != nullptr ? 2 * comm->rank() : 0, comm != nullptr ? 2 : 4);
   loom::train::TrainerOptions options;
+  options.schedule.total = 1;  // max_lr for the first step, min_lr after
   options.zero = zero;
   loom::train::Trainer trainer(model, data, options, comm);
   return loom::test::error_message([&] {

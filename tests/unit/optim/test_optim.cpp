@@ -168,6 +168,10 @@ TEST_CASE("cosine schedule: linear warmup, cosine decay, floor", "[optim]") {
   REQUIRE(s.at(500) == Approx(0.1));
   const loom::optim::CosineSchedule bad{.max_lr = 1.0f, .min_lr = 0.1f, .warmup = 20, .total = 10};
   REQUIRE_THROWS_WITH(bad.at(0), Catch::Contains("warmup 20") && Catch::Contains("total 10"));
+  // No length: refused by name, never a silent decay to min_lr after the first step.
+  const loom::optim::CosineSchedule unset{.max_lr = 1.0f, .min_lr = 0.1f};
+  REQUIRE_THROWS_WITH(unset.at(0), Catch::Contains("no length (total = 0)") &&
+                                       Catch::Contains("number of optimizer steps of the run"));
 }
 
 TEST_CASE("dynamic loss scaler: 2^16 start, x2 after 2000 clean steps, x0.5 and a skip on overflow", "[optim]") {

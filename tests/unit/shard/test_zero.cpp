@@ -71,6 +71,7 @@ TEST_CASE("ZeRO-2 keeps at most three gradient buffers, each its unit's size, an
     loom::nn::GPT model(four_blocks(), loom::nn::Precision::fp32(), loom::Device::cpu());
     loom::test::GlobalBatchSlice data(4, 2 * comm.rank(), 2);
     loom::train::TrainerOptions options;
+    options.schedule.total = 1;  // max_lr for the first step, min_lr after
     options.zero = 2;
     options.grad_accumulation = 3;
     {
@@ -119,6 +120,7 @@ TEST_CASE("ZeRO refuses misuse by name", "[zero]") {
   }
   loom::test::GlobalBatchSlice data(2, 0, 2);
   loom::train::TrainerOptions options;
+  options.schedule.total = 1;  // max_lr for the first step, min_lr after
   options.zero = 1;
   CHECK_THROWS_WITH(loom::train::Trainer(model, data, options), Catch::Contains("none was given"));
   options.zero = 5;

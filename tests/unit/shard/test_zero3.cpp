@@ -60,6 +60,7 @@ TEST_CASE("ZeRO-3 gathers each unit before its use, prefetches the next, and kee
     loom::nn::GPT model(four_blocks(), loom::nn::Precision::fp32(), loom::Device::cpu());
     loom::test::GlobalBatchSlice data(4, 2 * comm.rank(), 2);
     loom::train::TrainerOptions options;
+    options.schedule.total = 1;  // max_lr for the first step, min_lr after
     options.zero = 3;
     loom::train::Trainer trainer(model, data, options, &comm);
     trainer.step();  // the first step, then one observed
@@ -149,6 +150,7 @@ TEST_CASE("Evaluation and generation under ZeRO-3 give DDP's results (every rank
       loom::nn::GPT model(four_blocks(), loom::nn::Precision::fp32(), loom::Device::cpu());
       loom::test::GlobalBatchSlice data(4, 2 * comm.rank(), 2);
       loom::train::TrainerOptions options;
+      options.schedule.total = 1;  // max_lr for the first step, min_lr after
       options.zero = stage;
       loom::train::Trainer trainer(model, data, options, &comm);
       for (int s = 0; s < 2; ++s) trainer.step();
@@ -183,6 +185,7 @@ TEST_CASE("A ZeRO-3 checkpoint resumes at one rank without ZeRO and at two ranks
       loom::nn::GPT model(four_blocks(), loom::nn::Precision::bf16(), loom::Device::cpu());
       loom::test::GlobalBatchSlice data(4, 2 * comm.rank(), 2);
       loom::train::TrainerOptions options;
+      options.schedule.total = 1;  // max_lr for the first step, min_lr after
       options.zero = 3;
       loom::train::Trainer trainer(model, data, options, &comm);
       for (int s = 0; s < 2; ++s) trainer.step();
@@ -203,7 +206,7 @@ TEST_CASE("A ZeRO-3 checkpoint resumes at one rank without ZeRO and at two ranks
   {
     loom::nn::GPT model(four_blocks(), loom::nn::Precision::bf16(), loom::Device::cpu(), 99);
     loom::test::GlobalBatchSlice data(4, 0, 4);
-    loom::train::Trainer trainer(model, data, {});
+    loom::train::Trainer trainer(model, data, {.schedule = {.total = 4}});
     REQUIRE(trainer.resume(dir.string()));
     CHECK(trainer.steps_done() == 2);
     CHECK(all_values(model.parameter_space()) == saved_values);
@@ -219,6 +222,7 @@ TEST_CASE("A ZeRO-3 checkpoint resumes at one rank without ZeRO and at two ranks
         loom::nn::GPT model(four_blocks(), loom::nn::Precision::bf16(), loom::Device::cpu(), 99);
         loom::test::GlobalBatchSlice data(4, 2 * comm.rank(), 2);
         loom::train::TrainerOptions options;
+        options.schedule.total = 1;  // max_lr for the first step, min_lr after
         options.zero = stage;
         loom::train::Trainer trainer(model, data, options, &comm);
         // A forward before the resume leaves units gathered with the old values; the one after it
@@ -307,6 +311,7 @@ TEST_CASE("A model built in its stage's layout holds only the stage's share, and
                     Catch::Contains("built for 2 ranks without a gradient buffer") &&
                         Catch::Contains("the communicator has 1 ranks"));
   loom::test::GlobalBatchSlice data(2, 0, 2);
-  CHECK_THROWS_WITH(loom::train::Trainer(rank1_of_2, data, {}), Catch::Contains("no communicator was given"));
+  CHECK_THROWS_WITH(loom::train::Trainer(rank1_of_2, data, {.schedule = {.total = 1}}),
+                    Catch::Contains("no communicator was given"));
   CHECK_THROWS_WITH(loom::shard::space_layout(3, nullptr), Catch::Contains("none was given"));
 }

@@ -27,6 +27,7 @@ TEST_CASE("one rank failing in forward fails every rank's step at once, naming i
                           loom::nn::Precision::fp32(), loom::Device::cpu());
       loom::test::BadBatchAt data(loom::test::GlobalBatchSlice(6, 2 * comm.rank(), 2), comm.rank() == 2 ? 2 : -1);
       loom::train::TrainerOptions trainer_options;
+      trainer_options.schedule.total = 1;  // max_lr for the first step, min_lr after
       trainer_options.zero = stage;
       loom::train::Trainer trainer(model, data, trainer_options, &comm);
       for (int step = 1; step <= 5 && errors[r].empty(); ++step) {
@@ -59,9 +60,11 @@ TEST_CASE("Trainer takes the job's parallel groups and names groups that do not 
     const std::unique_ptr<loom::comm::Communicator> alone = world.split(world.rank(), 0);
     const std::unique_ptr<loom::comm::Communicator> reversed = world.split(0, -world.rank());
     const std::unique_ptr<loom::comm::Communicator> pair = world.split(0, world.rank());
+    loom::train::TrainerOptions options;
+    options.schedule.total = 1;
     auto error_of = [&](loom::train::ParallelGroups groups) {
       try {
-        loom::train::Trainer trainer(model, data, {}, groups);
+        loom::train::Trainer trainer(model, data, options, groups);
       } catch (const std::exception& e) {
         return std::string(e.what());
       }
@@ -71,7 +74,7 @@ TEST_CASE("Trainer takes the job's parallel groups and names groups that do not 
     errors[r * 4 + 1] = error_of({&world, alone.get(), nullptr});        // 1 x 1 is not 2
     errors[r * 4 + 2] = error_of({&world, &world, pair.get()});          // a tensor group of 2
     errors[r * 4 + 3] = error_of({&world, reversed.get(), nullptr});     // the ranks in another order
-    loom::train::Trainer trainer(model, data, {}, {&world, pair.get(), alone.get()});
+    loom::train::Trainer trainer(model, data, options, {&world, pair.get(), alone.get()});
     losses[r] = trainer.step().loss;
   });
   for (std::size_t r = 0; r < 2; ++r) {
@@ -82,4 +85,15 @@ TEST_CASE("Trainer takes the job's parallel groups and names groups that do not 
     CHECK_THAT(errors[r * 4 + 3], Catch::Contains("ranks the processes differently"));
   }
   CHECK(losses[0] == losses[1]);  // the step's loss is the data group's mean
+}
+
+TEST_CASE("a Trainer refuses a learning-rate schedule without its length, naming it", "[train]") {
+  loom::nn::GPT model({.vocab_size = 32, .context = 8, .layers = 1, .heads = 2, .channels = 16},
+                      loom::nn::Precision::fp32(), loom::Device::cpu());
+  loom::test::GlobalBatchSlice data(2, 0, 2);
+  CHECK_THROWS_WITH(loom::train::Trainer(model, data, {}), Catch::Contains("cosine schedule: no length (total = 0)"));
+  loom::train::TrainerOptions options;
+  options.schedule.total = 10;
+  loom::train::Trainer trainer(model, data, options);
+  CHECK(trainer.step().lr == Approx(3e-4f));  // the default max_lr at step 1 (no warmup)
 }
