@@ -179,6 +179,7 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
            static_cast<long long>(model_config.channels), static_cast<long long>(model_config.context),
            static_cast<long long>(model_config.vocab_size), static_cast<long long>(model_config.parameter_count()),
            config.precision.c_str(), device.to_string().c_str());
+  log.line("training: %s\n", loom::train::describe(options).c_str());
   if (dp.comm) {
     log.line("data-parallel: %d ranks (%s), %lld sequences per step (%lld per rank x %lld micro-batches), %d gradient "
              "buckets, %s reduction; %s\n",

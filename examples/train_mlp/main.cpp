@@ -84,6 +84,7 @@ int run(const Options& o, loom::World& world) {
                 static_cast<double>(held.persistent()) / 1024,
                 static_cast<double>(trainer.predicted_model_state().persistent()) / 1024,
                 static_cast<double>(trainer.predicted_model_state().buffers) / 1024);
+    std::printf("training: %s\n", loom::train::describe(options).c_str());
   }
   loom::require(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
   if (!o.checkpoint_dir.empty()) {  // a checkpoint directory is always resumed from (as train_gpt's --resume auto)

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <cmath>
 #include <optional>
+#include <sstream>
 
 #include "loom/comm/agreement.hpp"
 #include "loom/core/caching_allocator.hpp"
@@ -327,6 +328,23 @@ Trainer::ResumeOutcome Trainer::resume(const std::string& path) {
                            "the step this job resumes at (is the checkpoint directory on a file system every rank sees?)");
   }
   return outcome;
+}
+
+std::string describe(const TrainerOptions& o) {
+  std::ostringstream out;
+  if (o.optimizer == optim::OptimizerKind::adamw) {
+    out << "AdamW (beta1 " << o.adamw.beta1 << ", beta2 " << o.adamw.beta2 << ", eps " << o.adamw.eps
+        << ", weight decay " << o.adamw.weight_decay << ")";
+  } else {
+    out << "SGD (momentum " << o.sgd.momentum << ", dampening " << o.sgd.dampening << ", weight decay "
+        << o.sgd.weight_decay << (o.sgd.nesterov ? ", Nesterov" : "") << ")";
+  }
+  out << ", lr " << o.schedule.max_lr << " -> " << o.schedule.min_lr << " cosine by step " << o.schedule.total
+      << " after " << o.schedule.warmup << " warmup steps, ";
+  if (o.max_grad_norm > 0) out << "clipping at global norm " << o.max_grad_norm;
+  else out << "no clipping";
+  out << ", " << o.grad_accumulation << " micro-batch(es) per step, ZeRO stage " << o.zero;
+  return out.str();
 }
 
 }  // namespace loom::train

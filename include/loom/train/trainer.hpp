@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <string>
 
 #include "loom/comm/communicator.hpp"
 #include "loom/data/batch_source.hpp"
@@ -70,6 +71,11 @@ struct ParallelGroups {
   comm::Communicator* data = nullptr;
   comm::Communicator* tensor = nullptr;
 };
+
+// The training settings in one line, every default included, as the examples print them at start:
+// "AdamW (beta1 0.9, beta2 0.95, eps 1e-08, weight decay 0.1), lr 0.0003 -> 3e-05 cosine by step
+// 1000 after 0 warmup steps, clipping at global norm 1, 1 micro-batch(es) per step, ZeRO stage 0".
+std::string describe(const TrainerOptions& options);
 
 struct StepResult {
   std::int64_t step = 0;   // 1-based number of this step

@@ -97,3 +97,18 @@ TEST_CASE("a Trainer refuses a learning-rate schedule without its length, naming
   loom::train::Trainer trainer(model, data, options);
   CHECK(trainer.step().lr == Approx(3e-4f));  // the default max_lr at step 1 (no warmup)
 }
+
+TEST_CASE("describe(TrainerOptions) names every setting, defaults included", "[train]") {
+  loom::train::TrainerOptions options;
+  options.schedule.total = 1000;
+  CHECK(loom::train::describe(options) ==
+        "AdamW (beta1 0.9, beta2 0.95, eps 1e-08, weight decay 0.1), lr 0.0003 -> 3e-05 cosine by step 1000 after 0 "
+        "warmup steps, clipping at global norm 1, 1 micro-batch(es) per step, ZeRO stage 0");
+  options.optimizer = loom::train::TrainerOptions::OptimizerKind::sgd;
+  options.max_grad_norm = 0;
+  options.grad_accumulation = 4;
+  options.zero = 2;
+  CHECK(loom::train::describe(options) ==
+        "SGD (momentum 0.9, dampening 0, weight decay 0), lr 0.0003 -> 3e-05 cosine by step 1000 after 0 warmup steps, "
+        "no clipping, 4 micro-batch(es) per step, ZeRO stage 2");
+}
