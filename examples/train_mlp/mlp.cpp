@@ -2,12 +2,9 @@
 
 #include <cmath>
 
-#include "loom/core/caching_allocator.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/tensor_ops.hpp"
 #include "loom/kernels/cast.hpp"
-#include "loom/kernels/elementwise.hpp"
-#include "loom/kernels/grad_utils.hpp"
 
 namespace train_mlp {
 
@@ -74,41 +71,16 @@ float Mlp::forward(const Tensor& inputs, const Tensor& targets, loom::StreamRef 
     after_forward(l, stream);
   }
   output_ = h;
-  // difference = y - target, in f32 (the loss and its gradient).
-  const Tensor y = output_.dtype() == DType::f32 ? output_ : reuse(output_f32_, output_.shape(), DType::f32, device_);
-  if (output_.dtype() != DType::f32) loom::kernels::cast(output_, y, {}, stream);
-  const Tensor host_targets = targets.to(loom::Device::cpu(), stream);
-  reuse(host_negated_, targets.shape(), DType::f32, loom::Device::cpu());
-  for (std::int64_t i = 0; i < host_negated_.numel(); ++i) {
-    host_negated_.data<float>()[i] = -host_targets.data<float>()[i];
-  }
-  loom::copy(reuse(negated_targets_, targets.shape(), DType::f32, device_), host_negated_, stream);
-  reuse(difference_buffer_, targets.shape(), DType::f32, device_);
-  difference_ = difference_buffer_;
-  loom::kernels::residual_add(y, negated_targets_, difference_, stream);
-  const Tensor squares = loom::scratch_zeros({1}, DType::f32, device_, stream);
-  loom::kernels::sum_of_squares(std::span<const Tensor>(&difference_, 1), squares, stream);
-  loom::synchronize(stream);
-  return squares.to(loom::Device::cpu()).item<float>() / static_cast<float>(difference_.numel());
+  return loss_.forward(output_, targets, stream);
 }
 
 void Mlp::backward(float loss_scale, loom::StreamRef stream) {
-  loom::require(difference_.defined(), "MLP: backward needs a forward first");
-  // d(mean (y - t)^2)/dy = 2 (y - t) / n, times the loss scale, in the storage dtype.
-  const Tensor found = loom::scratch_zeros({1}, DType::f32, device_, stream);
-  loom::kernels::unscale_and_check_finite(std::span<const Tensor>(&difference_, 1),
-                                          2.0f * loss_scale / static_cast<float>(difference_.numel()), found, stream);
-  Tensor d = difference_;
-  if (precision_.storage != DType::f32) {
-    d = reuse(gradient_, difference_.shape(), precision_.storage, device_);
-    loom::kernels::cast(difference_, d, {}, stream);
-  }
+  Tensor d = loss_.backward(loss_scale, stream);  // loss_scale x d(loss)/dy
   for (std::size_t l = layers_.size(); l-- > 0;) {
     before_backward(l, stream);
     d = layers_[l]->backward(d, stream);
     after_backward(l, stream);
   }
-  difference_ = Tensor();  // another backward needs another forward
 }
 
 }  // namespace train_mlp

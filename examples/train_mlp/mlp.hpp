@@ -12,6 +12,7 @@
 
 #include "loom/model/model.hpp"
 #include "loom/nn/linear.hpp"
+#include "loom/nn/loss.hpp"
 
 namespace train_mlp {
 
@@ -50,9 +51,9 @@ class Mlp final : public loom::model::Model {
   loom::Device device_;
   std::vector<std::unique_ptr<loom::nn::Linear>> layers_;
   std::unique_ptr<loom::model::ParameterSpace> space_;
-  loom::Tensor input_, output_, negated_targets_, difference_;
-  // Buffers kept between steps (difference_ is cleared by backward; its storage stays here).
-  loom::Tensor staged_inputs_, output_f32_, host_negated_, difference_buffer_, gradient_;
+  loom::nn::MseLoss loss_;
+  loom::Tensor input_, output_;
+  loom::Tensor staged_inputs_;  // kept between steps: a step after the first allocates nothing
 };
 
 }  // namespace train_mlp
