@@ -13,7 +13,7 @@ namespace loom::bench {
 inline data::Batch random_batch(std::int64_t batch, std::int64_t steps, std::int64_t vocab, std::mt19937& rng) {
   std::uniform_int_distribution<std::int32_t> dist(0, static_cast<std::int32_t>(vocab - 1));
   data::Batch b{Tensor::empty({batch, steps}, DType::i32), Tensor::empty({batch, steps}, DType::i32)};
-  for (std::int32_t& v : b.tokens.span<std::int32_t>()) v = dist(rng);
+  for (std::int32_t& v : b.inputs.span<std::int32_t>()) v = dist(rng);
   for (std::int32_t& v : b.targets.span<std::int32_t>()) v = dist(rng);
   return b;
 }

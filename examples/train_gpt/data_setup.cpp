@@ -99,7 +99,7 @@ Evaluation RunData::evaluate(loom::nn::GPT& model, bool with_sample) {
   double sum = 0;
   for (std::int64_t i = 0; i < config_.eval_batches; ++i) {
     const loom::data::Batch batch = held_out_->next();
-    sum += model.forward(batch.tokens, batch.targets);
+    sum += model.forward(batch.inputs, batch.targets);
   }
   e.loss = sum / static_cast<double>(config_.eval_batches);
   if (auto* task = dynamic_cast<loom::data::AdditionTask*>(held_out_.get())) {

@@ -43,7 +43,7 @@ std::pair<double, double> evaluate(train_mlp::Mlp& model, const train_mlp::Regre
   double error = 0, squares = 0, sum = 0, count = 0;
   for (std::int64_t b = 0; b < 4; ++b) {
     const loom::data::Batch batch = task.global_batch((std::int64_t{1} << 40) + b);
-    error += model.forward(batch.tokens, batch.targets);
+    error += model.forward(batch.inputs, batch.targets);
     for (const float t : batch.targets.to_vector<float>()) {
       squares += static_cast<double>(t) * t;
       sum += t;

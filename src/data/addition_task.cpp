@@ -68,7 +68,7 @@ Batch AdditionTask::next() {
     }
     text.resize(static_cast<std::size_t>(steps_ + 1), '\n');  // padding carries no loss
     scored.resize(static_cast<std::size_t>(steps_ + 1), '0');
-    std::int32_t* tokens = out.tokens.data<std::int32_t>() + row * steps_;
+    std::int32_t* tokens = out.inputs.data<std::int32_t>() + row * steps_;
     std::int32_t* targets = out.targets.data<std::int32_t>() + row * steps_;
     for (std::int64_t t = 0; t < steps_; ++t) {
       tokens[t] = static_cast<unsigned char>(text[static_cast<std::size_t>(t)]);

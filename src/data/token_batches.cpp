@@ -10,10 +10,6 @@
 
 namespace loom::data {
 
-void Partition::validate() const {
-  require(world >= 1 && rank >= 0 && rank < world, "data partition: rank ", rank, " is outside a world of ", world);
-}
-
 TokenBatches::TokenBatches(std::vector<std::int32_t> tokens, std::int64_t vocab_size, std::int64_t batch,
                            std::int64_t steps, Partition partition)
     : tokens_(std::move(tokens)), vocab_size_(vocab_size), batch_(batch), steps_(steps), partition_(partition) {
@@ -40,7 +36,7 @@ Batch TokenBatches::next() {
   const std::int64_t global = position_ * partition_.world + partition_.rank;
   for (std::int64_t b = 0; b < batch_; ++b) {
     const std::int64_t start = ((global * batch_ + b) % windows_) * steps_;
-    std::int32_t* tokens = out.tokens.data<std::int32_t>() + b * steps_;
+    std::int32_t* tokens = out.inputs.data<std::int32_t>() + b * steps_;
     std::int32_t* targets = out.targets.data<std::int32_t>() + b * steps_;
     for (std::int64_t t = 0; t < steps_; ++t) {
       tokens[t] = tokens_[static_cast<std::size_t>(start + t)];

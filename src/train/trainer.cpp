@@ -88,6 +88,18 @@ Trainer::Trainer(model::Model& model, data::BatchSource& data, const TrainerOpti
     require(comm_->device() == model.device(), "trainer: the model lives on ", model.device(),
             " but the communicator on ", comm_->device());
   }
+  // Values nobody set are zeros, which train poorly or not at all, silently: refused by name. Under
+  // data parallelism rank 0's values are the ones every rank gets, so its verdict is everyone's.
+  bool unset = space.value_origin().empty();
+  if (comm_ != nullptr) {
+    unset = comm::all_reduce_values(*comm_, {static_cast<std::int64_t>(comm_->rank() == 0 && unset)},
+                                    comm::ReduceOp::max)[0] != 0;
+  }
+  require(!unset, "trainer: the model's parameter values were never set (", comm_ != nullptr ? "on rank 0, " : "",
+          "ParameterSpace::value_origin() is empty), so every weight is 0 and the model would train poorly or not at "
+          "all. Call parameter_space().initialize(seed) once the space is built (each parameter's model::Init: "
+          "nn::Linear weights N(0, 0.02) unless set otherwise), or, for values you set yourself, record where they "
+          "came from with parameter_space().set_value_origin(\"...\")");
   // The synchronisation first: it lays the space out for the ranks the optimizer's state follows.
   if (options_.zero > 0) {
     sync_ = std::make_unique<shard::ZeroEngine>(*comm_, model, options_.zero, options_.reducer, options_.zero_options);
@@ -172,10 +184,10 @@ void Trainer::run_micro_batches(StepResult& result, double& loss_sum, StreamRef 
     const bool last = i + 1 == options_.grad_accumulation;
     {
       const ddp::NoSync scope = sync_->micro_batch(last);
-      model_.forward_into(batch.tokens, batch.targets, device_loss_sum, stream);
+      model_.forward_into(batch.inputs, batch.targets, device_loss_sum, stream);
       model_.backward(scaler_.scale() / micro, stream);
     }
-    result.tokens += batch.tokens.numel();
+    result.tokens += batch.inputs.numel();
     sync_->after_backward(last, stream);
   }
   loom::synchronize(stream);
@@ -270,7 +282,7 @@ int Trainer::ranks() const noexcept { return comm_ != nullptr ? comm_->size() : 
 io::TrainingProgress Trainer::progress() const {
   io::TrainingProgress p;
   p.step = steps_done_;
-  p.batches_consumed = data_.position() * ranks();  // every rank has taken as many
+  p.batches_consumed = data_.consumed_at(data_.position(), ranks());
   p.data_seed = options_.data_seed;
   p.loss_scale = scaler_.scale();
   p.loss_scale_clean_steps = scaler_.clean_steps_in_a_row();
@@ -281,12 +293,9 @@ io::TrainingProgress Trainer::progress() const {
 void Trainer::restore(const io::TrainingProgress& progress) {
   require(progress.data_seed == options_.data_seed, "trainer: the checkpoint's data seed ", progress.data_seed,
           " differs from this run's ", options_.data_seed);
-  // Global batch g is batch g / N of rank g % N: after G batches every rank is at G / N.
-  require(progress.batches_consumed % ranks() == 0, "trainer: the checkpoint's job consumed ",
-          progress.batches_consumed, " batches, which do not divide over this job's ", ranks(), " ranks; resume with "
-          "a number of ranks that divides them (and keep ranks x accumulation x batch, the global batch, the same)");
+  const std::int64_t position = data_.position_at(progress.batches_consumed, ranks());
   steps_done_ = progress.step;
-  data_.seek(progress.batches_consumed / ranks());
+  data_.seek(position);
   scaler_.restore(progress.loss_scale, progress.loss_scale_clean_steps, progress.skipped_steps);
   skipped_steps_ = progress.skipped_steps;
 }

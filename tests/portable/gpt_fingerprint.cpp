@@ -27,7 +27,7 @@ class FixedBatches : public loom::data::BatchSource {
     for (int i = 0; i < 4; ++i) {
       loom::data::Batch b{loom::Tensor::empty({batch, steps}, loom::DType::i32),
                           loom::Tensor::empty({batch, steps}, loom::DType::i32)};
-      for (std::int32_t& v : b.tokens.span<std::int32_t>()) v = token(rng);
+      for (std::int32_t& v : b.inputs.span<std::int32_t>()) v = token(rng);
       for (std::int32_t& v : b.targets.span<std::int32_t>()) v = token(rng);
       batches_.push_back(b);
     }

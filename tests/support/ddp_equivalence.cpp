@@ -37,7 +37,7 @@ data::Batch GlobalBatchSlice::next() {
 data::Batch BadBatchAt::next() {
   const bool bad = slice_.position() == bad_;
   data::Batch batch = slice_.next();
-  if (bad) batch.tokens.data<std::int32_t>()[1] = 99;
+  if (bad) batch.inputs.data<std::int32_t>()[1] = 99;
   return batch;
 }
 

@@ -19,6 +19,12 @@ class Prefetcher : public BatchSource {
   Batch next() override;
   std::int64_t position() const override { return position_; }  // batches handed out
   void seek(std::int64_t position) override;
+  std::int64_t consumed_at(std::int64_t position, int world) const override {
+    return source_->consumed_at(position, world);
+  }
+  std::int64_t position_at(std::int64_t consumed, int world) const override {
+    return source_->position_at(consumed, world);
+  }
   std::int64_t vocab_size() const override { return source_->vocab_size(); }
 
  private:

@@ -43,7 +43,7 @@ void require_partition_matches(const std::function<std::unique_ptr<data::BatchSo
   for (int round = 0; round < 2; ++round) {
     for (int r = 0; r < 3; ++r) {
       const data::Batch expected = single->next(), got = ranks[static_cast<std::size_t>(r)]->next();
-      REQUIRE(values(got.tokens) == values(expected.tokens));
+      REQUIRE(values(got.inputs) == values(expected.inputs));
       REQUIRE(values(got.targets) == values(expected.targets));
     }
   }
@@ -99,13 +99,13 @@ TEST_CASE("token batches: targets are the next tokens, windows wrap, ranks parti
   data::TokenBatches batches(stream, 7, 2, 8);
   REQUIRE(batches.windows() == 6);  // (50 - 1) / 8
   const data::Batch first = batches.next();
-  const std::vector<std::int32_t> tokens = values(first.tokens), targets = values(first.targets);
+  const std::vector<std::int32_t> tokens = values(first.inputs), targets = values(first.targets);
   for (int i = 0; i < 16; ++i) {
     REQUIRE(tokens[static_cast<std::size_t>(i)] == i % 7);
     REQUIRE(targets[static_cast<std::size_t>(i)] == (i + 1) % 7);
   }
   batches.seek(3);  // global batch 3: windows 6 and 7 wrap to 0 and 1
-  REQUIRE(values(batches.next().tokens) == tokens);
+  REQUIRE(values(batches.next().inputs) == tokens);
   require_partition_matches([&](data::Partition p) { return std::make_unique<data::TokenBatches>(stream, 7, 2, 8, p); });
   REQUIRE_THROWS_MATCHES(data::TokenBatches(stream, 5, 2, 8), loom::Error,
                          IsError(ErrorCategory::invalid_argument, {"token 5", "vocabulary [0, 5)"}));
@@ -134,7 +134,7 @@ TEST_CASE("addition task: problem format, loss only on answers, determinism and 
   // A row of 21 bytes holds two 10-byte problems ("ab+cd=" then three answer digits and a
   // newline), then newline padding without loss.
   const data::Batch batch = task.next();
-  const std::vector<std::int32_t> tokens = values(batch.tokens), targets = values(batch.targets);
+  const std::vector<std::int32_t> tokens = values(batch.inputs), targets = values(batch.targets);
   const data::AdditionProblem p0 = task.problem(0), p1 = task.problem(1);
   const std::string row = p0.prompt + p0.answer + p1.prompt + p1.answer + "\n";
   REQUIRE(row.size() == 21);
@@ -147,9 +147,9 @@ TEST_CASE("addition task: problem format, loss only on answers, determinism and 
     REQUIRE(targets[static_cast<std::size_t>(t)] == expected);
   }
   data::AdditionTask again(options, 3, 20);
-  REQUIRE(values(again.next().tokens) == tokens);
+  REQUIRE(values(again.next().inputs) == tokens);
   data::AdditionTask other_seed({.digits = 2, .seed = 10}, 3, 20);
-  REQUIRE(values(other_seed.next().tokens) != tokens);
+  REQUIRE(values(other_seed.next().inputs) != tokens);
   require_partition_matches([&](data::Partition p) { return std::make_unique<data::AdditionTask>(options, 3, 20, p); });
   REQUIRE_THROWS_MATCHES(data::AdditionTask(options, 3, 7), loom::Error,
                          IsError(ErrorCategory::invalid_argument, {"sequence length 7", "10-token problem"}));
@@ -169,11 +169,11 @@ TEST_CASE("prefetcher hands out the source's stream, seeks, and delivers its err
   const data::AdditionTaskOptions options{.digits = 3, .seed = 4};
   data::AdditionTask plain(options, 2, 24);
   data::Prefetcher prefetched(std::make_unique<data::AdditionTask>(options, 2, 24));
-  for (int i = 0; i < 4; ++i) REQUIRE(values(prefetched.next().tokens) == values(plain.next().tokens));
+  for (int i = 0; i < 4; ++i) REQUIRE(values(prefetched.next().inputs) == values(plain.next().inputs));
   REQUIRE(prefetched.position() == 4);
   prefetched.seek(1);
   plain.seek(1);
-  REQUIRE(values(prefetched.next().tokens) == values(plain.next().tokens));
+  REQUIRE(values(prefetched.next().inputs) == values(plain.next().inputs));
   REQUIRE(prefetched.position() == 2);
   data::Prefetcher failing(std::make_unique<FailingSource>());
   REQUIRE_THROWS_MATCHES(failing.next(), loom::Error, IsError(ErrorCategory::io, {"disk went away"}));

@@ -41,7 +41,7 @@ TEST_CASE("GPT calls every subscriber's unit hooks around each unit's forward an
   model.add_unit_hooks(subscriber("2"));
   loom::test::GlobalBatchSlice data(2, 0, 2);
   const loom::data::Batch batch = data.next();
-  model.forward(batch.tokens, batch.targets);
+  model.forward(batch.inputs, batch.targets);
   model.backward();
   // Before-hooks in subscription order, after-hooks in reverse; the root unit (0) brackets both.
   const std::vector<std::string> expected{
@@ -57,7 +57,7 @@ TEST_CASE("GPT calls every subscriber's unit hooks around each unit's forward an
   // Removing one subscriber leaves the other.
   model.remove_unit_hooks(first);
   seen.clear();
-  model.forward(batch.tokens, batch.targets);
+  model.forward(batch.inputs, batch.targets);
   CHECK(seen.size() == 10);
   CHECK(seen.front() == "2F0");
 }

@@ -157,7 +157,7 @@ TEST_CASE("Evaluation and generation under ZeRO-3 give DDP's results (every rank
       loom::test::GlobalBatchSlice held_out(2, 0, 2);
       held_out.seek(50);
       const loom::data::Batch batch = held_out.next();
-      const float loss = model.forward(batch.tokens, batch.targets);
+      const float loss = model.forward(batch.inputs, batch.targets);
       const auto text = loom::nn::generate(model, {{1, 2, 3}, {4, 5, 6}}, {.max_new_tokens = 6});
       (stage == 0 ? ddp_loss : zero_loss)[r] = loss;
       (stage == 0 ? ddp_text : zero_text)[r] = text;
@@ -210,7 +210,7 @@ TEST_CASE("A ZeRO-3 checkpoint resumes at one rank without ZeRO and at two ranks
     REQUIRE(trainer.resume(dir.string()));
     CHECK(trainer.steps_done() == 2);
     CHECK(all_values(model.parameter_space()) == saved_values);
-    resumed_loss = model.forward(probe.tokens, probe.targets);
+    resumed_loss = model.forward(probe.inputs, probe.targets);
     CHECK(std::isfinite(trainer.step().loss));
   }
   // Two ranks, ZeRO-2; and back into ZeRO-3.
@@ -227,9 +227,9 @@ TEST_CASE("A ZeRO-3 checkpoint resumes at one rank without ZeRO and at two ranks
         loom::train::Trainer trainer(model, data, options, &comm);
         // A forward before the resume leaves units gathered with the old values; the one after it
         // must see the checkpoint's.
-        model.forward(probe.tokens, probe.targets);
+        model.forward(probe.inputs, probe.targets);
         trainer.resume(dir.string());
-        losses[static_cast<std::size_t>(comm.rank())] = model.forward(probe.tokens, probe.targets);
+        losses[static_cast<std::size_t>(comm.rank())] = model.forward(probe.inputs, probe.targets);
         if (stage == 3) trainer.zero_engine()->unshard_values();
         values[static_cast<std::size_t>(comm.rank())] = all_values(model.parameter_space());
         trainer.step();

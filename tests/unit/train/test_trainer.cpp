@@ -12,6 +12,7 @@
 #include "loom/nn/gpt.hpp"
 #include "loom/train/trainer.hpp"
 #include "support/ddp_equivalence.hpp"
+#include "support/error_message.hpp"
 
 TEST_CASE("one rank failing in forward fails every rank's step at once, naming it and its error", "[train]") {
   for (int stage : {0, 2, 3}) {
@@ -111,4 +112,34 @@ TEST_CASE("describe(TrainerOptions) names every setting, defaults included", "[t
   CHECK(loom::train::describe(options) ==
         "SGD (momentum 0.9, dampening 0, weight decay 0), lr 0.0003 -> 3e-05 cosine by step 1000 after 0 warmup steps, "
         "no clipping, 4 micro-batch(es) per step, ZeRO stage 2");
+}
+
+TEST_CASE("a Trainer refuses a model whose values were never set, on every rank, naming the fix", "[train]") {
+  loom::train::TrainerOptions options;
+  options.schedule.total = 10;
+  {
+    loom::nn::GPT model({.vocab_size = 32, .context = 8, .layers = 1, .heads = 2, .channels = 16},
+                        loom::nn::Precision::fp32(), loom::Device::cpu());
+    model.parameter_space().set_value_origin("");  // as a space nobody initialised
+    loom::test::GlobalBatchSlice data(2, 0, 2);
+    CHECK_THROWS_WITH(loom::train::Trainer(model, data, options),
+                      Catch::Contains("parameter values were never set") && Catch::Contains("initialize(seed)"));
+  }
+  // Data-parallel: rank 0's values are the ones broadcast, so rank 0 unset fails both ranks, and a
+  // rank other than 0 unset is fine (it receives rank 0's).
+  std::vector<std::string> errors(4);
+  loom::comm::run_in_process(2, [&](loom::comm::Communicator& comm) {
+    for (int unset_rank = 0; unset_rank < 2; ++unset_rank) {
+      loom::nn::GPT model({.vocab_size = 32, .context = 8, .layers = 1, .heads = 2, .channels = 16},
+                          loom::nn::Precision::fp32(), loom::Device::cpu());
+      if (comm.rank() == unset_rank) model.parameter_space().set_value_origin("");
+      loom::test::GlobalBatchSlice data(4, 2 * comm.rank(), 2);
+      errors[static_cast<std::size_t>(unset_rank * 2 + comm.rank())] =
+          loom::test::error_message([&] { loom::train::Trainer trainer(model, data, options, &comm); });
+    }
+  });
+  CHECK_THAT(errors[0], Catch::Contains("never set (on rank 0"));
+  CHECK_THAT(errors[1], Catch::Contains("never set (on rank 0"));
+  CHECK(errors[2] == "no error");
+  CHECK(errors[3] == "no error");
 }
