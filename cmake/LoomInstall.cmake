@@ -8,7 +8,7 @@ install(TARGETS loom EXPORT loomTargets
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 # The vendor-code wrappers ship only with the library they wrap.
 set(_loom_header_excludes)
-foreach(pair "CUDA;cuda_check" "CUDNN;cudnn_check" "NCCL;nccl_check" "MPI;mpi_check")
+foreach(pair "CUDA;cuda_check" "CUDA;cuda_device_guard" "CUDNN;cudnn_check" "NCCL;nccl_check" "MPI;mpi_check")
   list(GET pair 0 feature)
   list(GET pair 1 header)
   if(NOT LOOM_WITH_${feature})
@@ -28,6 +28,21 @@ if(NCCL_INCLUDE_DIR)
 endif()
 if(CUDNN_INCLUDE_DIR)
   get_filename_component(LOOM_CUDNN_PREFIX "${CUDNN_INCLUDE_DIR}" DIRECTORY)
+endif()
+# The vendor libraries a shared libloom loads at run time, as this build found them: the installed
+# package checks that they are there (by path, or by file name in the linker's search path) and
+# otherwise names the one missing and what to install.
+set(LOOM_RUNTIME_LIBRARIES)
+if(LOOM_SHARED)
+  foreach(target CUDA::cudart CUDA::cublas CUDA::cublasLt NCCL::NCCL CUDNN::cudnn)
+    if(TARGET ${target})
+      get_target_property(location ${target} IMPORTED_LOCATION)
+      if(location)
+        get_filename_component(location "${location}" REALPATH)
+        list(APPEND LOOM_RUNTIME_LIBRARIES "${location}")
+      endif()
+    endif()
+  endforeach()
 endif()
 configure_package_config_file(cmake/loomConfig.cmake.in "${PROJECT_BINARY_DIR}/loomConfig.cmake"
                               INSTALL_DESTINATION ${LOOM_CMAKE_DIR})

@@ -4,8 +4,8 @@
 #include <loom/kernels/gemm.hpp>
 #include <loom/loom.hpp>
 
-#if LOOM_WITH_CUDA
-#include <loom/core/cuda_check.hpp>  // vendor include paths come along with loom::loom
+#if LOOM_CONSUMER_CALLS_CUDA
+#include <loom/core/cuda_check.hpp>  // the CUDA runtime's headers come with the cuda component
 #endif
 
 #include <cstdio>
@@ -27,7 +27,7 @@ int main() {
   const loom::Tensor square = loom::Tensor::empty({2, 2}, loom::DType::f32);
   loom::kernels::gemm(t, t, square);
   if (square.to_vector<float>() != std::vector<float>{7.0f, 10.0f, 15.0f, 22.0f}) return 1;
-#if LOOM_WITH_CUDA
+#if LOOM_CONSUMER_CALLS_CUDA
   loom::check(cudaSuccess, "nothing");
 #endif
   std::printf("CPU kernels: %s\n", std::string(to_string(loom::kernels::active_cpu_isa())).c_str());
