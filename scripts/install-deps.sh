@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# Installs every Debian package loom needs to build, test and run its examples and benchmarks.
+# Installs every Debian package loom needs to build, test and run its examples and benchmarks;
+# with --run, only what building the library and running its examples needs (the quickstart's
+# CPU build: no test framework, benchmark baselines, emulator or fuzzing compiler).
 # Idempotent: installs only what is missing. Works as root or through sudo.
 # The CUDA toolkit (nvcc, cuBLAS, NCCL, cuDNN) is not a Debian package: loom uses it when present.
 set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build git pkg-config
-  libeigen3-dev catch2 libcli11-dev nlohmann-json3-dev
+  libcli11-dev nlohmann-json3-dev
   libopenmpi-dev openmpi-bin
-  libopenblas-dev
-  qemu-user
-  python3
-  clang libclang-rt-14-dev
 )
+case "${1:-}" in
+  --run) ;;
+  "") packages+=(libeigen3-dev catch2 libopenblas-dev qemu-user python3 clang libclang-rt-14-dev) ;;
+  *) echo "install-deps: unknown argument '$1' (usage: install-deps.sh [--run])" >&2; exit 2 ;;
+esac
 
 missing=()
 for package in "${packages[@]}"; do
