@@ -2,7 +2,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -77,30 +82,31 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
 
 SafetensorsContents read_safetensors(const std::string& path) { return parse_safetensors(read_file(path), path); }
 
-SafetensorsContents parse_safetensors(std::string_view file, const std::string& path) {
+namespace {
+
+// The checks every reader makes: header = the JSON after the 8-byte length; data_bytes: what the
+// file holds after the header.
+SafetensorsIndex parse_index(std::string_view header_text, std::uint64_t data_start, std::uint64_t data_bytes,
+                             const std::string& path) {
   auto corrupt = [&](auto&&... parts) {
     fail(ErrorCategory::corrupt_data, "safetensors '", path, "': ", std::forward<decltype(parts)>(parts)...);
   };
-  if (file.size() < 8) corrupt("only ", file.size(), " bytes, shorter than the 8-byte header length (truncated)");
-  std::uint64_t length = 0;
-  for (int i = 0; i < 8; ++i) length |= static_cast<std::uint64_t>(static_cast<unsigned char>(file[i])) << (8 * i);
-  if (length > file.size() - 8) corrupt("header of ", length, " bytes does not fit in ", file.size(), " bytes (truncated)");
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(file.begin() + 8, file.begin() + 8 + static_cast<std::ptrdiff_t>(length));
+    header = nlohmann::json::parse(header_text.begin(), header_text.end());
   } catch (const nlohmann::json::exception& e) {
     corrupt("header is not valid JSON (", e.what(), ")");
   }
   if (!header.is_object()) corrupt("header is not a JSON object");
-  const std::uint64_t data_begin = 8 + length, data_bytes = file.size() - data_begin;
-  SafetensorsContents contents;
+  SafetensorsIndex index;
+  index.data_start = data_start;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
       if (!entry.is_object()) corrupt("__metadata__ is not an object");
       for (const auto& [key, value] : entry.items()) {
         if (!value.is_string()) corrupt("metadata '", key, "' is not a string");
-        contents.metadata[key] = value.get<std::string>();
+        index.metadata[key] = value.get<std::string>();
       }
       continue;
     }
@@ -138,9 +144,7 @@ SafetensorsContents parse_safetensors(std::string_view file, const std::string& 
       corrupt("tensor '", name, "' has ", end - begin, " bytes but its shape ", shape, " of ", dtype, " needs ",
               expected);
     }
-    Tensor t = Tensor::empty(shape, dtype);
-    if (expected > 0) std::memcpy(t.raw_data(), file.data() + data_begin + begin, expected);
-    contents.tensors.emplace(name, std::move(t));
+    index.entries.emplace(name, SafetensorsEntry{dtype, shape, begin, end});
     ranges.emplace_back(begin, end);
   }
   std::sort(ranges.begin(), ranges.end());
@@ -150,6 +154,99 @@ SafetensorsContents parse_safetensors(std::string_view file, const std::string& 
     covered = end;
   }
   if (covered != data_bytes) corrupt(data_bytes - covered, " trailing bytes after the last tensor");
+  return index;
+}
+
+std::uint64_t header_length(const unsigned char* prefix) {
+  std::uint64_t length = 0;
+  for (int i = 0; i < 8; ++i) length |= static_cast<std::uint64_t>(prefix[i]) << (8 * i);
+  return length;
+}
+
+// Reads exactly `bytes` at `offset` of an open file: an io Error, or a corrupt_data one when the
+// file ends first.
+void read_at(int fd, void* out, std::uint64_t bytes, std::uint64_t offset, const std::string& path) {
+  auto* at = static_cast<char*>(out);
+  while (bytes > 0) {
+    const ssize_t got = ::pread(fd, at, bytes, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) fail(ErrorCategory::io, "cannot read '", path, "': ", std::strerror(errno));
+    if (got == 0) fail(ErrorCategory::corrupt_data, "safetensors '", path, "': ends at byte ", offset, " (truncated)");
+    at += got;
+    offset += static_cast<std::uint64_t>(got);
+    bytes -= static_cast<std::uint64_t>(got);
+  }
+}
+
+// An open file, closed on every path.
+class ReadFile {
+ public:
+  explicit ReadFile(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+    if (fd_ < 0) fail(ErrorCategory::io, "cannot open '", path, "': ", std::strerror(errno));
+  }
+  ~ReadFile() { ::close(fd_); }
+  ReadFile(const ReadFile&) = delete;
+  ReadFile& operator=(const ReadFile&) = delete;
+  int fd() const noexcept { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+SafetensorsIndex read_safetensors_index(const std::string& path) {
+  const ReadFile file(path);
+  struct stat info {};
+  if (::fstat(file.fd(), &info) != 0) fail(ErrorCategory::io, "cannot stat '", path, "': ", std::strerror(errno));
+  const auto size = static_cast<std::uint64_t>(info.st_size);
+  if (size < 8) {
+    fail(ErrorCategory::corrupt_data, "safetensors '", path, "': only ", size,
+         " bytes, shorter than the 8-byte header length (truncated)");
+  }
+  unsigned char prefix[8];
+  read_at(file.fd(), prefix, 8, 0, path);
+  const std::uint64_t length = header_length(prefix);
+  if (length > size - 8) {
+    fail(ErrorCategory::corrupt_data, "safetensors '", path, "': header of ", length, " bytes does not fit in ", size,
+         " bytes (truncated)");
+  }
+  std::string header(length, '\0');
+  read_at(file.fd(), header.data(), length, 8, path);
+  return parse_index(header, 8 + length, size - 8 - length, path);
+}
+
+Tensor read_safetensors_tensor(const std::string& path, const SafetensorsIndex& index, const std::string& name) {
+  const auto it = index.entries.find(name);
+  require(it != index.entries.end(), "safetensors '", path, "' has no tensor '", name, "'");
+  const SafetensorsEntry& entry = it->second;
+  Tensor t = Tensor::empty(entry.shape, entry.dtype);
+  if (entry.end > entry.begin) {
+    const ReadFile file(path);
+    read_at(file.fd(), t.raw_data(), entry.end - entry.begin, index.data_start + entry.begin, path);
+  }
+  return t;
+}
+
+SafetensorsContents parse_safetensors(std::string_view file, const std::string& path) {
+  if (file.size() < 8) {
+    fail(ErrorCategory::corrupt_data, "safetensors '", path, "': only ", file.size(),
+         " bytes, shorter than the 8-byte header length (truncated)");
+  }
+  const std::uint64_t length = header_length(reinterpret_cast<const unsigned char*>(file.data()));
+  if (length > file.size() - 8) {
+    fail(ErrorCategory::corrupt_data, "safetensors '", path, "': header of ", length, " bytes does not fit in ",
+         file.size(), " bytes (truncated)");
+  }
+  const SafetensorsIndex index =
+      parse_index(file.substr(8, length), 8 + length, file.size() - 8 - length, path);
+  SafetensorsContents contents;
+  contents.metadata = index.metadata;
+  for (const auto& [name, entry] : index.entries) {
+    Tensor t = Tensor::empty(entry.shape, entry.dtype);
+    if (entry.end > entry.begin) std::memcpy(t.raw_data(), file.data() + index.data_start + entry.begin, entry.end - entry.begin);
+    contents.tensors.emplace(name, std::move(t));
+  }
   return contents;
 }
 

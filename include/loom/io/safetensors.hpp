@@ -36,6 +36,22 @@ SafetensorsContents read_safetensors(const std::string& path);
 // The same checks on a file's bytes already in memory; name is used in error messages.
 SafetensorsContents parse_safetensors(std::string_view bytes, const std::string& name);
 
+// A file's header without its data: what a reader that takes one tensor at a time needs.
+struct SafetensorsEntry {
+  DType dtype = DType::f32;
+  Shape shape;
+  std::uint64_t begin = 0, end = 0;  // byte range, from the start of the data
+};
+struct SafetensorsIndex {
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, SafetensorsEntry> entries;
+  std::uint64_t data_start = 0;  // the data's first byte in the file: 8 + the header's length
+};
+// Reads and checks only the header (the same checks as read_safetensors, against the file's size).
+SafetensorsIndex read_safetensors_index(const std::string& path);
+// One tensor of that file, read where it lies (pread): a CPU tensor of its dtype and shape.
+Tensor read_safetensors_tensor(const std::string& path, const SafetensorsIndex& index, const std::string& name);
+
 // "F32", "F16", "BF16", "I32", "I64", "U8", "U16".
 std::string safetensors_dtype(DType dtype);
 

@@ -1,0 +1,112 @@
+#include "loom/io/piece_file.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <utility>
+
+#include "loom/core/error.hpp"
+
+namespace loom::io {
+
+namespace {
+
+constexpr const char* table_key = "loom.pieces";
+
+std::uint32_t crc_of(const Tensor& host) {
+  return crc32({static_cast<const unsigned char*>(host.raw_data()), static_cast<std::size_t>(host.nbytes())});
+}
+
+}  // namespace
+
+FileDigest write_piece_file(const std::string& path, std::span<const StoredPiece> pieces,
+                            const std::map<std::string, std::string>& metadata) {
+  require(metadata.count(table_key) == 0, "piece file '", path, "': the metadata key '", table_key, "' is loom's");
+  std::vector<NamedTensor> tensors;
+  nlohmann::json table = nlohmann::json::array();
+  std::map<std::string, int> per_tensor;
+  for (const StoredPiece& stored : pieces) {
+    const Piece& p = stored.piece;
+    p.validate();
+    require(stored.data.defined() && stored.data.numel() == p.numel(), "piece file '", path, "': the piece of '",
+            p.tensor, "' [", p.begin, ", ", p.end, ") has ", p.numel(), " elements but its data is ", stored.data);
+    const Tensor host = stored.data.to(Device::cpu()).view(Shape{p.numel()});
+    std::string entry = p.tensor;
+    entry += ":";
+    entry += std::to_string(per_tensor[p.tensor]++);
+    table.push_back({{"entry", entry}, {"tensor", p.tensor}, {"global", p.global.extents()}, {"offset", p.offset},
+                     {"box", p.box.extents()}, {"begin", p.begin}, {"end", p.end}, {"crc32", crc_of(host)}});
+    tensors.push_back({std::move(entry), host});
+  }
+  std::map<std::string, std::string> all = metadata;
+  all[table_key] = table.dump();
+  write_safetensors(path, tensors, all);
+  return digest_file(path);
+}
+
+PieceFile::PieceFile(std::string path) : path_(std::move(path)), index_(read_safetensors_index(path_)) {
+  auto corrupt = [&](auto&&... parts) {
+    fail(ErrorCategory::corrupt_data, "piece file '", path_, "': ", std::forward<decltype(parts)>(parts)...);
+  };
+  const auto found = index_.metadata.find(table_key);
+  if (found == index_.metadata.end()) corrupt("no piece table (metadata '", table_key, "')");
+  nlohmann::json table;
+  try {
+    table = nlohmann::json::parse(found->second);
+  } catch (const nlohmann::json::exception& e) {
+    corrupt("the piece table is not valid JSON (", e.what(), ")");
+  }
+  if (!table.is_array()) corrupt("the piece table is not a JSON array");
+  std::map<std::string, bool> listed;
+  for (const nlohmann::json& row : table) {
+    PieceEntry e;
+    try {
+      e.entry = row.at("entry").get<std::string>();
+      e.piece.tensor = row.at("tensor").get<std::string>();
+      e.piece.global = Shape(row.at("global").get<std::vector<std::int64_t>>());
+      e.piece.offset = row.at("offset").get<std::vector<std::int64_t>>();
+      e.piece.box = Shape(row.at("box").get<std::vector<std::int64_t>>());
+      e.piece.begin = row.at("begin").get<std::int64_t>();
+      e.piece.end = row.at("end").get<std::int64_t>();
+      e.crc32 = row.at("crc32").get<std::uint32_t>();
+    } catch (const nlohmann::json::exception& error) {
+      corrupt("a piece table row lacks a field or has one of the wrong type (", error.what(), "): ", row.dump());
+    } catch (const Error& error) {
+      corrupt("a piece table row has a bad shape (", error.what(), "): ", row.dump());
+    }
+    try {
+      e.piece.validate();
+    } catch (const Error& error) {
+      corrupt("entry '", e.entry, "': ", error.what());
+    }
+    const auto it = index_.entries.find(e.entry);
+    if (it == index_.entries.end()) corrupt("the piece table lists entry '", e.entry, "', which the file does not hold");
+    if (it->second.shape != Shape{e.piece.numel()}) {
+      corrupt("entry '", e.entry, "' is ", it->second.shape, " but its piece of '", e.piece.tensor, "' has ",
+              e.piece.numel(), " elements");
+    }
+    if (!listed.emplace(e.entry, true).second) corrupt("the piece table lists entry '", e.entry, "' twice");
+    e.dtype = it->second.dtype;
+    pieces_.push_back(std::move(e));
+  }
+  for (const auto& [name, entry] : index_.entries) {
+    if (listed.count(name) == 0) corrupt("entry '", name, "' is not in the piece table");
+  }
+  for (const auto& [key, value] : index_.metadata) {
+    if (key != table_key) metadata_.emplace(key, value);
+  }
+}
+
+Tensor PieceFile::read(std::size_t i) const {
+  require(i < pieces_.size(), "piece file '", path_, "': piece ", i, " of ", pieces_.size());
+  const PieceEntry& e = pieces_[i];
+  Tensor data = read_safetensors_tensor(path_, index_, e.entry);
+  const std::uint32_t crc = crc_of(data);
+  if (crc != e.crc32) {
+    fail(ErrorCategory::corrupt_data, "piece file '", path_, "': entry '", e.entry, "' (the piece [", e.piece.begin,
+         ", ", e.piece.end, ") of '", e.piece.tensor, "') has CRC-32 ", crc, ", not the ", e.crc32,
+         " its table records: the file is damaged");
+  }
+  return data;
+}
+
+}  // namespace loom::io
