@@ -64,8 +64,12 @@ done
 
 echo "soak: the final run to step $steps"
 "${run[@]}" --checkpoint-dir run > final.log 2>&1 || { echo "soak: the final run failed"; grep -v "^step" final.log | tail -5; exit 1; }
-final=$(printf "step_%08d/model.safetensors" $steps)
-if cmp -s "reference/$final" "run/$final"; then
+final=$(printf "step_%08d" $steps)
+same=yes
+for file in reference/"$final"/rank_*.safetensors; do  # each rank's pieces, the same ranks on both sides
+  cmp -s "$file" "run/$final/$(basename "$file")" || same=no
+done
+if [ -f "reference/$final/rank_00000.safetensors" ] && [ $same = yes ]; then
   echo "soak: the final weights equal the uninterrupted run's"
 else
   echo "soak: FAILED: the final weights differ from the uninterrupted run's"

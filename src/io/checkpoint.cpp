@@ -16,6 +16,7 @@
 #include "loom/io/safetensors.hpp"
 #include "loom/optim/state_io.hpp"
 #include "src/io/checkpoint_manifest.hpp"
+#include "src/io/sharded_checkpoint.hpp"
 
 namespace loom::io {
 
@@ -148,47 +149,50 @@ void load_value(const model::ParameterSpace& space, std::size_t slot_index, cons
   copy(space.stored_values(begin, end), loaded.flatten().slice(begin - slot.offset, end - slot.offset));
 }
 
-std::string write_checkpoint(const std::string& run_dir, const model::Model& model, const optim::Optimizer& optimizer,
-                             const std::vector<NamedTensor>& weights,
-                             const std::vector<optim::StateTensor>& optimizer_state, const TrainingProgress& progress) {
+json manifest_json(const model::Model& model, const optim::Optimizer& optimizer, const TrainingProgress& progress) {
+  return {{"format", checkpoint_format},
+          {"step", progress.step},
+          {"optimizer", optimizer.name()},
+          {"optimizer_steps", optimizer.steps_taken()},
+          {"batches_consumed", progress.batches_consumed},
+          {"data_seed", progress.data_seed},
+          {"loss_scaler",
+           {{"scale", progress.loss_scale},
+            {"clean_steps", progress.loss_scale_clean_steps},
+            {"skipped_steps", progress.skipped_steps}}},
+          {"architecture", model.architecture_name()},
+          {"config", config_json(model)},
+          {"precision", model.precision().name()}};
+}
+
+// <run>/.step_<N>.tmp (appended piece by piece: GCC 12 warns falsely about "." + a temporary).
+fs::path temporary_dir(const std::string& run_dir, std::int64_t step) {
+  std::string name = ".";
+  name += step_name(step);
+  name += ".tmp";
+  return fs::path(run_dir) / name;
+}
+
+// An empty <run>/.step_<N>.tmp/ to write the checkpoint into.
+fs::path prepare_temporary(const std::string& run_dir, std::int64_t step) {
   std::error_code error;
   fs::create_directories(run_dir, error);
   if (error) fail(ErrorCategory::io, "cannot create checkpoint directory '", run_dir, "': ", error.message());
-  const std::string name = step_name(progress.step);
-  const fs::path final_dir = fs::path(run_dir) / name, temporary = fs::path(run_dir) / ("." + name + ".tmp");
+  const fs::path temporary = temporary_dir(run_dir, step);
   fs::remove_all(temporary, error);
   fs::create_directory(temporary, error);
   if (error) fail(ErrorCategory::io, "cannot create '", temporary.string(), "': ", error.message());
+  return temporary;
+}
 
-  std::vector<NamedTensor> state;
-  for (const optim::StateTensor& t : optimizer_state) state.push_back({t.name, t.tensor});
-  const std::string config = config_json(model).dump();
-  write_safetensors((temporary / data_files[0]).string(), weights,
-                    {{"format", "pt"}, {"loom_config", config}, {"loom_precision", model.precision().name()}});
-  write_safetensors((temporary / data_files[1]).string(), state,
-                    {{"loom_optimizer", optimizer.name()}, {"optimizer_steps", std::to_string(optimizer.steps_taken())}});
-
-  json files = json::object();
-  for (const char* file : data_files) {
-    const FileDigest d = digest_file((temporary / file).string());
-    files[file] = {{"bytes", d.bytes}, {"crc32", d.crc32}};
-  }
-  const json manifest = {{"format", checkpoint_format},
-                         {"step", progress.step},
-                         {"optimizer", optimizer.name()},
-                         {"optimizer_steps", optimizer.steps_taken()},
-                         {"batches_consumed", progress.batches_consumed},
-                         {"data_seed", progress.data_seed},
-                         {"loss_scaler",
-                          {{"scale", progress.loss_scale},
-                           {"clean_steps", progress.loss_scale_clean_steps},
-                           {"skipped_steps", progress.skipped_steps}}},
-                         {"architecture", model.architecture_name()},
-                         {"config", config_json(model)},
-                         {"precision", model.precision().name()},
-                         {"files", files}};
+// Writes state.json into the finished temporary folder, then moves it into place and names it in
+// `latest`; returns the checkpoint's directory.
+std::string commit(const std::string& run_dir, const fs::path& temporary, std::int64_t step, const json& manifest) {
   write_file_atomically((temporary / "state.json").string(), manifest.dump(2) + "\n");
   sync_path(temporary.string());
+  const std::string name = step_name(step);
+  const fs::path final_dir = fs::path(run_dir) / name;
+  std::error_code error;
   // A re-save of the same step moves the old copy aside first and deletes it only once the new
   // one is in place and named by `latest`, so no crash leaves `latest` naming a missing directory.
   const fs::path replaced = fs::path(run_dir) / ("." + name + ".old");
@@ -207,21 +211,105 @@ std::string write_checkpoint(const std::string& run_dir, const model::Model& mod
   return final_dir.string();
 }
 
+std::string write_consolidated(const std::string& run_dir, const model::Model& model,
+                               const optim::Optimizer& optimizer, const std::vector<NamedTensor>& weights,
+                               const std::vector<optim::StateTensor>& optimizer_state,
+                               const TrainingProgress& progress) {
+  const fs::path temporary = prepare_temporary(run_dir, progress.step);
+  std::vector<NamedTensor> state;
+  for (const optim::StateTensor& t : optimizer_state) state.push_back({t.name, t.tensor});
+  const std::string config = config_json(model).dump();
+  write_safetensors((temporary / data_files[0]).string(), weights,
+                    {{"format", "pt"}, {"loom_config", config}, {"loom_precision", model.precision().name()}});
+  write_safetensors((temporary / data_files[1]).string(), state,
+                    {{"loom_optimizer", optimizer.name()}, {"optimizer_steps", std::to_string(optimizer.steps_taken())}});
+  json files = json::object();
+  for (const char* file : data_files) {
+    const FileDigest d = digest_file((temporary / file).string());
+    files[file] = {{"bytes", d.bytes}, {"crc32", d.crc32}};
+  }
+  json manifest = manifest_json(model, optimizer, progress);
+  manifest["files"] = files;
+  return commit(run_dir, temporary, progress.step, manifest);
+}
+
+// Every rank writes its own file; rank 0 prepares the folder first and commits it once every
+// file is written; a failure anywhere fails the save on every rank and leaves `latest` as it was.
+std::string save_sharded(const std::string& run_dir, const model::Model& model, const optim::Optimizer& optimizer,
+                         const TrainingProgress& progress, comm::Communicator* comm) {
+  const int rank = comm != nullptr ? comm->rank() : 0, world = comm != nullptr ? comm->size() : 1;
+  auto agree = [&](std::exception_ptr failure, const char* what) {
+    if (comm != nullptr) {
+      comm::throw_if_any_failed(*comm, failure, what);
+    } else if (failure) {
+      std::rethrow_exception(failure);
+    }
+  };
+  std::exception_ptr failure;
+  const fs::path temporary = temporary_dir(run_dir, progress.step);
+  if (rank == 0) {
+    try {
+      prepare_temporary(run_dir, progress.step);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  agree(failure, "preparing a checkpoint folder");
+  std::vector<std::int64_t> digests(static_cast<std::size_t>(2 * world), 0);
+  try {
+    const FileDigest d = detail::write_rank_file(temporary.string(), model, optimizer, rank, world);
+    digests[static_cast<std::size_t>(2 * rank)] = static_cast<std::int64_t>(d.bytes);
+    digests[static_cast<std::size_t>(2 * rank + 1)] = d.crc32;
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree(failure, "writing a checkpoint");
+  if (comm != nullptr) digests = comm::all_reduce_values(*comm, digests, comm::ReduceOp::sum);
+  std::string where = (fs::path(run_dir) / step_name(progress.step)).string();
+  if (rank == 0) {
+    try {
+      json files = json::object();
+      for (int r = 0; r < world; ++r) {
+        files[detail::rank_file_name(r)] = {{"bytes", digests[static_cast<std::size_t>(2 * r)]},
+                                            {"crc32", digests[static_cast<std::size_t>(2 * r + 1)]}};
+      }
+      const model::ParameterSpace& space = model.parameter_space();
+      json manifest = manifest_json(model, optimizer, progress);
+      manifest["format"] = detail::sharded_checkpoint_format;
+      manifest["world"] = world;
+      manifest["layout"] = {{"values", space.value_mode() == model::ValueMode::full ? "full" : "sharded"},
+                            {"optimizer", optimizer.sharded() ? "sharded" : "full"},
+                            {"space_ranks", space.ranks()}};
+      manifest["files"] = files;
+      where = commit(run_dir, temporary, progress.step, manifest);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  agree(failure, "committing a checkpoint");
+  return where;
+}
+
 }  // namespace
 
 std::string save_checkpoint(const std::string& run_dir, const model::Model& model, const optim::Optimizer& optimizer,
-                            const TrainingProgress& progress, comm::Communicator* comm) {
+                            const TrainingProgress& progress, comm::Communicator* comm, CheckpointLayout layout) {
+  if (layout == CheckpointLayout::sharded) {
+    require(comm != nullptr || (!optimizer.sharded() && model.parameter_space().value_mode() == model::ValueMode::full),
+            "save_checkpoint: the model or optimizer holds one rank's shard; pass the data-parallel communicator");
+    return save_sharded(run_dir, model, optimizer, progress, comm);
+  }
   require(comm != nullptr || !optimizer.sharded(), "save_checkpoint: the optimizer holds one rank's shard; pass the "
           "data-parallel communicator so the state can be gathered");
   // Every rank takes part in the gather; rank 0 writes.
   const std::vector<optim::StateTensor> state = optim::gather_state(optimizer, comm);
   const std::vector<NamedTensor> weights = gathered_weights(model, comm);
-  if (comm == nullptr) return write_checkpoint(run_dir, model, optimizer, weights, state, progress);
+  if (comm == nullptr) return write_consolidated(run_dir, model, optimizer, weights, state, progress);
   std::exception_ptr failure;
   std::string where = (fs::path(run_dir) / step_name(progress.step)).string();
   if (comm->rank() == 0) {
     try {
-      where = write_checkpoint(run_dir, model, optimizer, weights, state, progress);
+      where = write_consolidated(run_dir, model, optimizer, weights, state, progress);
     } catch (...) {
       failure = std::current_exception();
     }
@@ -250,9 +338,13 @@ struct VerifiedCheckpoint {
   std::vector<SafetensorsContents> contents;  // model, optimizer
 };
 
-VerifiedCheckpoint read_verified(const std::string& dir) {
+detail::CheckpointManifest read_manifest(const std::string& dir) {
   const std::string state_path = (fs::path(dir) / "state.json").string();
-  VerifiedCheckpoint v{detail::parse_manifest(read_file(state_path), state_path), {}};
+  return detail::parse_manifest(read_file(state_path), state_path);
+}
+
+VerifiedCheckpoint read_verified(const std::string& dir, detail::CheckpointManifest manifest) {
+  VerifiedCheckpoint v{std::move(manifest), {}};
   for (const char* file : data_files) {
     const std::string file_path = (fs::path(dir) / file).string();
     const std::string bytes = read_file(file_path);
@@ -269,7 +361,14 @@ VerifiedCheckpoint read_verified(const std::string& dir) {
 
 }  // namespace
 
-std::int64_t verify_checkpoint(const std::string& dir) { return read_verified(dir).manifest.progress.step; }
+std::int64_t verify_checkpoint(const std::string& dir) {
+  detail::CheckpointManifest manifest = read_manifest(dir);
+  if (manifest.version == 2) {
+    detail::verify_sharded(dir, manifest);
+    return manifest.progress.step;
+  }
+  return read_verified(dir, std::move(manifest)).manifest.progress.step;
+}
 
 TrainingProgress load_checkpoint(const std::string& path, model::Model& model, optim::Optimizer& optimizer) {
   std::string dir = path;
@@ -279,13 +378,18 @@ TrainingProgress load_checkpoint(const std::string& path, model::Model& model, o
                       "a 'latest' checkpoint");
     dir = *latest;
   }
-  const VerifiedCheckpoint verified = read_verified(dir);
-  const detail::CheckpointManifest& manifest = verified.manifest;
-  require_matching_config(manifest, model, dir);
-  require(manifest.precision == model.precision().name(), "checkpoint '", dir, "' was trained in ", manifest.precision,
+  detail::CheckpointManifest read = read_manifest(dir);
+  require_matching_config(read, model, dir);
+  require(read.precision == model.precision().name(), "checkpoint '", dir, "' was trained in ", read.precision,
           " but the model is ", model.precision().name());
-  require(manifest.optimizer == optimizer.name(), "checkpoint '", dir, "' holds ", manifest.optimizer,
+  require(read.optimizer == optimizer.name(), "checkpoint '", dir, "' holds ", read.optimizer,
           " state but the run uses ", optimizer.name());
+  if (read.version == 2) {
+    detail::load_sharded(dir, read, model, optimizer);
+    return read.progress;
+  }
+  const VerifiedCheckpoint verified = read_verified(dir, std::move(read));
+  const detail::CheckpointManifest& manifest = verified.manifest;
   const SafetensorsContents& weights = verified.contents[0];
   const SafetensorsContents& state = verified.contents[1];
   const std::vector<model::Parameter*> parameters = model.parameter_space().parameters();

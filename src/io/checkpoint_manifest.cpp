@@ -1,7 +1,10 @@
 #include "src/io/checkpoint_manifest.hpp"
 
 #include <cmath>
+#include <cstdio>
+#include <iterator>
 #include <limits>
+#include <vector>
 
 #include "loom/core/error.hpp"
 
@@ -36,6 +39,12 @@ std::string text_field(const json& object, const char* name, const std::string& 
 
 }  // namespace
 
+std::string rank_file_name(int rank) {
+  char name[40];
+  std::snprintf(name, sizeof(name), "rank_%05d.safetensors", rank);
+  return name;
+}
+
 CheckpointManifest parse_manifest(std::string_view text, const std::string& state_path) {
   json manifest;
   try {
@@ -43,10 +52,17 @@ CheckpointManifest parse_manifest(std::string_view text, const std::string& stat
   } catch (const json::exception& e) {
     bad(state_path, std::string("is not valid JSON (") + e.what() + ")");
   }
-  if (!manifest.is_object() || !manifest.contains("format") || manifest["format"] != checkpoint_format) {
-    bad(state_path, std::string("is not a ") + checkpoint_format + " checkpoint");
+  if (!manifest.is_object() || !manifest.contains("format") ||
+      (manifest["format"] != checkpoint_format && manifest["format"] != sharded_checkpoint_format)) {
+    bad(state_path, std::string("is not a ") + checkpoint_format + " or " + sharded_checkpoint_format + " checkpoint");
   }
   CheckpointManifest m;
+  m.version = manifest["format"] == checkpoint_format ? 1 : 2;
+  if (m.version == 2) {
+    const std::int64_t world = count_field(manifest, "world", state_path);
+    if (world < 1 || world > 1 << 20) bad(state_path, "has 'world' = " + std::to_string(world) + ", not 1 .. 2^20");
+    m.world = static_cast<int>(world);
+  }
   m.architecture = manifest.contains("architecture") ? text_field(manifest, "architecture", state_path) : "gpt";
   m.config = field(manifest, "config", state_path);
   if (!m.config.is_object()) bad(state_path, "has a 'config' that is not an object");
@@ -80,7 +96,17 @@ CheckpointManifest parse_manifest(std::string_view text, const std::string& stat
   p.loss_scale_clean_steps = count_field(scaler, "clean_steps", state_path);
   p.skipped_steps = count_field(scaler, "skipped_steps", state_path);
   const json& files = field(manifest, "files", state_path);
-  for (const char* name : checkpoint_data_files) {
+  std::vector<std::string> names(std::begin(checkpoint_data_files), std::end(checkpoint_data_files));
+  if (m.version == 2) {
+    names.clear();
+    for (int r = 0; r < m.world; ++r) names.push_back(rank_file_name(r));
+    if (!files.is_object() || files.size() != names.size()) {
+      bad(state_path, "lists " + std::to_string(files.is_object() ? files.size() : 0) + " files for a world of " +
+                          std::to_string(m.world) + " ranks");
+    }
+  }
+  for (const std::string& file_name : names) {
+    const char* name = file_name.c_str();
     const json& entry = field(files, name, state_path);
     const std::int64_t bytes = count_field(entry, "bytes", state_path);
     const std::int64_t crc = count_field(entry, "crc32", state_path);

@@ -14,10 +14,17 @@
 
 namespace loom::io::detail {
 
+// loom-checkpoint-1: the whole model and optimizer state in two files (consolidated).
+// loom-checkpoint-2: one piece file per rank of the job that wrote it (io/piece_file.hpp).
 inline constexpr const char* checkpoint_format = "loom-checkpoint-1";
+inline constexpr const char* sharded_checkpoint_format = "loom-checkpoint-2";
 inline constexpr const char* checkpoint_data_files[] = {"model.safetensors", "optimizer.safetensors"};
+// A sharded checkpoint's file of rank r: "rank_00003.safetensors".
+std::string rank_file_name(int rank);
 
 struct CheckpointManifest {
+  int version = 1;           // 1: consolidated; 2: sharded
+  int world = 1;             // version 2: the ranks that wrote it, one file each
   std::string architecture;  // "gpt" when absent (written before other models)
   nlohmann::json config;     // an object: the architecture's sizes
   std::string precision, optimizer;
@@ -27,7 +34,7 @@ struct CheckpointManifest {
     std::uint64_t bytes = 0;
     std::uint32_t crc32 = 0;
   };
-  std::map<std::string, File> files;  // each of checkpoint_data_files
+  std::map<std::string, File> files;  // each of checkpoint_data_files, or each rank's file
 };
 
 CheckpointManifest parse_manifest(std::string_view text, const std::string& state_path);

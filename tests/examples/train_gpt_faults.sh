@@ -38,11 +38,17 @@ children_of() {
 # The per-step losses of logs, in order, and the final weights of two run directories, compared.
 same_run() {  # name reference_log reference_dir step logs... : the logs' steps equal the reference's
   local name=$1 reference=$2 reference_dir=$3 dir=$4 step=$5; shift 5
-  local file; file=$(printf "step_%08d/model.safetensors" "$step")
+  local step_dir; step_dir=$(printf "step_%08d" "$step")
   grep -E "^step" "$reference" | cut -d'|' -f1-2 > "$name.expected"
   cat "$@" | grep -E "^step" | cut -d'|' -f1-2 > "$name.got"
   if ! cmp -s "$name.expected" "$name.got"; then fail "$name: the loss curve differs from the uninterrupted run's"; return; fi
-  if ! cmp -s "$reference_dir/$file" "$dir/$file"; then fail "$name: the final weights differ"; return; fi
+  # The same number of ranks on both sides: each rank's file (its pieces of the weights and the
+  # optimizer state) must be the same bytes.
+  local files=("$reference_dir/$step_dir"/rank_*.safetensors)
+  if [ ! -f "${files[0]}" ]; then fail "$name: no checkpoint files in $reference_dir/$step_dir"; return; fi
+  for file in "${files[@]}"; do
+    if ! cmp -s "$file" "$dir/$step_dir/$(basename "$file")"; then fail "$name: the final weights differ"; return; fi
+  done
   pass "$name: $(wc -l < "$name.got") steps and the final weights equal the uninterrupted run's"
 }
 

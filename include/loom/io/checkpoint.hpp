@@ -33,22 +33,35 @@ struct TrainingProgress {
   std::int64_t skipped_steps = 0;
 };
 
-// Returns the new checkpoint's directory. comm: the data-parallel group, or null for one process.
-// With a communicator it is a collective: a sharded optimizer's state is gathered, rank 0 writes,
-// and a failure on rank 0 is an error on every rank.
-std::string save_checkpoint(const std::string& run_dir, const model::Model& model, const optim::Optimizer& optimizer,
-                            const TrainingProgress& progress, comm::Communicator* comm = nullptr);
+// How a checkpoint's tensors are laid out in files:
+//   sharded       (loom-checkpoint-2, the default) every rank writes the pieces it owns into
+//                 rank_<r>.safetensors (io/piece_file.hpp): its ZeRO shards, and 1/N of what
+//                 every rank holds; nothing is gathered. A piece table in each file says which
+//                 part of which tensor each piece is, so any layout loads it.
+//   consolidated  (loom-checkpoint-1) model.safetensors and optimizer.safetensors with whole
+//                 tensors, gathered to rank 0, which writes them: what other tools read.
+enum class CheckpointLayout { sharded, consolidated };
 
-// path: a checkpoint directory, or a run directory (its `latest` checkpoint). Restores the
-// model's parameters and this rank's part of the optimizer's state and its step count; returns
-// the progress. Every rank reads the files itself (no communication).
+// Returns the new checkpoint's directory. comm: the data-parallel group, or null for one process.
+// With a communicator it is a collective, and a failure on any rank fails the save on every rank
+// (the previous checkpoint stays the one `latest` names).
+std::string save_checkpoint(const std::string& run_dir, const model::Model& model, const optim::Optimizer& optimizer,
+                            const TrainingProgress& progress, comm::Communicator* comm = nullptr,
+                            CheckpointLayout layout = CheckpointLayout::sharded);
+
+// path: a checkpoint directory, or a run directory (its `latest` checkpoint), of either layout.
+// Restores the model's parameters and this rank's part of the optimizer's state and its step
+// count; returns the progress. Every rank reads the files itself (no communication); from a
+// sharded checkpoint only the pieces that overlap what it holds, each verified by its CRC-32, and
+// nothing is changed until all of them are read.
 TrainingProgress load_checkpoint(const std::string& path, model::Model& model, optim::Optimizer& optimizer);
 
 // The checkpoint `latest` names in run_dir, if there is one.
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 
-// Reads a checkpoint directory's state.json and checks the size and CRC-32 of its files, without a
-// model; returns its step. A damaged or incomplete checkpoint is a corrupt_data (or io) Error
+// Reads a checkpoint directory's state.json and checks its files without a model (the size and
+// CRC-32 of each file; sharded: also the piece tables, which must cover every tensor exactly once);
+// returns its step. A damaged or incomplete checkpoint is a corrupt_data (or io) Error
 // naming the file and the problem.
 std::int64_t verify_checkpoint(const std::string& dir);
 

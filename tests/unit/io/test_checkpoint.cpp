@@ -22,6 +22,7 @@
 #include "loom/optim/sgd.hpp"
 #include "loom/train/trainer.hpp"
 #include "src/io/checkpoint_manifest.hpp"
+#include "support/file_damage.hpp"
 #include "support/tensor_checks.hpp"
 #include "support/tiny_gpt.hpp"
 
@@ -31,6 +32,8 @@ using loom::Tensor;
 using loom::test::IsError;
 namespace fs = std::filesystem;
 
+using loom::test::flip_byte;
+
 namespace {
 
 fs::path fresh_dir(const std::string& name) {
@@ -38,16 +41,6 @@ fs::path fresh_dir(const std::string& name) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
-}
-
-void flip_byte(const fs::path& file, std::uintmax_t offset) {
-  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(offset));
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x5a);
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&c, 1);
 }
 
 loom::nn::GPTConfig tiny() { return loom::test::tiny_gpt(256, 24); }
@@ -120,14 +113,15 @@ TEST_CASE("CRC-32 is the zlib one", "[io]") {
   REQUIRE(loom::io::crc32(std::span(reinterpret_cast<const unsigned char*>(text.data()), text.size())) == 0xCBF43926u);
 }
 
-TEST_CASE("checkpoints restore every tensor, refuse damage and other configs, survive a crashed save", "[io]") {
+TEST_CASE("consolidated checkpoints restore every tensor, refuse damage and other configs, survive a crashed save", "[io]") {
   const fs::path run = fresh_dir("ckpt");
   auto data = task_data();
   loom::nn::GPT model(tiny(), loom::nn::Precision::bf16(), loom::Device::cpu(), 3);
   loom::train::Trainer trainer(model, *data, trainer_options());
   trainer.step();
   trainer.step();
-  const std::string saved = loom::io::save_checkpoint(run.string(), model, trainer.optimizer(), trainer.progress());
+  const std::string saved = loom::io::save_checkpoint(run.string(), model, trainer.optimizer(), trainer.progress(),
+                                                      nullptr, loom::io::CheckpointLayout::consolidated);
   REQUIRE(fs::path(saved).filename() == "step_00000002");
   REQUIRE(loom::io::latest_checkpoint(run.string()) == saved);
 
@@ -196,7 +190,7 @@ TEST_CASE("re-saving a step keeps `latest` valid, and a refused checkpoint leave
   const std::vector<std::vector<float>> before = weights(other);
   loom::optim::SGD with_momentum(other.parameter_space(), {.momentum = 0.9f});
   REQUIRE_THROWS_MATCHES(loom::io::load_checkpoint(run.string(), other, with_momentum), loom::Error,
-                         IsError(ErrorCategory::invalid_argument, {"no tensor 'wte.momentum_buffer'"}));
+                         IsError(ErrorCategory::invalid_argument, {"has no tensor '", "momentum_buffer'"}));
   REQUIRE(weights(other) == before);
 }
 
@@ -264,7 +258,8 @@ TEST_CASE("resume finds the newest checkpoint that verifies, whatever `latest` s
   CHECK(search.chosen == (dir / "step_00000003").string());
   CHECK(search.step == 3);
   CHECK(search.skipped.empty());
-  flip_byte(dir / "step_00000003" / "model.safetensors", 100);
+  const fs::path newest = dir / "step_00000003" / "rank_00000.safetensors";
+  flip_byte(newest, fs::file_size(newest) - 10);  // in a piece's data
   fs::remove(dir / "latest");
   search = loom::io::find_resumable_checkpoint(dir.string());
   CHECK(search.chosen == (dir / "step_00000002").string());
@@ -278,7 +273,9 @@ TEST_CASE("resume finds the newest checkpoint that verifies, whatever `latest` s
   CHECK(outcome.checkpoint == (dir / "step_00000002").string());
   CHECK(resumed_trainer.steps_done() == 2);
   // Nothing verifies: an error listing every candidate, and the run untouched.
-  for (const char* step : {"step_00000001", "step_00000002"}) flip_byte(dir / step / "optimizer.safetensors", 50);
+  for (const char* step : {"step_00000001", "step_00000002"}) {
+    flip_byte(dir / step / "rank_00000.safetensors", fs::file_size(dir / step / "rank_00000.safetensors") - 50);
+  }
   loom::nn::GPT untouched(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu(), 4);
   auto untouched_data = task_data();
   loom::train::Trainer untouched_trainer(untouched, *untouched_data, trainer_options());
@@ -341,7 +338,7 @@ TEST_CASE("a checkpoint's state.json is checked field by field before anything i
       {with("\"crc32\": 7", "\"crc32\": 7.5"), "'crc32' = 7.5"},
       {with("\"files\"", "\"fils\""), "lacks the field 'files'"},
       {with("\"precision\": \"fp32\"", "\"precision\": 32"), "'precision' = 32"},
-      {"[1, 2]", "is not a loom-checkpoint-1 checkpoint"},
+      {"[1, 2]", "is not a loom-checkpoint-1 or loom-checkpoint-2 checkpoint"},
       {"{", "is not valid JSON"},
   };
   for (const auto& [text, fragment] : damaged) {
@@ -349,4 +346,22 @@ TEST_CASE("a checkpoint's state.json is checked field by field before anything i
     CHECK_THROWS_MATCHES(loom::io::detail::parse_manifest(text, "s.json"), loom::Error,
                          IsError(ErrorCategory::corrupt_data, {"s.json", fragment}));
   }
+  // loom-checkpoint-2: one file per rank of the world that wrote it.
+  const std::string sharded = with("\"format\": \"loom-checkpoint-1\"", "\"format\": \"loom-checkpoint-2\", \"world\": 2");
+  auto files = [&](const std::string& list) {
+    std::string text = sharded;
+    const std::size_t at = text.find("\"files\"");
+    return text.substr(0, at) + "\"files\": " + list + "}";
+  };
+  const std::string two = R"({"rank_00000.safetensors": {"bytes": 10, "crc32": 1}, "rank_00001.safetensors": {"bytes": 12, "crc32": 2}})";
+  const loom::io::detail::CheckpointManifest m2 = loom::io::detail::parse_manifest(files(two), "s.json");
+  CHECK(m2.version == 2);
+  CHECK(m2.world == 2);
+  CHECK(m2.files.at("rank_00001.safetensors").bytes == 12);
+  CHECK_THROWS_MATCHES(loom::io::detail::parse_manifest(files(R"({"rank_00000.safetensors": {"bytes": 10, "crc32": 1}})"), "s.json"),
+                       loom::Error, IsError(ErrorCategory::corrupt_data, {"lists 1 files for a world of 2 ranks"}));
+  CHECK_THROWS_MATCHES(loom::io::detail::parse_manifest(files(R"({"rank_00000.safetensors": {"bytes": 10, "crc32": 1}, "rank_2.safetensors": {"bytes": 1, "crc32": 1}})"), "s.json"),
+                       loom::Error, IsError(ErrorCategory::corrupt_data, {"lacks the field 'rank_00001.safetensors'"}));
+  CHECK_THROWS_MATCHES(loom::io::detail::parse_manifest(with("\"format\": \"loom-checkpoint-1\"", "\"format\": \"loom-checkpoint-2\", \"world\": 0"), "s.json"),
+                       loom::Error, IsError(ErrorCategory::corrupt_data, {"'world' = 0"}));
 }

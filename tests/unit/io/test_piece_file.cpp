@@ -11,6 +11,7 @@
 
 #include "loom/core/error.hpp"
 #include "loom/io/piece_file.hpp"
+#include "support/file_damage.hpp"
 
 using loom::DType;
 using loom::Shape;
@@ -18,6 +19,8 @@ using loom::Tensor;
 using loom::io::Piece;
 using loom::io::StoredPiece;
 namespace fs = std::filesystem;
+
+using loom::test::flip_byte;
 
 namespace {
 
@@ -39,16 +42,6 @@ std::vector<StoredPiece> sample() {
       {Piece{"w", Shape{6, 4}, {0, 2}, Shape{6, 2}, 3, 8}, Tensor::from_vector(right, {5})},   // part of the other
       {Piece{"b", Shape{4}, {0}, Shape{4}, 0, 4}, bias},
   };
-}
-
-void flip_byte(const std::string& path, std::uint64_t at) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(at));
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x10);
-  f.seekp(static_cast<std::streamoff>(at));
-  f.write(&c, 1);
 }
 
 }  // namespace

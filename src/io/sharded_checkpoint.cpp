@@ -1,0 +1,203 @@
+#include "src/io/sharded_checkpoint.hpp"
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <unordered_map>
+
+#include "loom/core/error.hpp"
+#include "loom/core/tensor_ops.hpp"
+#include "loom/io/piece_file.hpp"
+
+namespace loom::io::detail {
+
+namespace fs = std::filesystem;
+
+std::vector<HeldPiece> held_pieces(const model::Model& model, const optim::Optimizer& optimizer) {
+  const model::ParameterSpace& space = model.parameter_space();
+  std::vector<HeldPiece> held;
+  for (const model::Slot& slot : space.slots()) {
+    const model::Parameter& p = *slot.parameter;
+    if (space.value_mode() == model::ValueMode::full) {
+      held.push_back({piece_of(p.name(), p.partition(), p.shape(), 0, slot.numel), p.value().flatten(), true});
+      continue;
+    }
+    // ZeRO-3: this rank's slice of the slot's unit, where it overlaps the slot.
+    const model::Unit& unit = space.units()[slot.unit];
+    const std::int64_t size = unit.elements / space.ranks(), first = unit.begin + space.value_rank() * size;
+    const std::int64_t begin = std::max(first, slot.offset), end = std::min(first + size, slot.offset + slot.numel);
+    if (begin >= end) continue;
+    held.push_back({piece_of(p.name(), p.partition(), p.shape(), begin - slot.offset, end - slot.offset),
+                    space.stored_values(begin, end), false});
+  }
+  for (const std::string& kind : optimizer.state_kinds()) {
+    const Tensor& state = optimizer.state(kind);
+    for (const optim::Optimizer::Segment& s : optimizer.segments()) {
+      const model::Slot& slot = space.slots()[s.slot];
+      const model::Parameter& p = *slot.parameter;
+      held.push_back({piece_of(p.name() + "." + kind, p.partition(), p.shape(), s.begin - slot.offset,
+                               s.end - slot.offset),
+                      state.slice(s.local, s.local + (s.end - s.begin)), !optimizer.sharded()});
+    }
+  }
+  return held;
+}
+
+std::vector<HeldPiece> owned_pieces(const std::vector<HeldPiece>& held, int rank, int world) {
+  std::vector<HeldPiece> owned;
+  for (const HeldPiece& h : held) {
+    if (!h.replicated) {
+      owned.push_back(h);
+      continue;
+    }
+    const std::int64_t n = h.piece.numel(), from = n * rank / world, to = n * (rank + 1) / world;
+    if (from == to) continue;
+    HeldPiece part = h;
+    part.piece.begin = h.piece.begin + from;
+    part.piece.end = h.piece.begin + to;
+    part.target = h.target.slice(from, to);
+    owned.push_back(std::move(part));
+  }
+  return owned;
+}
+
+FileDigest write_rank_file(const std::string& temporary, const model::Model& model,
+                           const optim::Optimizer& optimizer, int rank, int world) {
+  std::vector<StoredPiece> pieces;
+  for (const HeldPiece& h : owned_pieces(held_pieces(model, optimizer), rank, world)) {
+    pieces.push_back({h.piece, h.target});
+  }
+  return write_piece_file((fs::path(temporary) / rank_file_name(rank)).string(), pieces,
+                          {{"rank", std::to_string(rank)}, {"world", std::to_string(world)}});
+}
+
+namespace {
+
+// The piece files of a checkpoint, headers read, sizes checked against the manifest.
+std::vector<std::unique_ptr<PieceFile>> open_files(const std::string& dir, const CheckpointManifest& manifest) {
+  std::vector<std::unique_ptr<PieceFile>> files;
+  for (int r = 0; r < manifest.world; ++r) {
+    const std::string name = rank_file_name(r), path = (fs::path(dir) / name).string();
+    std::error_code error;
+    const std::uintmax_t bytes = fs::file_size(path, error);
+    if (error) fail(ErrorCategory::corrupt_data, "checkpoint file '", path, "' is missing (", error.message(), ")");
+    const CheckpointManifest::File& expected = manifest.files.at(name);
+    if (bytes != expected.bytes) {
+      fail(ErrorCategory::corrupt_data, "checkpoint file '", path, "' has ", bytes, " bytes, not the ", expected.bytes,
+           " its state.json records", bytes < expected.bytes ? " (truncated)" : "");
+    }
+    files.push_back(std::make_unique<PieceFile>(path));
+  }
+  return files;
+}
+
+struct StoredRef {
+  std::size_t file = 0, index = 0;
+};
+
+// Every stored tensor's pieces, checked to cover it exactly once.
+std::map<std::string, std::vector<StoredRef>> stored_tensors(const std::vector<std::unique_ptr<PieceFile>>& files) {
+  std::map<std::string, std::vector<StoredRef>> tensors;
+  for (std::size_t f = 0; f < files.size(); ++f) {
+    for (std::size_t i = 0; i < files[f]->pieces().size(); ++i) {
+      tensors[files[f]->pieces()[i].piece.tensor].push_back({f, i});
+    }
+  }
+  for (const auto& [name, refs] : tensors) {
+    std::vector<Piece> pieces;
+    for (const StoredRef& ref : refs) pieces.push_back(files[ref.file]->pieces()[ref.index].piece);
+    try {
+      check_cover(pieces);
+    } catch (const Error& error) {
+      std::string where;
+      for (const StoredRef& ref : refs) where += (where.empty() ? "" : ", ") + files[ref.file]->path();
+      fail(ErrorCategory::corrupt_data, error.what(), " in the files ", where);
+    }
+  }
+  return tensors;
+}
+
+}  // namespace
+
+void verify_sharded(const std::string& dir, const CheckpointManifest& manifest) {
+  stored_tensors(open_files(dir, manifest));
+  for (int r = 0; r < manifest.world; ++r) {
+    const std::string name = rank_file_name(r), path = (fs::path(dir) / name).string();
+    const FileDigest d = digest_file(path);
+    const CheckpointManifest::File& expected = manifest.files.at(name);
+    if (d.crc32 != expected.crc32) {
+      fail(ErrorCategory::corrupt_data, "checkpoint file '", path, "' is damaged: CRC-32 ", d.crc32, ", expected ",
+           expected.crc32);
+    }
+  }
+}
+
+void load_sharded(const std::string& dir, const CheckpointManifest& manifest, model::Model& model,
+                  optim::Optimizer& optimizer) {
+  const std::vector<std::unique_ptr<PieceFile>> files = open_files(dir, manifest);
+  const std::map<std::string, std::vector<StoredRef>> stored = stored_tensors(files);
+  const std::vector<HeldPiece> held = held_pieces(model, optimizer);
+  // The checkpoint holds exactly this run's tensors, each with its global shape and dtype.
+  std::map<std::string, std::pair<Shape, DType>> expected;
+  const model::ParameterSpace& space = model.parameter_space();
+  for (const model::Slot& slot : space.slots()) {
+    const model::Parameter& p = *slot.parameter;
+    expected[p.name()] = {p.partition().global, p.dtype()};
+    for (const std::string& kind : optimizer.state_kinds()) expected[p.name() + "." + kind] = {p.partition().global, DType::f32};
+  }
+  for (const auto& [name, want] : expected) {
+    const auto it = stored.find(name);
+    if (it == stored.end()) {
+      fail(ErrorCategory::invalid_argument, "checkpoint '", dir, "' has no tensor '", name,
+           "' (saved with other model or optimizer settings?)");
+    }
+    const PieceEntry& first = files[it->second.front().file]->pieces()[it->second.front().index];
+    require(first.piece.global == want.first && first.dtype == want.second, "checkpoint tensor '", name, "' in '", dir,
+            "' is ", first.dtype, " ", first.piece.global, " but the run expects ", want.second, " ", want.first);
+    for (const StoredRef& ref : it->second) {
+      const PieceEntry& e = files[ref.file]->pieces()[ref.index];
+      require(e.dtype == want.second, "checkpoint tensor '", name, "': a piece in '", files[ref.file]->path(), "' is ",
+              e.dtype, ", not ", want.second);
+    }
+  }
+  for (const auto& [name, refs] : stored) {
+    if (expected.count(name) == 0) {
+      fail(ErrorCategory::invalid_argument, "checkpoint '", dir, "' holds tensor '", name,
+           "' that this run has no place for (saved with other model or optimizer settings?)");
+    }
+  }
+  // Stage this rank's part on the host, reading each stored piece that overlaps it once.
+  std::unordered_map<std::string, std::vector<std::size_t>> held_of;
+  std::vector<Tensor> staged;
+  for (std::size_t h = 0; h < held.size(); ++h) {
+    held_of[held[h].piece.tensor].push_back(h);
+    staged.push_back(Tensor::empty({held[h].piece.numel()}, held[h].target.dtype()));
+  }
+  for (std::size_t f = 0; f < files.size(); ++f) {
+    for (std::size_t i = 0; i < files[f]->pieces().size(); ++i) {
+      const PieceEntry& e = files[f]->pieces()[i];
+      const auto mine = held_of.find(e.piece.tensor);
+      if (mine == held_of.end()) continue;
+      std::vector<std::pair<std::size_t, std::vector<Copy>>> copies;
+      for (const std::size_t h : mine->second) {
+        std::vector<Copy> c = overlap(e.piece, held[h].piece);
+        if (!c.empty()) copies.emplace_back(h, std::move(c));
+      }
+      if (copies.empty()) continue;
+      const Tensor data = files[f]->read(i);  // verified against its CRC-32
+      const std::size_t element = dtype_size(e.dtype);
+      for (const auto& [h, list] : copies) {
+        for (const Copy& c : list) {
+          std::memcpy(static_cast<char*>(staged[h].raw_data()) + c.to * element,
+                      static_cast<const char*>(data.raw_data()) + c.from * element, c.count * element);
+        }
+      }
+    }
+  }
+  // Everything read and verified: now the model and optimizer change.
+  for (std::size_t h = 0; h < held.size(); ++h) copy(held[h].target, staged[h]);
+  optimizer.set_steps_taken(manifest.optimizer_steps);
+}
+
+}  // namespace loom::io::detail

@@ -1,0 +1,51 @@
+// loom-checkpoint-2, the sharded checkpoint format (io/checkpoint.hpp): each rank writes the pieces
+// it owns into its own file (io/piece_file.hpp) and reads back only the stored pieces that overlap
+// what it holds (io/pieces.hpp), whatever the ranks and ZeRO stage on either side.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "loom/comm/communicator.hpp"
+#include "loom/io/checkpoint.hpp"
+#include "loom/io/files.hpp"
+#include "loom/io/pieces.hpp"
+#include "src/io/checkpoint_manifest.hpp"
+
+namespace loom::io::detail {
+
+// What this rank's model and optimizer hold, piece by piece: parameter values (named like the
+// parameter) and optimizer state ("<parameter>.<kind>", f32). `target` is a flat view of where the
+// elements live (any device). Replicated pieces are held whole by every rank (values under DDP and
+// ZeRO-1/2, an unsharded optimizer's state); the others are this rank's alone (ZeRO-3's value
+// slices, a sharded optimizer's segments).
+struct HeldPiece {
+  Piece piece;
+  Tensor target;
+  bool replicated = false;
+};
+std::vector<HeldPiece> held_pieces(const model::Model& model, const optim::Optimizer& optimizer);
+
+// The pieces rank `rank` of `world` writes: its own pieces, and 1/world of each replicated one
+// (elements [n r / world, n (r + 1) / world)), so every element is written exactly once.
+std::vector<HeldPiece> owned_pieces(const std::vector<HeldPiece>& held, int rank, int world);
+
+// Writes this rank's file into `temporary` (fsync'ed) and returns its digest.
+FileDigest write_rank_file(const std::string& temporary, const model::Model& model,
+                           const optim::Optimizer& optimizer, int rank, int world);
+
+// Checks a sharded checkpoint's files against its manifest (size, then CRC-32 of each whole file:
+// this reads every file, as choosing a checkpoint to resume needs) and their piece tables against
+// each other (every stored tensor covered exactly once). corrupt_data Errors name the file and the
+// piece.
+void verify_sharded(const std::string& dir, const CheckpointManifest& manifest);
+
+// Loads this rank's part of every value and state tensor: the stored pieces that overlap it are
+// read (each verified by its CRC-32) and staged on the host, and only when every one has been read
+// is anything copied into the model and optimizer. The tensors must be exactly those the model and
+// optimizer have (names, global shapes, dtypes), or an invalid_argument Error names the first that
+// differs.
+void load_sharded(const std::string& dir, const CheckpointManifest& manifest, model::Model& model,
+                  optim::Optimizer& optimizer);
+
+}  // namespace loom::io::detail
