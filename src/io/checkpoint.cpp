@@ -281,6 +281,10 @@ std::string save_sharded(const std::string& run_dir, const model::Model& model, 
                             {"optimizer", optimizer.sharded() ? "sharded" : "full"},
                             {"space_ranks", space.ranks()}};
       manifest["files"] = files;
+      json model_tensors = json::array(), optimizer_tensors = json::array();
+      for (const model::Slot& slot : space.slots()) model_tensors.push_back(slot.parameter->name());
+      for (const auto& [name, shape] : optim::state_layout(optimizer)) optimizer_tensors.push_back(name);
+      manifest["tensors"] = {{"model", model_tensors}, {"optimizer", optimizer_tensors}};
       where = commit(run_dir, temporary, progress.step, manifest);
     } catch (...) {
       failure = std::current_exception();

@@ -113,6 +113,18 @@ CheckpointManifest parse_manifest(std::string_view text, const std::string& stat
     if (crc > 0xffffffffLL) bad(state_path, std::string("has a crc32 of ") + name + " beyond 32 bits");
     m.files[name] = {static_cast<std::uint64_t>(bytes), static_cast<std::uint32_t>(crc)};
   }
+  if (m.version == 2) {
+    const json& tensors = field(manifest, "tensors", state_path);
+    for (const auto& [list, out] : {std::pair<const char*, std::vector<std::string>*>{"model", &m.model_tensors},
+                                    {"optimizer", &m.optimizer_tensors}}) {
+      const json& listed = field(tensors, list, state_path);
+      if (!listed.is_array()) bad(state_path, std::string("has tensors.") + list + " that is not a list");
+      for (const json& name : listed) {
+        if (!name.is_string()) bad(state_path, std::string("has a name in tensors.") + list + " that is not a string");
+        out->push_back(name.get<std::string>());
+      }
+    }
+  }
   return m;
 }
 

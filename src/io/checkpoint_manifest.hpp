@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "loom/io/checkpoint.hpp"
 
@@ -35,6 +36,8 @@ struct CheckpointManifest {
     std::uint32_t crc32 = 0;
   };
   std::map<std::string, File> files;  // each of checkpoint_data_files, or each rank's file
+  // Version 2: the stored tensors that are the model's values, and the optimizer's state, in order.
+  std::vector<std::string> model_tensors, optimizer_tensors;
 };
 
 CheckpointManifest parse_manifest(std::string_view text, const std::string& state_path);

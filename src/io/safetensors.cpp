@@ -80,6 +80,60 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
   sync_path(path);
 }
 
+SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Spec> specs,
+                                     const std::map<std::string, std::string>& metadata)
+    : path_(path), specs_(std::move(specs)) {
+  nlohmann::json header = nlohmann::json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::set<std::string> names;
+  std::uint64_t offset = 0;
+  for (const Spec& spec : specs_) {
+    require(spec.name != "__metadata__" && names.insert(spec.name).second, "safetensors '", path, "': tensor name '",
+            spec.name, "' is reserved or repeated");
+    const std::uint64_t bytes = static_cast<std::uint64_t>(spec.shape.numel()) * dtype_size(spec.dtype);
+    header[spec.name] = {{"dtype", safetensors_dtype(spec.dtype)},
+                         {"shape", spec.shape.extents()},
+                         {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.resize((text.size() + 7) / 8 * 8, ' ');
+  file_ = std::fopen(path.c_str(), "wb");
+  if (file_ == nullptr) fail(ErrorCategory::io, "cannot create '", path, "': ", std::strerror(errno));
+  const std::uint64_t length = text.size();
+  unsigned char prefix[8];
+  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<unsigned char>(length >> (8 * i));
+  if (std::fwrite(prefix, 1, 8, file_) != 8 || std::fwrite(text.data(), 1, text.size(), file_) != text.size()) {
+    fail(ErrorCategory::io, "cannot write '", path, "'");
+  }
+}
+
+SafetensorsWriter::~SafetensorsWriter() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+void SafetensorsWriter::write(const std::string& name, const Tensor& tensor) {
+  require(next_ < specs_.size(), "safetensors '", path_, "': '", name, "' is one tensor more than the header lists");
+  const Spec& spec = specs_[next_];
+  require(name == spec.name && tensor.dtype() == spec.dtype && tensor.shape().numel() == spec.shape.numel(),
+          "safetensors '", path_, "': the next tensor is '", spec.name, "' ", spec.dtype, " ", spec.shape, ", got '",
+          name, "' ", tensor);
+  const Tensor host = tensor.to(Device::cpu());
+  if (std::fwrite(host.raw_data(), 1, host.nbytes(), file_) != host.nbytes()) {
+    fail(ErrorCategory::io, "cannot write '", path_, "'");
+  }
+  ++next_;
+}
+
+void SafetensorsWriter::finish() {
+  require(next_ == specs_.size(), "safetensors '", path_, "': ", specs_.size() - next_, " tensor(s) were not written");
+  const bool ok = std::fflush(file_) == 0;
+  std::fclose(file_);
+  file_ = nullptr;
+  if (!ok) fail(ErrorCategory::io, "cannot write '", path_, "'");
+  sync_path(path_);
+}
+
 SafetensorsContents read_safetensors(const std::string& path) { return parse_safetensors(read_file(path), path); }
 
 namespace {

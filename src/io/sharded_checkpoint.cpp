@@ -72,10 +72,7 @@ FileDigest write_rank_file(const std::string& temporary, const model::Model& mod
                           {{"rank", std::to_string(rank)}, {"world", std::to_string(world)}});
 }
 
-namespace {
-
-// The piece files of a checkpoint, headers read, sizes checked against the manifest.
-std::vector<std::unique_ptr<PieceFile>> open_files(const std::string& dir, const CheckpointManifest& manifest) {
+std::vector<std::unique_ptr<PieceFile>> open_piece_files(const std::string& dir, const CheckpointManifest& manifest) {
   std::vector<std::unique_ptr<PieceFile>> files;
   for (int r = 0; r < manifest.world; ++r) {
     const std::string name = rank_file_name(r), path = (fs::path(dir) / name).string();
@@ -92,11 +89,6 @@ std::vector<std::unique_ptr<PieceFile>> open_files(const std::string& dir, const
   return files;
 }
 
-struct StoredRef {
-  std::size_t file = 0, index = 0;
-};
-
-// Every stored tensor's pieces, checked to cover it exactly once.
 std::map<std::string, std::vector<StoredRef>> stored_tensors(const std::vector<std::unique_ptr<PieceFile>>& files) {
   std::map<std::string, std::vector<StoredRef>> tensors;
   for (std::size_t f = 0; f < files.size(); ++f) {
@@ -118,10 +110,28 @@ std::map<std::string, std::vector<StoredRef>> stored_tensors(const std::vector<s
   return tensors;
 }
 
-}  // namespace
+Tensor assemble_tensor(const std::vector<std::unique_ptr<PieceFile>>& files, const std::vector<StoredRef>& pieces) {
+  const PieceEntry& first = files[pieces.front().file]->pieces()[pieces.front().index];
+  const Shape& global = first.piece.global;
+  Tensor whole = Tensor::empty(global, first.dtype);
+  const Piece all{first.piece.tensor, global, std::vector<std::int64_t>(static_cast<std::size_t>(global.rank()), 0),
+                  global, 0, global.numel()};
+  const std::size_t element = dtype_size(first.dtype);
+  for (const StoredRef& ref : pieces) {
+    const PieceEntry& e = files[ref.file]->pieces()[ref.index];
+    require(e.dtype == first.dtype, "checkpoint tensor '", e.piece.tensor, "' has pieces of ", first.dtype, " and of ",
+            e.dtype);
+    const Tensor data = files[ref.file]->read(ref.index);
+    for (const Copy& c : overlap(e.piece, all)) {
+      std::memcpy(static_cast<char*>(whole.raw_data()) + c.to * element,
+                  static_cast<const char*>(data.raw_data()) + c.from * element, c.count * element);
+    }
+  }
+  return whole;
+}
 
 void verify_sharded(const std::string& dir, const CheckpointManifest& manifest) {
-  stored_tensors(open_files(dir, manifest));
+  stored_tensors(open_piece_files(dir, manifest));
   for (int r = 0; r < manifest.world; ++r) {
     const std::string name = rank_file_name(r), path = (fs::path(dir) / name).string();
     const FileDigest d = digest_file(path);
@@ -135,7 +145,7 @@ void verify_sharded(const std::string& dir, const CheckpointManifest& manifest) 
 
 void load_sharded(const std::string& dir, const CheckpointManifest& manifest, model::Model& model,
                   optim::Optimizer& optimizer) {
-  const std::vector<std::unique_ptr<PieceFile>> files = open_files(dir, manifest);
+  const std::vector<std::unique_ptr<PieceFile>> files = open_piece_files(dir, manifest);
   const std::map<std::string, std::vector<StoredRef>> stored = stored_tensors(files);
   const std::vector<HeldPiece> held = held_pieces(model, optimizer);
   // The checkpoint holds exactly this run's tensors, each with its global shape and dtype.

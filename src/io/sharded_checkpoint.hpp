@@ -3,12 +3,15 @@
 // what it holds (io/pieces.hpp), whatever the ranks and ZeRO stage on either side.
 #pragma once
 
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "loom/comm/communicator.hpp"
 #include "loom/io/checkpoint.hpp"
 #include "loom/io/files.hpp"
+#include "loom/io/piece_file.hpp"
 #include "loom/io/pieces.hpp"
 #include "src/io/checkpoint_manifest.hpp"
 
@@ -33,6 +36,16 @@ std::vector<HeldPiece> owned_pieces(const std::vector<HeldPiece>& held, int rank
 // Writes this rank's file into `temporary` (fsync'ed) and returns its digest.
 FileDigest write_rank_file(const std::string& temporary, const model::Model& model,
                            const optim::Optimizer& optimizer, int rank, int world);
+
+// A sharded checkpoint's piece files, headers read, sizes checked against the manifest.
+std::vector<std::unique_ptr<PieceFile>> open_piece_files(const std::string& dir, const CheckpointManifest& manifest);
+// Where each stored tensor's pieces are (file, index in its table), checked to cover it exactly once.
+struct StoredRef {
+  std::size_t file = 0, index = 0;
+};
+std::map<std::string, std::vector<StoredRef>> stored_tensors(const std::vector<std::unique_ptr<PieceFile>>& files);
+// A whole stored tensor assembled on the host from its pieces (each verified).
+Tensor assemble_tensor(const std::vector<std::unique_ptr<PieceFile>>& files, const std::vector<StoredRef>& pieces);
 
 // Checks a sharded checkpoint's files against its manifest (size, then CRC-32 of each whole file:
 // this reads every file, as choosing a checkpoint to resume needs) and their piece tables against

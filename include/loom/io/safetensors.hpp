@@ -5,6 +5,8 @@
 // readers (safetensors.torch.load_file, safe_open).
 #pragma once
 
+#include <cstdio>
+
 #include <map>
 #include <string>
 #include <string_view>
@@ -35,6 +37,32 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
 SafetensorsContents read_safetensors(const std::string& path);
 // The same checks on a file's bytes already in memory; name is used in error messages.
 SafetensorsContents parse_safetensors(std::string_view bytes, const std::string& name);
+
+// Writes a safetensors file tensor by tensor, for files larger than memory: the header (every
+// name, dtype and shape) first, then each tensor's bytes in that order. finish() checks that all
+// were written and fsyncs; a writer destroyed before finish() leaves an incomplete file.
+class SafetensorsWriter {
+ public:
+  struct Spec {
+    std::string name;
+    DType dtype = DType::f32;
+    Shape shape;
+  };
+  SafetensorsWriter(const std::string& path, std::vector<Spec> specs,
+                    const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsWriter();
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+  // The next tensor in the order given: its name, dtype and shape must be the next spec's.
+  void write(const std::string& name, const Tensor& tensor);
+  void finish();
+
+ private:
+  std::string path_;
+  std::vector<Spec> specs_;
+  std::size_t next_ = 0;
+  std::FILE* file_ = nullptr;
+};
 
 // A file's header without its data: what a reader that takes one tensor at a time needs.
 struct SafetensorsEntry {

@@ -351,13 +351,14 @@ TEST_CASE("a checkpoint's state.json is checked field by field before anything i
   auto files = [&](const std::string& list) {
     std::string text = sharded;
     const std::size_t at = text.find("\"files\"");
-    return text.substr(0, at) + "\"files\": " + list + "}";
+    return text.substr(0, at) + "\"tensors\": {\"model\": [\"w\"], \"optimizer\": [\"w.exp_avg\"]}, \"files\": " + list + "}";
   };
   const std::string two = R"({"rank_00000.safetensors": {"bytes": 10, "crc32": 1}, "rank_00001.safetensors": {"bytes": 12, "crc32": 2}})";
   const loom::io::detail::CheckpointManifest m2 = loom::io::detail::parse_manifest(files(two), "s.json");
   CHECK(m2.version == 2);
   CHECK(m2.world == 2);
   CHECK(m2.files.at("rank_00001.safetensors").bytes == 12);
+  CHECK(m2.optimizer_tensors == std::vector<std::string>{"w.exp_avg"});
   CHECK_THROWS_MATCHES(loom::io::detail::parse_manifest(files(R"({"rank_00000.safetensors": {"bytes": 10, "crc32": 1}})"), "s.json"),
                        loom::Error, IsError(ErrorCategory::corrupt_data, {"lists 1 files for a world of 2 ranks"}));
   CHECK_THROWS_MATCHES(loom::io::detail::parse_manifest(files(R"({"rank_00000.safetensors": {"bytes": 10, "crc32": 1}, "rank_2.safetensors": {"bytes": 1, "crc32": 1}})"), "s.json"),

@@ -1,0 +1,135 @@
+#include "loom/io/checkpoint_tools.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <sstream>
+
+#include "loom/core/error.hpp"
+#include "loom/io/checkpoint.hpp"
+#include "loom/io/files.hpp"
+#include "loom/io/safetensors.hpp"
+#include "src/io/sharded_checkpoint.hpp"
+
+namespace loom::io {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+detail::CheckpointManifest manifest_of(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "state.json").string();
+  return detail::parse_manifest(read_file(path), path);
+}
+
+// Writes `names` of the sharded checkpoint, each assembled whole, into one safetensors file.
+void write_assembled(const std::string& path, const std::vector<std::string>& names,
+                     const std::vector<std::unique_ptr<PieceFile>>& files,
+                     const std::map<std::string, std::vector<detail::StoredRef>>& stored,
+                     const std::map<std::string, std::string>& metadata) {
+  std::vector<SafetensorsWriter::Spec> specs;
+  for (const std::string& name : names) {
+    const auto it = stored.find(name);
+    if (it == stored.end()) fail(ErrorCategory::corrupt_data, "checkpoint: state.json lists '", name, "', which no file holds");
+    const PieceEntry& e = files[it->second.front().file]->pieces()[it->second.front().index];
+    specs.push_back({name, e.dtype, e.piece.global});
+  }
+  SafetensorsWriter writer(path, specs, metadata);
+  for (const std::string& name : names) writer.write(name, detail::assemble_tensor(files, stored.at(name)));
+  writer.finish();
+}
+
+std::map<std::string, std::string> weights_metadata(const detail::CheckpointManifest& m) {
+  return {{"format", "pt"}, {"loom_config", m.config.dump()}, {"loom_precision", m.precision}};
+}
+
+}  // namespace
+
+std::string describe_checkpoint(const std::string& dir, bool verify_pieces) {
+  const detail::CheckpointManifest m = manifest_of(dir);
+  std::ostringstream out;
+  out << "checkpoint " << dir << "\n  format loom-checkpoint-" << m.version << ", step " << m.progress.step << ", "
+      << m.architecture << " " << m.config.dump() << ", " << m.precision << ", " << m.optimizer << " ("
+      << m.optimizer_steps << " steps), " << m.progress.batches_consumed << " batches consumed\n";
+  if (m.version == 1) {
+    for (const auto& [name, file] : m.files) out << "  " << name << ": " << file.bytes << " bytes, CRC-32 " << file.crc32 << "\n";
+    if (verify_pieces) out << "  verified: " << (verify_checkpoint(dir), "every file's size and CRC-32") << "\n";
+    return out.str();
+  }
+  out << "  written by " << m.world << " rank(s): " << m.model_tensors.size() << " model tensors, "
+      << m.optimizer_tensors.size() << " optimizer tensors\n";
+  const auto files = detail::open_piece_files(dir, m);
+  std::size_t bad = 0;
+  for (const auto& file : files) {
+    out << "  " << fs::path(file->path()).filename().string() << ": " << fs::file_size(file->path()) << " bytes, "
+        << file->pieces().size() << " pieces";
+    if (verify_pieces) {
+      std::size_t failed = 0;
+      for (std::size_t i = 0; i < file->pieces().size(); ++i) {
+        try {
+          file->read(i);
+        } catch (const Error& error) {
+          out << "\n    FAILED: " << error.what();
+          ++failed;
+        }
+      }
+      out << (failed == 0 ? ", every CRC-32 verified" : "");
+      bad += failed;
+    }
+    out << "\n";
+  }
+  const auto stored = detail::stored_tensors(files);
+  for (const auto& [name, refs] : stored) {
+    const PieceEntry& e = files[refs.front().file]->pieces()[refs.front().index];
+    out << "  " << name << " " << e.dtype << " " << e.piece.global << ": " << refs.size() << " piece(s)\n";
+  }
+  if (bad > 0) fail(ErrorCategory::corrupt_data, out.str(), "  ", bad, " piece(s) failed their CRC-32");
+  return out.str();
+}
+
+void consolidate_checkpoint(const std::string& dir, const std::string& out_dir) {
+  const detail::CheckpointManifest m = manifest_of(dir);
+  require(m.version == 2, "consolidate: '", dir, "' is already a consolidated (loom-checkpoint-1) checkpoint");
+  require(!fs::exists(out_dir), "consolidate: '", out_dir, "' exists; give a new directory");
+  verify_checkpoint(dir);
+  const auto files = detail::open_piece_files(dir, m);
+  const auto stored = detail::stored_tensors(files);
+  fs::create_directories(out_dir);
+  const char* names[] = {"model.safetensors", "optimizer.safetensors"};
+  write_assembled((fs::path(out_dir) / names[0]).string(), m.model_tensors, files, stored, weights_metadata(m));
+  write_assembled((fs::path(out_dir) / names[1]).string(), m.optimizer_tensors, files, stored,
+                  {{"loom_optimizer", m.optimizer}, {"optimizer_steps", std::to_string(m.optimizer_steps)}});
+  json manifest = json::parse(read_file((fs::path(dir) / "state.json").string()));
+  manifest["format"] = "loom-checkpoint-1";
+  for (const char* key : {"world", "layout", "tensors"}) manifest.erase(key);
+  manifest["files"] = json::object();
+  for (const char* name : names) {
+    const FileDigest d = digest_file((fs::path(out_dir) / name).string());
+    manifest["files"][name] = {{"bytes", d.bytes}, {"crc32", d.crc32}};
+  }
+  write_file_atomically((fs::path(out_dir) / "state.json").string(), manifest.dump(2) + "\n");
+  sync_path(out_dir);
+}
+
+void export_weights(const std::string& dir, const std::string& out_file) {
+  const detail::CheckpointManifest m = manifest_of(dir);
+  if (m.version == 2) {
+    const auto files = detail::open_piece_files(dir, m);
+    write_assembled(out_file, m.model_tensors, files, detail::stored_tensors(files), weights_metadata(m));
+    return;
+  }
+  verify_checkpoint(dir);
+  const std::string model = (fs::path(dir) / "model.safetensors").string();
+  const SafetensorsIndex index = read_safetensors_index(model);
+  std::vector<std::pair<std::uint64_t, std::string>> order;  // the file's own order
+  for (const auto& [name, entry] : index.entries) order.emplace_back(entry.begin, name);
+  std::sort(order.begin(), order.end());
+  std::vector<SafetensorsWriter::Spec> specs;
+  for (const auto& [at, name] : order) specs.push_back({name, index.entries.at(name).dtype, index.entries.at(name).shape});
+  SafetensorsWriter writer(out_file, specs, weights_metadata(m));
+  for (const auto& [at, name] : order) writer.write(name, read_safetensors_tensor(model, index, name));
+  writer.finish();
+}
+
+}  // namespace loom::io
