@@ -8,6 +8,7 @@
 #include <sstream>
 #include <vector>
 
+#include "loom/comm/launch.hpp"
 #include "loom/comm/mpi.hpp"
 #include "loom/core/error.hpp"
 
@@ -41,6 +42,25 @@ nlohmann::json launch_self_job(const std::string& tool, int ranks, int threads, 
   require(status == 0 && rows.is_array(), tool, ": the job `", command.str(), "` failed (status ", status, ")");
   for (auto& row : rows) row["threads_per_rank"] = threads;
   return rows;
+}
+
+int self_launching_main(const std::string& tool, CLI::App& app, int argc, char** argv, const bool& worker,
+                        const std::function<int(const InitOptions&, int, char**)>& run_worker,
+                        const std::function<int()>& run_orchestrator) {
+  try {
+    const InitOptions init = parse_init_flags(argc, argv);
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& error) {
+      return app.exit(error);
+    }
+    const bool launched = comm::detect_launch().launcher != "single process";
+    if (worker || launched) return run_worker(init, argc, argv);
+    return run_orchestrator();
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "%s: %s\n", tool.c_str(), error.what());
+    return 1;
+  }
 }
 
 }  // namespace loom::bench

@@ -221,14 +221,8 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json_path, "write the JSON record here");
   app.add_flag("--worker", o.worker, "measure this job only (what the launched jobs run)");
   app.add_option("--worker-json", o.worker_json, "where a worker writes its rows");
-  try {
-    const loom::InitOptions init = loom::parse_init_flags(argc, argv);
-    CLI11_PARSE(app, argc, argv);
-    const bool launched = loom::comm::detect_launch().launcher != "single process";
-    if (o.worker || launched) return run_worker(o, init, argc, argv);
-    return run_orchestrator(o);
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "zero_bench: %s\n", error.what());
-    return 1;
-  }
+  return loom::bench::self_launching_main(
+      "zero_bench", app, argc, argv, o.worker,
+      [&](const loom::InitOptions& init, int n, char** args) { return run_worker(o, init, n, args); },
+      [&] { return run_orchestrator(o); });
 }

@@ -14,6 +14,7 @@ loom_check_mode(LOOM_MPI "${LOOM_MPI_MODE}")
 set(THREADS_PREFER_PTHREAD_FLAG ON)
 find_package(Threads REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)  # checkpoint manifests and safetensors headers (private)
+find_package(ZLIB REQUIRED)  # CRC-32 of checkpoint files and pieces (private)
 find_package(OpenMP REQUIRED COMPONENTS CXX)  # the CPU kernels' threads
 
 # ---- CUDA toolkit, cuBLAS/cuBLASLt, NCCL, cuDNN ----------------------------------------------

@@ -219,15 +219,13 @@ std::string write_consolidated(const std::string& run_dir, const model::Model& m
   std::vector<NamedTensor> state;
   for (const optim::StateTensor& t : optimizer_state) state.push_back({t.name, t.tensor});
   const std::string config = config_json(model).dump();
-  write_safetensors((temporary / data_files[0]).string(), weights,
-                    {{"format", "pt"}, {"loom_config", config}, {"loom_precision", model.precision().name()}});
-  write_safetensors((temporary / data_files[1]).string(), state,
-                    {{"loom_optimizer", optimizer.name()}, {"optimizer_steps", std::to_string(optimizer.steps_taken())}});
+  const FileDigest digests[] = {
+      write_safetensors((temporary / data_files[0]).string(), weights,
+                        {{"format", "pt"}, {"loom_config", config}, {"loom_precision", model.precision().name()}}),
+      write_safetensors((temporary / data_files[1]).string(), state,
+                        {{"loom_optimizer", optimizer.name()}, {"optimizer_steps", std::to_string(optimizer.steps_taken())}})};
   json files = json::object();
-  for (const char* file : data_files) {
-    const FileDigest d = digest_file((temporary / file).string());
-    files[file] = {{"bytes", d.bytes}, {"crc32", d.crc32}};
-  }
+  for (std::size_t i = 0; i < 2; ++i) files[data_files[i]] = {{"bytes", digests[i].bytes}, {"crc32", digests[i].crc32}};
   json manifest = manifest_json(model, optimizer, progress);
   manifest["files"] = files;
   return commit(run_dir, temporary, progress.step, manifest);

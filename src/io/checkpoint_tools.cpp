@@ -24,7 +24,7 @@ detail::CheckpointManifest manifest_of(const std::string& dir) {
 }
 
 // Writes `names` of the sharded checkpoint, each assembled whole, into one safetensors file.
-void write_assembled(const std::string& path, const std::vector<std::string>& names,
+FileDigest write_assembled(const std::string& path, const std::vector<std::string>& names,
                      const std::vector<std::unique_ptr<PieceFile>>& files,
                      const std::map<std::string, std::vector<detail::StoredRef>>& stored,
                      const std::map<std::string, std::string>& metadata) {
@@ -37,7 +37,7 @@ void write_assembled(const std::string& path, const std::vector<std::string>& na
   }
   SafetensorsWriter writer(path, specs, metadata);
   for (const std::string& name : names) writer.write(name, detail::assemble_tensor(files, stored.at(name)));
-  writer.finish();
+  return writer.finish();
 }
 
 std::map<std::string, std::string> weights_metadata(const detail::CheckpointManifest& m) {

@@ -1,5 +1,7 @@
 #include "loom/io/files.hpp"
 
+#include <zlib.h>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -15,25 +17,16 @@
 
 namespace loom::io {
 
-namespace {
-
-std::array<std::uint32_t, 256> make_crc_table() {
-  std::array<std::uint32_t, 256> table{};
-  for (std::uint32_t i = 0; i < 256; ++i) {
-    std::uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1u) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    table[i] = c;
-  }
-  return table;
-}
-
-}  // namespace
 
 std::uint32_t crc32(std::span<const unsigned char> bytes, std::uint32_t crc) {
-  static const std::array<std::uint32_t, 256> table = make_crc_table();
-  crc = ~crc;
-  for (unsigned char b : bytes) crc = table[(crc ^ b) & 0xffu] ^ (crc >> 8);
-  return ~crc;
+  // zlib's, in pieces its uInt length can take.
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const std::size_t n = std::min<std::size_t>(bytes.size() - done, std::size_t{1} << 30);
+    crc = static_cast<std::uint32_t>(::crc32(crc, bytes.data() + done, static_cast<uInt>(n)));
+    done += n;
+  }
+  return crc;
 }
 
 FileDigest digest_file(const std::string& path) {

@@ -39,8 +39,7 @@ FileDigest write_piece_file(const std::string& path, std::span<const StoredPiece
   }
   std::map<std::string, std::string> all = metadata;
   all[table_key] = table.dump();
-  write_safetensors(path, tensors, all);
-  return digest_file(path);
+  return write_safetensors(path, tensors, all);
 }
 
 PieceFile::PieceFile(std::string path) : path_(std::move(path)), index_(read_safetensors_index(path_)) {

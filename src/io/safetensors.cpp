@@ -46,8 +46,17 @@ std::string safetensors_dtype(DType dtype) {
   fail(ErrorCategory::invalid_argument, "no safetensors name for dtype ", dtype);
 }
 
-void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+namespace {
+
+void add_to(FileDigest& digest, const void* data, std::size_t bytes) {
+  digest.crc32 = crc32({static_cast<const unsigned char*>(data), bytes}, digest.crc32);
+  digest.bytes += bytes;
+}
+
+}  // namespace
+
+FileDigest write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                             const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::set<std::string> names;
@@ -71,13 +80,20 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
   const std::uint64_t length = text.size();
   unsigned char prefix[8];
   for (int i = 0; i < 8; ++i) prefix[i] = static_cast<unsigned char>(length >> (8 * i));
+  FileDigest digest;
   out.write(reinterpret_cast<const char*>(prefix), 8);
+  add_to(digest, prefix, 8);
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  for (const Tensor& t : host) out.write(static_cast<const char*>(t.raw_data()), static_cast<std::streamsize>(t.nbytes()));
+  add_to(digest, text.data(), text.size());
+  for (const Tensor& t : host) {
+    out.write(static_cast<const char*>(t.raw_data()), static_cast<std::streamsize>(t.nbytes()));
+    add_to(digest, t.raw_data(), t.nbytes());
+  }
   out.flush();
   if (!out) fail(ErrorCategory::io, "cannot write '", path, "'");
   out.close();
   sync_path(path);
+  return digest;
 }
 
 SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Spec> specs,
@@ -106,6 +122,8 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Spec> 
   if (std::fwrite(prefix, 1, 8, file_) != 8 || std::fwrite(text.data(), 1, text.size(), file_) != text.size()) {
     fail(ErrorCategory::io, "cannot write '", path, "'");
   }
+  add_to(digest_, prefix, 8);
+  add_to(digest_, text.data(), text.size());
 }
 
 SafetensorsWriter::~SafetensorsWriter() {
@@ -122,16 +140,18 @@ void SafetensorsWriter::write(const std::string& name, const Tensor& tensor) {
   if (std::fwrite(host.raw_data(), 1, host.nbytes(), file_) != host.nbytes()) {
     fail(ErrorCategory::io, "cannot write '", path_, "'");
   }
+  add_to(digest_, host.raw_data(), host.nbytes());
   ++next_;
 }
 
-void SafetensorsWriter::finish() {
+FileDigest SafetensorsWriter::finish() {
   require(next_ == specs_.size(), "safetensors '", path_, "': ", specs_.size() - next_, " tensor(s) were not written");
   const bool ok = std::fflush(file_) == 0;
   std::fclose(file_);
   file_ = nullptr;
   if (!ok) fail(ErrorCategory::io, "cannot write '", path_, "'");
   sync_path(path_);
+  return digest_;
 }
 
 SafetensorsContents read_safetensors(const std::string& path) { return parse_safetensors(read_file(path), path); }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "loom/core/tensor.hpp"
+#include "loom/io/files.hpp"
 
 namespace loom::io {
 
@@ -26,9 +27,10 @@ struct SafetensorsContents {
   std::map<std::string, Tensor> tensors;  // CPU tensors
 };
 
-// Writes path (truncating) and flushes it to stable storage (fsync). Names must be unique and
-// not "__metadata__". io Error on any failure.
-void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+// Writes path (truncating) and flushes it to stable storage (fsync); returns its size and CRC-32,
+// computed from the bytes as they were written. Names must be unique and not "__metadata__". io
+// Error on any failure.
+FileDigest write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
 // Reads and validates a whole file: a truncated file, a malformed header, an unknown dtype,
@@ -55,13 +57,15 @@ class SafetensorsWriter {
   SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
   // The next tensor in the order given: its name, dtype and shape must be the next spec's.
   void write(const std::string& name, const Tensor& tensor);
-  void finish();
+  // The file's size and CRC-32, computed as it was written.
+  FileDigest finish();
 
  private:
   std::string path_;
   std::vector<Spec> specs_;
   std::size_t next_ = 0;
   std::FILE* file_ = nullptr;
+  FileDigest digest_;
 };
 
 // A file's header without its data: what a reader that takes one tensor at a time needs.
