@@ -76,45 +76,74 @@ def global_runs(piece):
     return runs
 
 
+def check_piece(path, piece):
+    """The checks of io::Piece::validate: the box inside the global shape, the range inside the box."""
+    shape, offset, box = piece.get("global"), piece.get("offset"), piece.get("box")
+    begin, end = piece.get("begin"), piece.get("end")
+    ints = lambda xs: isinstance(xs, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in xs)
+    if not (ints(shape) and ints(offset) and ints(box) and ints([begin, end]) and len(shape) == len(offset) == len(box)):
+        fail(f"'{path}': a malformed piece table row: {piece}")
+    for d in range(len(shape)):
+        if not (0 <= box[d] <= shape[d] and 0 <= offset[d] <= shape[d] - box[d]):
+            fail(f"'{path}': the piece of '{piece.get('tensor')}' has a box {box} at {offset} outside {shape}")
+    if not 0 <= begin <= end <= numel(box):
+        fail(f"'{path}': the piece of '{piece.get('tensor')}' has the range [{begin}, {end}) outside its box {box}")
+
+
 def sharded_tensors(directory, manifest, names):
     """Each named tensor, whole, from the rank files' pieces: {name: (dtype, shape, bytes)}."""
     wanted = set(names)
     out = {}
-    covered = {}
+    runs = {}
     for rank in range(manifest["world"]):
-        path = os.path.join(directory, f"rank_{rank:05d}.safetensors")
+        name = f"rank_{rank:05d}.safetensors"
+        path = os.path.join(directory, name)
         if not os.path.exists(path):
             fail(f"'{path}' is missing")
+        if os.path.getsize(path) != manifest["files"][name]["bytes"]:
+            fail(f"'{path}' has {os.path.getsize(path)} bytes, not the {manifest['files'][name]['bytes']} its "
+                 f"state.json records")
         header, data_start = read_header(path)
         table = json.loads(header.get("__metadata__", {}).get("loom.pieces", "null") or "null")
         if not isinstance(table, list):
             fail(f"'{path}' has no piece table")
         for piece in table:
-            name = piece["tensor"]
-            if name not in wanted:
+            check_piece(path, piece)
+            tensor = piece["tensor"]
+            if tensor not in wanted:
                 continue
-            entry = header[piece["entry"]]
+            entry = header.get(piece["entry"])
+            if entry is None or entry.get("dtype") not in SIZES:
+                fail(f"'{path}': the piece table's entry '{piece['entry']}' is missing or of an unknown dtype")
+            size = SIZES[entry["dtype"]]
             data = read_entry(path, data_start, entry)
+            if len(data) != (piece["end"] - piece["begin"]) * size:
+                fail(f"'{path}': entry '{piece['entry']}' holds {len(data)} bytes, not {piece['end'] - piece['begin']} "
+                     f"elements of {entry['dtype']}")
             if zlib.crc32(data) != piece["crc32"]:
                 fail(f"'{path}': entry '{piece['entry']}' (the piece [{piece['begin']}, {piece['end']}) of "
-                     f"'{name}') fails its CRC-32: the file is damaged")
-            size = SIZES[entry["dtype"]]
-            if name not in out:
-                out[name] = (entry["dtype"], piece["global"], bytearray(numel(piece["global"]) * size))
-                covered[name] = 0
-            dtype, shape, whole = out[name]
+                     f"'{tensor}') fails its CRC-32: the file is damaged")
+            if tensor not in out:
+                out[tensor] = (entry["dtype"], piece["global"], bytearray(numel(piece["global"]) * size))
+                runs[tensor] = []
+            dtype, shape, whole = out[tensor]
             if entry["dtype"] != dtype or piece["global"] != shape:
-                fail(f"'{path}': a piece of '{name}' is {entry['dtype']} {piece['global']}, others {dtype} {shape}")
+                fail(f"'{path}': a piece of '{tensor}' is {entry['dtype']} {piece['global']}, others {dtype} {shape}")
             at = 0
             for start, count in global_runs(piece):
                 whole[start * size:(start + count) * size] = data[at * size:(at + count) * size]
+                runs[tensor].append((start, count))
                 at += count
-            covered[name] += piece["end"] - piece["begin"]
-    for name in names:
-        if name not in out:
-            fail(f"no rank file holds '{name}'")
-        if covered[name] != numel(out[name][1]):
-            fail(f"the pieces of '{name}' hold {covered[name]} elements, not {numel(out[name][1])}")
+    for tensor in names:
+        if tensor not in out:
+            fail(f"no rank file holds '{tensor}'")
+        covered = 0  # the runs must tile [0, numel): no gap, no element twice
+        for start, count in sorted(r for r in runs[tensor] if r[1] > 0):
+            if start != covered:
+                fail(f"the pieces of '{tensor}' {'cover element ' + str(start) + ' twice' if start < covered else 'leave element ' + str(covered) + ' uncovered'}")
+            covered = start + count
+        if covered != numel(out[tensor][1]):
+            fail(f"the pieces of '{tensor}' leave element {covered} uncovered")
     return out
 
 

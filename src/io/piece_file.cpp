@@ -58,18 +58,38 @@ PieceFile::PieceFile(std::string path) : path_(std::move(path)), index_(read_saf
   std::map<std::string, bool> listed;
   for (const nlohmann::json& row : table) {
     PieceEntry e;
+    // Every number is checked to be an integer first: a float would convert out of range.
+    auto count = [&](const nlohmann::json& value, const char* field) {
+      if (!value.is_number_integer()) corrupt("a piece table row has ", field, " = ", value.dump(), ", not an integer: ", row.dump());
+      return value.get<std::int64_t>();
+    };
+    auto counts = [&](const char* field) {
+      const nlohmann::json& list = row.at(field);
+      if (!list.is_array()) corrupt("a piece table row has ", field, " that is not a list: ", row.dump());
+      std::vector<std::int64_t> out;
+      for (const nlohmann::json& v : list) out.push_back(count(v, field));
+      return out;
+    };
     try {
+      if (!row.is_object() || !row.at("entry").is_string() || !row.at("tensor").is_string()) {
+        corrupt("a piece table row is not an object with string entry and tensor: ", row.dump());
+      }
       e.entry = row.at("entry").get<std::string>();
       e.piece.tensor = row.at("tensor").get<std::string>();
-      e.piece.global = Shape(row.at("global").get<std::vector<std::int64_t>>());
-      e.piece.offset = row.at("offset").get<std::vector<std::int64_t>>();
-      e.piece.box = Shape(row.at("box").get<std::vector<std::int64_t>>());
-      e.piece.begin = row.at("begin").get<std::int64_t>();
-      e.piece.end = row.at("end").get<std::int64_t>();
-      e.crc32 = row.at("crc32").get<std::uint32_t>();
+      e.piece.global = Shape(counts("global"));
+      e.piece.offset = counts("offset");
+      e.piece.box = Shape(counts("box"));
+      e.piece.begin = count(row.at("begin"), "begin");
+      e.piece.end = count(row.at("end"), "end");
+      const nlohmann::json& crc = row.at("crc32");
+      if (!crc.is_number_unsigned() || crc.get<std::uint64_t>() > 0xffffffffull) {
+        corrupt("a piece table row has crc32 = ", crc.dump(), ", not a 32-bit unsigned integer: ", row.dump());
+      }
+      e.crc32 = static_cast<std::uint32_t>(crc.get<std::uint64_t>());
     } catch (const nlohmann::json::exception& error) {
-      corrupt("a piece table row lacks a field or has one of the wrong type (", error.what(), "): ", row.dump());
+      corrupt("a piece table row lacks a field (", error.what(), "): ", row.dump());
     } catch (const Error& error) {
+      if (error.category() == ErrorCategory::corrupt_data) throw;
       corrupt("a piece table row has a bad shape (", error.what(), "): ", row.dump());
     }
     try {

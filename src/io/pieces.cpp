@@ -31,8 +31,9 @@ void Piece::validate() const {
           "': the box ", box, " and its ", offset.size(), " offset(s) must have the rank of the global shape ", global);
   for (std::int64_t d = 0; d < rank; ++d) {
     const std::int64_t at = offset[static_cast<std::size_t>(d)];
-    require(at >= 0 && box[d] >= 0 && at + box[d] <= global[d], "checkpoint piece of '", tensor, "': the box ", box,
-            " at offset ", at, " in dimension ", d, " does not fit the global shape ", global);
+    // (at + box > global written so that a hostile offset cannot overflow)
+    require(at >= 0 && box[d] >= 0 && box[d] <= global[d] && at <= global[d] - box[d], "checkpoint piece of '", tensor,
+            "': the box ", box, " at offset ", at, " in dimension ", d, " does not fit the global shape ", global);
   }
   require(begin >= 0 && begin <= end && end <= box.numel(), "checkpoint piece of '", tensor, "': the range [", begin,
           ", ", end, ") is not inside its box of ", box.numel(), " elements");

@@ -120,6 +120,8 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Spec> 
   unsigned char prefix[8];
   for (int i = 0; i < 8; ++i) prefix[i] = static_cast<unsigned char>(length >> (8 * i));
   if (std::fwrite(prefix, 1, 8, file_) != 8 || std::fwrite(text.data(), 1, text.size(), file_) != text.size()) {
+    std::fclose(file_);  // the destructor does not run for a constructor that throws
+    file_ = nullptr;
     fail(ErrorCategory::io, "cannot write '", path, "'");
   }
   add_to(digest_, prefix, 8);
@@ -146,8 +148,8 @@ void SafetensorsWriter::write(const std::string& name, const Tensor& tensor) {
 
 FileDigest SafetensorsWriter::finish() {
   require(next_ == specs_.size(), "safetensors '", path_, "': ", specs_.size() - next_, " tensor(s) were not written");
-  const bool ok = std::fflush(file_) == 0;
-  std::fclose(file_);
+  bool ok = std::fflush(file_) == 0;
+  ok = std::fclose(file_) == 0 && ok;  // a network filesystem may report a failed write only here
   file_ = nullptr;
   if (!ok) fail(ErrorCategory::io, "cannot write '", path_, "'");
   sync_path(path_);

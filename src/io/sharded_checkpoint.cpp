@@ -19,6 +19,14 @@ std::vector<HeldPiece> held_pieces(const model::Model& model, const optim::Optim
   std::vector<HeldPiece> held;
   for (const model::Slot& slot : space.slots()) {
     const model::Parameter& p = *slot.parameter;
+    if (slot.numel == 0) {  // no slice or segment holds it: one empty piece each (rank 0 writes them)
+      held.push_back({piece_of(p.name(), p.partition(), p.shape(), 0, 0), Tensor::empty({0}, p.dtype()), true});
+      for (const std::string& kind : optimizer.state_kinds()) {
+        held.push_back({piece_of(p.name() + "." + kind, p.partition(), p.shape(), 0, 0), Tensor::empty({0}, DType::f32),
+                        true});
+      }
+      continue;
+    }
     if (space.value_mode() == model::ValueMode::full) {
       held.push_back({piece_of(p.name(), p.partition(), p.shape(), 0, slot.numel), p.value().flatten(), true});
       continue;
@@ -52,7 +60,7 @@ std::vector<HeldPiece> owned_pieces(const std::vector<HeldPiece>& held, int rank
       continue;
     }
     const std::int64_t n = h.piece.numel(), from = n * rank / world, to = n * (rank + 1) / world;
-    if (from == to) continue;
+    if (from == to && (n > 0 || rank != 0)) continue;  // an empty tensor is still written, once
     HeldPiece part = h;
     part.piece.begin = h.piece.begin + from;
     part.piece.end = h.piece.begin + to;

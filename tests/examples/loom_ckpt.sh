@@ -78,5 +78,16 @@ if ! python3 "$script" run/$step damaged.safetensors --optimizer > py_damaged.lo
 else
   fail "loom_ckpt.py missed the flipped byte: $(cat py_damaged.log)"
 fi
+if [ "$ranks" -gt 1 ]; then  # rank 1's file replaced by rank 0's, state.json made to agree: pieces twice
+  rm -rf doubled && cp -r run/$step doubled
+  cp doubled/rank_00000.safetensors doubled/rank_00001.safetensors
+  python3 -c "import json,sys; p='doubled/state.json'; m=json.load(open(p)); m['files']['rank_00001.safetensors']=m['files']['rank_00000.safetensors']; json.dump(m,open(p,'w'))"
+  if ! python3 "$script" doubled doubled.safetensors > py_doubled.log 2>&1 && grep -q "twice" py_doubled.log &&
+     ! "$ckpt" verify doubled > doubled.log 2>&1 && grep -q "twice" doubled.log; then
+    pass "a rank file that repeats another's pieces: both tools name the element covered twice"
+  else
+    fail "a repeated rank file was not named: $(cat py_doubled.log doubled.log)"
+  fi
+fi
 echo "$failures failure(s)"
 exit $((failures > 0))

@@ -104,6 +104,15 @@ TEST_CASE("a truncated piece file or a table that does not match its entries is 
   CHECK_THROWS_WITH(loom::io::PieceFile(table_path), Catch::Contains("entry 'b:0' is (3) but its piece of 'b' has 4 elements"));
   loom::io::write_safetensors(table_path, {{"b:0", four}});
   CHECK_THROWS_WITH(loom::io::PieceFile(table_path), Catch::Contains("no piece table"));
+  // Numbers that are not integers (a float would convert out of range) are named, not converted.
+  std::string floating = row;
+  floating.replace(floating.find("\"end\":4"), 7, "\"end\":1e300");
+  loom::io::write_safetensors(table_path, {{"b:0", four}}, {{"loom.pieces", "[" + floating + "]"}});
+  CHECK_THROWS_WITH(loom::io::PieceFile(table_path), Catch::Contains("has end = 1e+300, not an integer"));
+  std::string negative = row;
+  negative.replace(negative.find("\"crc32\":0"), 9, "\"crc32\":-1.5");
+  loom::io::write_safetensors(table_path, {{"b:0", four}}, {{"loom.pieces", "[" + negative + "]"}});
+  CHECK_THROWS_WITH(loom::io::PieceFile(table_path), Catch::Contains("has crc32 = -1.5, not a 32-bit unsigned integer"));
   CHECK_THROWS_WITH(loom::io::write_piece_file(table_path, {{StoredPiece{Piece{"b", Shape{4}, {0}, Shape{4}, 0, 4}, Tensor::zeros({3}, DType::f32)}}}),
                     Catch::Contains("has 4 elements but its data is"));
 }

@@ -4,6 +4,7 @@
 // and check_cover names a gap or a double cover by element and coordinates.
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -132,6 +133,9 @@ TEST_CASE("check_cover names a gap or a double cover by element and coordinates"
   pieces.push_back(piece(g, 2, 3, 1, 2));
   CHECK_THROWS_WITH(loom::io::check_cover(pieces), Catch::Contains("cover element 13 (2, 3) twice"));
   CHECK_THROWS_WITH(loom::io::global_runs(piece(g, 3, 0, 2, 5)), Catch::Contains("does not fit the global shape"));
+  // An offset a hostile file could give, where offset + box would overflow.
+  const Piece far{"w", Shape{1}, {std::numeric_limits<std::int64_t>::max()}, Shape{1}, 0, 1};
+  CHECK_THROWS_WITH(loom::io::global_runs(far), Catch::Contains("does not fit the global shape"));
   CHECK_THROWS_WITH(loom::io::global_runs(piece(g, 0, 0, 2, 5, 3, 11)), Catch::Contains("the range [3, 11) is not inside"));
   const Piece other{"b", g, {0, 0}, Shape{4, 5}, 0, 20};
   CHECK_THROWS_WITH(loom::io::overlap(other, piece(g, 0, 0, 4, 5)), Catch::Contains("are not pieces of one tensor"));

@@ -24,6 +24,7 @@
 #include "loom/optim/state_io.hpp"
 #include "loom/shard/zero.hpp"
 #include "loom/train/trainer.hpp"
+#include "src/io/sharded_checkpoint.hpp"
 #include "support/file_damage.hpp"
 #include "support/ddp_equivalence.hpp"
 #include "support/error_message.hpp"
@@ -159,6 +160,27 @@ TEST_CASE("a sharded checkpoint restores every tensor, and each kind of damage i
   });
   CHECK_THAT(hole.first, Catch::Contains("pieces of 'wpe'") && Catch::Contains("uncovered"));
   CHECK_THAT(hole.second, Catch::Contains("pieces of 'wpe'") && Catch::Contains("uncovered"));
+}
+
+TEST_CASE("what each rank writes: its own pieces, 1/N of each replicated one, and an empty tensor once", "[io][sharded]") {
+  using loom::io::detail::HeldPiece;
+  const Tensor ten = Tensor::zeros({10}, loom::DType::f32), none = Tensor::empty({0}, loom::DType::f32);
+  const std::vector<HeldPiece> held{
+      {loom::io::Piece{"all", loom::Shape{10}, {0}, loom::Shape{10}, 0, 10}, ten, true},
+      {loom::io::Piece{"mine", loom::Shape{40}, {0}, loom::Shape{40}, 10, 20}, ten, false},
+      {loom::io::Piece{"empty", loom::Shape{0}, {0}, loom::Shape{0}, 0, 0}, none, true}};
+  std::vector<std::vector<std::string>> written(3);
+  std::vector<std::int64_t> elements_of_all;
+  for (int rank = 0; rank < 3; ++rank) {
+    for (const HeldPiece& h : loom::io::detail::owned_pieces(held, rank, 3)) {
+      written[static_cast<std::size_t>(rank)].push_back(h.piece.tensor + "[" + std::to_string(h.piece.begin) + "," +
+                                                        std::to_string(h.piece.end) + ")");
+      CHECK(h.target.numel() == h.piece.numel());
+    }
+  }
+  CHECK(written[0] == std::vector<std::string>{"all[0,3)", "mine[10,20)", "empty[0,0)"});
+  CHECK(written[1] == std::vector<std::string>{"all[3,6)", "mine[10,20)"});
+  CHECK(written[2] == std::vector<std::string>{"all[6,10)", "mine[10,20)"});
 }
 
 TEST_CASE("a 2-rank ZeRO-2 or ZeRO-3 checkpoint loads at 3 ranks with ZeRO-1 and in one process", "[io][sharded]") {
