@@ -29,6 +29,11 @@ std::uint32_t crc32(std::span<const unsigned char> bytes, std::uint32_t crc) {
   return crc;
 }
 
+std::uint32_t crc32_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t length_b) {
+  static_assert(sizeof(z_off_t) >= 8, "zlib lengths must hold 64-bit sizes");
+  return static_cast<std::uint32_t>(::crc32_combine(crc_a, crc_b, static_cast<z_off_t>(length_b)));
+}
+
 FileDigest digest_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(ErrorCategory::io, "cannot open '", path, "' to check it");

@@ -24,6 +24,7 @@ FileDigest write_piece_file(const std::string& path, std::span<const StoredPiece
   std::vector<NamedTensor> tensors;
   nlohmann::json table = nlohmann::json::array();
   std::map<std::string, int> per_tensor;
+  std::vector<std::uint32_t> crcs;
   for (const StoredPiece& stored : pieces) {
     const Piece& p = stored.piece;
     p.validate();
@@ -33,13 +34,14 @@ FileDigest write_piece_file(const std::string& path, std::span<const StoredPiece
     std::string entry = p.tensor;
     entry += ":";
     entry += std::to_string(per_tensor[p.tensor]++);
+    crcs.push_back(crc_of(host));
     table.push_back({{"entry", entry}, {"tensor", p.tensor}, {"global", p.global.extents()}, {"offset", p.offset},
-                     {"box", p.box.extents()}, {"begin", p.begin}, {"end", p.end}, {"crc32", crc_of(host)}});
+                     {"box", p.box.extents()}, {"begin", p.begin}, {"end", p.end}, {"crc32", crcs.back()}});
     tensors.push_back({std::move(entry), host});
   }
   std::map<std::string, std::string> all = metadata;
   all[table_key] = table.dump();
-  return write_safetensors(path, tensors, all);
+  return write_safetensors(path, tensors, all, crcs);  // one pass over the data computes every CRC-32
 }
 
 PieceFile::PieceFile(std::string path) : path_(std::move(path)), index_(read_safetensors_index(path_)) {

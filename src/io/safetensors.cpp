@@ -56,7 +56,10 @@ void add_to(FileDigest& digest, const void* data, std::size_t bytes) {
 }  // namespace
 
 FileDigest write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                             const std::map<std::string, std::string>& metadata) {
+                             const std::map<std::string, std::string>& metadata,
+                             std::span<const std::uint32_t> tensor_crcs) {
+  require(tensor_crcs.empty() || tensor_crcs.size() == tensors.size(), "safetensors '", path, "': ",
+          tensor_crcs.size(), " CRC-32s for ", tensors.size(), " tensors");
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::set<std::string> names;
@@ -85,9 +88,15 @@ FileDigest write_safetensors(const std::string& path, const std::vector<NamedTen
   add_to(digest, prefix, 8);
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
   add_to(digest, text.data(), text.size());
-  for (const Tensor& t : host) {
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    const Tensor& t = host[i];
     out.write(static_cast<const char*>(t.raw_data()), static_cast<std::streamsize>(t.nbytes()));
-    add_to(digest, t.raw_data(), t.nbytes());
+    if (tensor_crcs.empty()) {
+      add_to(digest, t.raw_data(), t.nbytes());
+    } else {
+      digest.crc32 = crc32_combine(digest.crc32, tensor_crcs[i], t.nbytes());
+      digest.bytes += t.nbytes();
+    }
   }
   out.flush();
   if (!out) fail(ErrorCategory::io, "cannot write '", path, "'");

@@ -9,6 +9,8 @@
 namespace loom::io {
 
 std::uint32_t crc32(std::span<const unsigned char> bytes, std::uint32_t crc = 0);
+// The CRC-32 of A followed by B, from crc_a, crc_b and B's length.
+std::uint32_t crc32_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t length_b);
 // CRC-32 and size of a whole file; io Error when it cannot be read.
 struct FileDigest {
   std::uint64_t bytes = 0;

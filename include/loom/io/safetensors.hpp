@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdio>
+#include <span>
 
 #include <map>
 #include <string>
@@ -30,8 +31,12 @@ struct SafetensorsContents {
 // Writes path (truncating) and flushes it to stable storage (fsync); returns its size and CRC-32,
 // computed from the bytes as they were written. Names must be unique and not "__metadata__". io
 // Error on any failure.
+// tensor_crcs: the CRC-32 of each tensor's bytes when the caller has them already (a piece file's
+// table does); the file's CRC-32 is then combined from them (zlib's crc32_combine) instead of
+// passing over the data a second time. Empty: computed here.
 FileDigest write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+                             const std::map<std::string, std::string>& metadata = {},
+                             std::span<const std::uint32_t> tensor_crcs = {});
 
 // Reads and validates a whole file: a truncated file, a malformed header, an unknown dtype,
 // offsets that overlap or leave the file, or a shape that does not match its byte range is a

@@ -51,6 +51,7 @@ TEST_CASE("a piece file round-trips its pieces and table, and is plain safetenso
   const std::vector<StoredPiece> pieces = sample();
   const loom::io::FileDigest digest = loom::io::write_piece_file(path, pieces, {{"rank", "1"}});
   CHECK(digest.bytes == fs::file_size(path));
+  CHECK(digest.crc32 == loom::io::digest_file(path).crc32);  // combined from the pieces' CRC-32s
   const loom::io::PieceFile file(path);
   REQUIRE(file.pieces().size() == 3);
   CHECK(file.metadata() == std::map<std::string, std::string>{{"rank", "1"}});
