@@ -340,11 +340,6 @@ struct VerifiedCheckpoint {
   std::vector<SafetensorsContents> contents;  // model, optimizer
 };
 
-detail::CheckpointManifest read_manifest(const std::string& dir) {
-  const std::string state_path = (fs::path(dir) / "state.json").string();
-  return detail::parse_manifest(read_file(state_path), state_path);
-}
-
 VerifiedCheckpoint read_verified(const std::string& dir, detail::CheckpointManifest manifest) {
   VerifiedCheckpoint v{std::move(manifest), {}};
   for (const char* file : data_files) {
@@ -364,7 +359,7 @@ VerifiedCheckpoint read_verified(const std::string& dir, detail::CheckpointManif
 }  // namespace
 
 std::int64_t verify_checkpoint(const std::string& dir) {
-  detail::CheckpointManifest manifest = read_manifest(dir);
+  detail::CheckpointManifest manifest = detail::read_manifest(dir);
   if (manifest.version == 2) {
     detail::verify_sharded(dir, manifest);
     return manifest.progress.step;
@@ -380,7 +375,7 @@ TrainingProgress load_checkpoint(const std::string& path, model::Model& model, o
                       "a 'latest' checkpoint");
     dir = *latest;
   }
-  detail::CheckpointManifest read = read_manifest(dir);
+  detail::CheckpointManifest read = detail::read_manifest(dir);
   require_matching_config(read, model, dir);
   require(read.precision == model.precision().name(), "checkpoint '", dir, "' was trained in ", read.precision,
           " but the model is ", model.precision().name());

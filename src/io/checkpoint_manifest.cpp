@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "loom/core/error.hpp"
+#include "loom/io/files.hpp"
 
 namespace loom::io::detail {
 
@@ -38,6 +39,11 @@ std::string text_field(const json& object, const char* name, const std::string& 
 }
 
 }  // namespace
+
+CheckpointManifest read_manifest(const std::string& dir) {
+  const std::string state_path = dir + "/state.json";
+  return parse_manifest(read_file(state_path), state_path);
+}
 
 std::string rank_file_name(int rank) {
   char name[40];

@@ -41,5 +41,7 @@ struct CheckpointManifest {
 };
 
 CheckpointManifest parse_manifest(std::string_view text, const std::string& state_path);
+// parse_manifest of a checkpoint directory's state.json.
+CheckpointManifest read_manifest(const std::string& dir);
 
 }  // namespace loom::io::detail

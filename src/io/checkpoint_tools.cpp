@@ -18,11 +18,6 @@ using nlohmann::json;
 
 namespace {
 
-detail::CheckpointManifest manifest_of(const std::string& dir) {
-  const std::string path = (fs::path(dir) / "state.json").string();
-  return detail::parse_manifest(read_file(path), path);
-}
-
 // Writes `names` of the sharded checkpoint, each assembled whole, into one safetensors file.
 FileDigest write_assembled(const std::string& path, const std::vector<std::string>& names,
                      const std::vector<std::unique_ptr<PieceFile>>& files,
@@ -47,7 +42,7 @@ std::map<std::string, std::string> weights_metadata(const detail::CheckpointMani
 }  // namespace
 
 std::string describe_checkpoint(const std::string& dir, bool verify_pieces) {
-  const detail::CheckpointManifest m = manifest_of(dir);
+  const detail::CheckpointManifest m = detail::read_manifest(dir);
   std::ostringstream out;
   out << "checkpoint " << dir << "\n  format loom-checkpoint-" << m.version << ", step " << m.progress.step << ", "
       << m.architecture << " " << m.config.dump() << ", " << m.precision << ", " << m.optimizer << " ("
@@ -89,7 +84,7 @@ std::string describe_checkpoint(const std::string& dir, bool verify_pieces) {
 }
 
 void consolidate_checkpoint(const std::string& dir, const std::string& out_dir) {
-  const detail::CheckpointManifest m = manifest_of(dir);
+  const detail::CheckpointManifest m = detail::read_manifest(dir);
   require(m.version == 2, "consolidate: '", dir, "' is already a consolidated (loom-checkpoint-1) checkpoint");
   require(!fs::exists(out_dir), "consolidate: '", out_dir, "' exists; give a new directory");
   verify_checkpoint(dir);
@@ -113,7 +108,7 @@ void consolidate_checkpoint(const std::string& dir, const std::string& out_dir) 
 }
 
 void export_weights(const std::string& dir, const std::string& out_file) {
-  const detail::CheckpointManifest m = manifest_of(dir);
+  const detail::CheckpointManifest m = detail::read_manifest(dir);
   if (m.version == 2) {
     const auto files = detail::open_piece_files(dir, m);
     write_assembled(out_file, m.model_tensors, files, detail::stored_tensors(files), weights_metadata(m));

@@ -58,7 +58,7 @@ struct TrainerOptions {
 };
 
 // The groups of ranks a training job spans, and what each is used for:
-//   world:  every rank of the job; saving (its rank 0 writes) and the failure notice.
+//   world:  every rank of the job; saving (every rank writes its own part) and the failure notice.
 //   data:   the ranks that split the batch and hold the same model (or its ZeRO shards): the
 //           gradient synchronisation, the loss and token counts, the data position, the norm and
 //           the loss scaler's agreement.
@@ -113,7 +113,7 @@ class Trainer {
   // any number of ranks resumes here as long as its consumed batches divide over this job's ranks.
   void restore(const io::TrainingProgress& progress);
   // save_checkpoint for this trainer's model, optimizer and communicator (collective when
-  // data-parallel; rank 0 writes).
+  // data-parallel; every rank writes its own part).
   std::string save(const std::string& run_dir);
   // Loads a checkpoint directory, or the newest checkpoint of a run directory that verifies
   // (io::find_resumable_checkpoint: `latest` is not trusted blindly). A run directory without any
