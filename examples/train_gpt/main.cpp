@@ -17,6 +17,7 @@
 //   mpirun -np 8 build/examples/train_gpt/train_gpt --device cuda ...  (one GPU per rank)
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -75,6 +76,27 @@ class Log {
 
  private:
   bool leader_;
+};
+
+// The closing line's account of the run's checkpoint saves: what training waited for, and what the
+// writes took (in the background with --async-save).
+struct SaveTotals {
+  int count = 0, background = 0;
+  double blocked = 0, most_blocked = 0, writing = 0;
+  void add(const loom::io::SaveReport& s) {
+    ++count;
+    background += s.asynchronous ? 1 : 0;
+    blocked += s.blocked_seconds;
+    most_blocked = std::max(most_blocked, s.blocked_seconds);
+    writing += s.write_seconds;
+  }
+  std::string describe() const {
+    char line[256];
+    std::snprintf(line, sizeof line, "checkpoints: %d saved (%d in the background); training blocked %.3f s in all "
+                  "(at most %.3f s per save); writing took %.2f s in all", count, background, blocked, most_blocked,
+                  writing);
+    return line;
+  }
 };
 
 // Data parallelism: the world communicator made topology-aware (hierarchical collectives where
@@ -196,16 +218,38 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
   const double flops_per_token = model_config.training_flops_per_token(steps_per_seq);
   std::int64_t saved_step = trainer.steps_done();  // nothing new to save before a step has run
   std::string saved_where;
-  auto save = [&] {  // every rank takes part (ZeRO gathers the optimizer state); rank 0 writes
-    if (config.checkpoint_dir.empty() || trainer.steps_done() == saved_step) return;
-    saved_where = trainer.save(config.checkpoint_dir);
-    saved_step = trainer.steps_done();
-    log.line("saved checkpoint %s\n", saved_where.c_str());
+  SaveTotals totals;
+  auto committed = [&](const loom::io::SaveReport& s) {  // a save is on disk: log it, prune the old ones
+    saved_where = s.where;
+    totals.add(s);
+    log.line("saved checkpoint %s (%s: training blocked %.3f s, writing took %.2f s, %.1f MB per rank)\n",
+             s.where.c_str(), s.asynchronous ? "in the background" : "synchronously", s.blocked_seconds,
+             s.write_seconds, static_cast<double>(s.bytes) / 1e6);
     if (!log.leader()) return;
     for (const std::string& old : loom::io::prune_checkpoints(config.checkpoint_dir, config.keep_checkpoints,
                                                               config.keep_every)) {
       log.line("deleted old checkpoint %s (--keep-checkpoints %d)\n", old.c_str(), config.keep_checkpoints);
     }
+  };
+  // Every rank takes part and writes its own part. A background save is logged when it commits
+  // (checked after every step); a save before exiting waits for the one in flight first.
+  auto save = [&](bool background) {
+    if (!config.checkpoint_dir.empty() && trainer.steps_done() != saved_step) {
+      saved_step = trainer.steps_done();
+      if (background && config.async_save) {
+        trainer.save_async(config.checkpoint_dir);
+        for (const loom::io::SaveReport& s : trainer.finished_saves()) committed(s);  // the one it waited for
+        log.line("checkpoint of step %lld: copied to host memory, writing in the background\n",
+                 static_cast<long long>(saved_step));
+        return;
+      }
+      const loom::io::SaveReport s = trainer.save(config.checkpoint_dir);
+      for (const loom::io::SaveReport& earlier : trainer.finished_saves()) committed(earlier);
+      committed(s);
+      return;
+    }
+    trainer.wait_for_save();
+    for (const loom::io::SaveReport& s : trainer.finished_saves()) committed(s);
   };
   const loom::train::StopRequests stops(config.time_limit);
   while (trainer.steps_done() < config.steps) {
@@ -223,7 +267,7 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
     const std::int64_t run_steps = trainer.steps_done() - first_step;
     const double skipped = static_cast<double>(trainer.skipped_steps() - skipped_at_start);
     if (!std::isfinite(r.loss) || (run_steps >= 10 && skipped > config.max_skipped_fraction * static_cast<double>(run_steps))) {
-      save();  // the weights are the last good ones: skipped steps change nothing
+      save(false);  // the weights are the last good ones: skipped steps change nothing
       log.line("diverged at step %lld: %s; %s\n", static_cast<long long>(r.step),
                std::isfinite(r.loss) ? (std::to_string(static_cast<long long>(skipped)) + " of " +
                                         std::to_string(static_cast<long long>(run_steps)) +
@@ -235,7 +279,7 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
     }
     if (const loom::train::StopRequest stop = stops.poll(dp.comm.get())) {
       const auto start = std::chrono::steady_clock::now();
-      save();
+      save(false);
       const double save_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (config.checkpoint_dir.empty()) {
         log.line("stopped by %s after step %lld; nothing saved (no --checkpoint-dir)\n", stop.describe().c_str(),
@@ -249,14 +293,16 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
                save_seconds);
       return exit_stopped_saved;
     }
-    if (config.checkpoint_every > 0 && r.step % config.checkpoint_every == 0 && r.step < config.steps) save();
+    for (const loom::io::SaveReport& s : trainer.finished_saves()) committed(s);
+    if (config.checkpoint_every > 0 && r.step % config.checkpoint_every == 0 && r.step < config.steps) save(true);
     // Every rank evaluates (the replicas are identical), so none waits in a collective meanwhile.
     if (config.eval_every > 0 && r.step % config.eval_every == 0 && r.step < config.steps) {
       const train_gpt::Evaluation e = data.evaluate(model, false);
       if (log.leader()) print_evaluation(r.step, e);
     }
   }
-  save();
+  save(false);
+  if (totals.count > 0) log.line("%s\n", totals.describe().c_str());
   // The replicas end identical, bit for bit (DDP, ZeRO-1/2; ZeRO-3's ranks hold slices, not replicas).
   if (dp.comm && model.parameter_space().value_mode() == loom::model::ValueMode::full) {
     loom::ddp::verify_same_values(*dp.comm, model.parameter_space());

@@ -77,6 +77,11 @@ void RunConfig::add_to(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--keep-every", keep_every, "also keep every checkpoint whose step is a multiple of this (0: none)")
       ->check(non_negative);
+  app.add_flag("--async-save", async_save, "periodic saves copy the state to host memory and write it in the "
+               "background while training goes on (the last save, and one on a stop, wait for it)");
+  app.add_option("--checkpoint-write-mb", checkpoint_write_mb, "each rank writes checkpoints at most this many MB/s "
+                 "(0: as fast as the disk takes them), leaving the disk to the data")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--time-limit", time_limit, "stop after this many seconds of wall time as on SIGTERM: save and exit "
                  "with code 4 (0: no limit)")
       ->check(non_negative);
@@ -110,6 +115,7 @@ loom::train::TrainerOptions RunConfig::trainer_options() const {
   o.sgd.weight_decay = weight_decay;
   o.data_seed = seed;
   o.zero = zero;
+  o.checkpoint.max_write_bytes_per_second = checkpoint_write_mb * 1e6;
   o.zero_options.keep_gathered_for_backward = keep_gathered != "none";
   o.zero_options.keep_gathered_across_micro_batches = keep_gathered == "step";
   // ZeRO-2/3 reduce-scatter in bf16 (fp32 accumulation into the shard); DDP compresses with a hook.

@@ -36,6 +36,8 @@ struct RunConfig {
   std::string resume = "auto";        // auto: from the newest checkpoint that verifies, if any; never
   int keep_checkpoints = 3;           // the newest N checkpoints are kept, older ones deleted
   std::int64_t keep_every = 0;        // and every checkpoint whose step is a multiple of this (0: none)
+  bool async_save = false;            // the periodic saves write in the background while training goes on
+  double checkpoint_write_mb = 0;     // MB/s each rank writes at most (0: no limit)
   double time_limit = 0;              // seconds of wall time, then stop as on SIGTERM (0: none)
   double max_skipped_fraction = 0.1;  // more skipped (non-finite) steps than this: the run diverged
   std::int64_t log_every = 1;

@@ -102,7 +102,7 @@ int run(const Options& o, loom::World& world) {
   std::int64_t saved = trainer.steps_done();
   auto save = [&] {
     if (o.checkpoint_dir.empty() || trainer.steps_done() == saved) return;
-    const std::string where = trainer.save(o.checkpoint_dir);
+    const std::string where = trainer.save(o.checkpoint_dir).where;
     saved = trainer.steps_done();
     if (leader) std::printf("saved checkpoint %s\n", where.c_str());
   };

@@ -32,6 +32,11 @@ void require_color(const std::string& what, int color) {
   require(color >= 0 || color == Communicator::no_color, what, ": color must be >= 0 or no_color, got ", color);
 }
 
+void require_split_timeout(const std::string& what, std::optional<std::chrono::milliseconds> timeout) {
+  require(!timeout || timeout->count() > 0, what, ": a split communicator's timeout must be positive, got ",
+          timeout ? timeout->count() : 0, " ms");
+}
+
 void require_peer(const std::string& what, const Tensor& tensor, int peer, int rank, int size, Device device) {
   require_on_device(what, "tensor", tensor, device);
   require(peer >= 0 && peer < size && peer != rank, what, ": peer ", peer, " must be another rank of a world of ", size);

@@ -89,9 +89,9 @@ class CheckedCommunicator : public Communicator {
     return inner_->barrier(stream);
   }
   void abort(const std::string& reason) override { inner_->abort(reason); }
-  std::unique_ptr<Communicator> split(int color, int key) override {
+  std::unique_ptr<Communicator> split(int color, int key, std::optional<std::chrono::milliseconds> timeout) override {
     check({Call::split});  // colors and keys differ between ranks by design
-    std::unique_ptr<Communicator> child = inner_->split(color, key);
+    std::unique_ptr<Communicator> child = inner_->split(color, key, timeout);
     return child ? with_collective_checks(std::move(child)) : nullptr;
   }
 

@@ -218,9 +218,10 @@ class InProcessCommunicator : public Communicator {
 
   void abort(const std::string& reason) override { group_->abort(rank_, reason); }
 
-  std::unique_ptr<Communicator> split(int color, int key) override {
+  std::unique_ptr<Communicator> split(int color, int key, std::optional<std::chrono::milliseconds> timeout) override {
     const std::string what = describe("split");
     backend::require_color(what, color);
+    backend::require_split_timeout(what, timeout);
     std::unique_ptr<Communicator> child;
     calls_.run(what, [&] {
       std::vector<Post> posts = group_->arrive(rank_, {nullptr, color, key, nullptr}, what);
@@ -234,7 +235,7 @@ class InProcessCommunicator : public Communicator {
       });
       std::shared_ptr<void> created;
       if (!members.empty() && members.front() == rank_) {
-        created = std::make_shared<Group>(static_cast<int>(members.size()), group_->timeout());
+        created = std::make_shared<Group>(static_cast<int>(members.size()), timeout.value_or(group_->timeout()));
       }
       posts = group_->arrive(rank_, {nullptr, 0, 0, created}, what);
       if (members.empty()) return;

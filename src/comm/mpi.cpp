@@ -302,9 +302,10 @@ class MpiCommunicator : public Communicator {
     engine_->status.wait_until_told(std::chrono::seconds(1));  // the notices leave before this process may
   }
 
-  std::unique_ptr<Communicator> split(int color, int key) override {
+  std::unique_ptr<Communicator> split(int color, int key, std::optional<std::chrono::milliseconds> timeout) override {
     std::string what = next_call("split");
     backend::require_color(what, color);
+    backend::require_split_timeout(what, timeout);
     // Owned by the call, not this frame: a call abandoned inside MPI may still write it later.
     auto child = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
     // MPI_Comm_split blocks: it starts only once the gate has seen every rank arrive, so a rank
@@ -316,7 +317,9 @@ class MpiCommunicator : public Communicator {
                 "MPI_Comm_split");
     }).wait();
     if (*child == MPI_COMM_NULL) return nullptr;
-    return std::make_unique<MpiCommunicator>(*child, options_);
+    CommOptions options = options_;
+    if (timeout) options.timeout = *timeout;
+    return std::make_unique<MpiCommunicator>(*child, options);
   }
 
  private:

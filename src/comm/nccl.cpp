@@ -246,9 +246,10 @@ class NcclCommunicator : public Communicator {
     abort_locked(ErrorCategory::aborted, loom::detail::concat("rank ", rank_, ": ", reason));
   }
 
-  std::unique_ptr<Communicator> split(int color, int key) override {
+  std::unique_ptr<Communicator> split(int color, int key, std::optional<std::chrono::milliseconds> timeout) override {
     const std::string what = describe("split");
     backend::require_color(what, color);
+    backend::require_split_timeout(what, timeout);
     std::unique_lock lock(mutex_);
     changed_.wait(lock, [&] { return in_flight_.empty() || aborted_; });  // after the earlier calls
     if (aborted_) fail(abort_category_, what, ": the NCCL communicator was aborted (", abort_reason_, ")");
@@ -266,7 +267,9 @@ class NcclCommunicator : public Communicator {
       throw;
     }
     if (child == nullptr) return nullptr;
-    return std::make_unique<NcclCommunicator>(child, device_, options_);
+    CommOptions options = options_;
+    if (timeout) options.timeout = *timeout;
+    return std::make_unique<NcclCommunicator>(child, device_, options);
   }
 
  private:

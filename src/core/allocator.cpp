@@ -1,6 +1,8 @@
 #include "loom/core/allocator.hpp"
 
 #include <atomic>
+#include <mutex>
+#include <unordered_map>
 #include <new>
 
 #include "cuda_runtime.hpp"
@@ -22,18 +24,23 @@ class CpuAllocator final : public Allocator {
                                                             std::nothrow));
     if (base == nullptr) fail(ErrorCategory::out_of_memory, "cannot allocate ", bytes, " bytes on the CPU");
     *reinterpret_cast<std::size_t*>(base) = bytes;
-    const std::int64_t live = live_.fetch_add(static_cast<std::int64_t>(bytes)) + static_cast<std::int64_t>(bytes);
-    std::int64_t peak = peak_.load();
-    while (live > peak && !peak_.compare_exchange_weak(peak, live)) {
-    }
+    count(static_cast<std::int64_t>(bytes));
     return base + cpu_alignment;
   }
 
   void deallocate(void* ptr) override {
     if (ptr == nullptr) return;
     auto* base = static_cast<unsigned char*>(ptr) - cpu_alignment;
-    live_.fetch_sub(static_cast<std::int64_t>(*reinterpret_cast<std::size_t*>(base)));
+    count(-static_cast<std::int64_t>(*reinterpret_cast<std::size_t*>(base)));
     ::operator delete(base, std::align_val_t(cpu_alignment));
+  }
+
+  // Host memory from elsewhere (pinned) counts too: the statistics are the process's host memory.
+  void count(std::int64_t delta) noexcept {
+    const std::int64_t live = live_.fetch_add(delta) + delta;
+    std::int64_t peak = peak_.load();
+    while (live > peak && !peak_.compare_exchange_weak(peak, live)) {
+    }
   }
 
   CpuMemoryStats stats() const noexcept { return {live_.load(), peak_.load()}; }
@@ -73,7 +80,53 @@ class CudaDirectAllocator final : public Allocator {
   Device device_;
 };
 
+// Page-locked host memory (cudaHostAlloc): copies between it and the GPU run at full PCIe/NVLink
+// speed and can be asynchronous. Counted in cpu_memory_stats() like any host memory.
+class PinnedHostAllocator final : public Allocator {
+ public:
+  explicit PinnedHostAllocator(int device_index) : device_index_(device_index) {
+    detail::cuda_rt::require_device(device_index);
+  }
+
+  Device device() const noexcept override { return Device::cpu(); }
+
+  void* allocate(std::size_t bytes, StreamRef stream) override {
+    require(stream.is_default() || stream.device() == Device::cuda(device_index_), "the pinned host allocator for cuda:",
+            device_index_, " was given a stream on ", stream.device());
+    if (bytes == 0) return nullptr;
+    void* ptr = detail::cuda_rt::host_alloc(device_index_, bytes);
+    if (ptr == nullptr) fail(ErrorCategory::out_of_memory, "cudaHostAlloc of ", bytes, " bytes (pinned host memory)");
+    const std::lock_guard lock(mutex_);
+    sizes_[ptr] = bytes;
+    shared_cpu_allocator()->count(static_cast<std::int64_t>(bytes));
+    return ptr;
+  }
+
+  void deallocate(void* ptr) override {
+    if (ptr == nullptr) return;
+    std::size_t bytes = 0;
+    {
+      const std::lock_guard lock(mutex_);
+      const auto it = sizes_.find(ptr);
+      require(it != sizes_.end(), "the pinned host allocator was given memory it did not allocate");
+      bytes = it->second;
+      sizes_.erase(it);
+    }
+    detail::cuda_rt::host_free(device_index_, ptr);
+    shared_cpu_allocator()->count(-static_cast<std::int64_t>(bytes));
+  }
+
+ private:
+  int device_index_;
+  std::mutex mutex_;
+  std::unordered_map<void*, std::size_t> sizes_;
+};
+
 }  // namespace
+
+std::shared_ptr<Allocator> pinned_host_allocator(int device_index) {
+  return std::make_shared<PinnedHostAllocator>(device_index);
+}
 
 std::shared_ptr<Allocator> cpu_allocator() { return shared_cpu_allocator(); }
 

@@ -21,6 +21,9 @@ void set_current_device(int device);  // cudaSetDevice, checked
 
 void* malloc(int device, std::size_t bytes);  // nullptr when the device is out of memory
 void free(int device, void* ptr) noexcept;
+// Page-locked host memory (cudaHostAlloc); nullptr when there is not enough.
+void* host_alloc(int device, std::size_t bytes);
+void host_free(int device, void* ptr) noexcept;
 
 // Copies bytes between any two pointers (host or device, via unified addressing), on stream;
 // with a null stream, on the default stream and finished before returning.

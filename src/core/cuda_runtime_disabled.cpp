@@ -28,6 +28,8 @@ void require_device(int device) { unavailable(device, "use the device"); }
 void set_current_device(int device) { unavailable(device, "make it current"); }
 void* malloc(int device, std::size_t) { unavailable(device, "allocate memory"); }
 void free(int, void*) noexcept {}
+void* host_alloc(int device, std::size_t) { unavailable(device, "allocate pinned host memory"); }
+void host_free(int, void*) noexcept {}
 void memcpy(int device, void*, const void*, std::size_t, void*) { unavailable(device, "copy memory"); }
 void fill(int device, void*, std::int64_t, std::uint64_t, std::size_t, void*) { unavailable(device, "fill memory"); }
 void* stream_create(int device) { unavailable(device, "create a stream"); }

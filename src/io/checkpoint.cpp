@@ -15,6 +15,7 @@
 #include "loom/io/files.hpp"
 #include "loom/io/safetensors.hpp"
 #include "loom/optim/state_io.hpp"
+#include "src/io/checkpoint_commit.hpp"
 #include "src/io/checkpoint_manifest.hpp"
 #include "src/io/sharded_checkpoint.hpp"
 
@@ -26,19 +27,9 @@ using nlohmann::json;
 namespace {
 
 using detail::checkpoint_format;
+using detail::config_json;
+using detail::step_name;
 constexpr const auto& data_files = detail::checkpoint_data_files;
-
-json config_json(const model::Model& model) {
-  json config = json::object();
-  for (const auto& [field, value] : model.architecture()) config[field] = value;
-  return config;
-}
-
-std::string step_name(std::int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
-  return name;
-}
 
 void require_matching_config(const detail::CheckpointManifest& manifest, const model::Model& model,
                              const std::string& where) {
@@ -149,73 +140,11 @@ void load_value(const model::ParameterSpace& space, std::size_t slot_index, cons
   copy(space.stored_values(begin, end), loaded.flatten().slice(begin - slot.offset, end - slot.offset));
 }
 
-json manifest_json(const model::Model& model, const optim::Optimizer& optimizer, const TrainingProgress& progress) {
-  return {{"format", checkpoint_format},
-          {"step", progress.step},
-          {"optimizer", optimizer.name()},
-          {"optimizer_steps", optimizer.steps_taken()},
-          {"batches_consumed", progress.batches_consumed},
-          {"data_seed", progress.data_seed},
-          {"loss_scaler",
-           {{"scale", progress.loss_scale},
-            {"clean_steps", progress.loss_scale_clean_steps},
-            {"skipped_steps", progress.skipped_steps}}},
-          {"architecture", model.architecture_name()},
-          {"config", config_json(model)},
-          {"precision", model.precision().name()}};
-}
-
-// <run>/.step_<N>.tmp (appended piece by piece: GCC 12 warns falsely about "." + a temporary).
-fs::path temporary_dir(const std::string& run_dir, std::int64_t step) {
-  std::string name = ".";
-  name += step_name(step);
-  name += ".tmp";
-  return fs::path(run_dir) / name;
-}
-
-// An empty <run>/.step_<N>.tmp/ to write the checkpoint into.
-fs::path prepare_temporary(const std::string& run_dir, std::int64_t step) {
-  std::error_code error;
-  fs::create_directories(run_dir, error);
-  if (error) fail(ErrorCategory::io, "cannot create checkpoint directory '", run_dir, "': ", error.message());
-  const fs::path temporary = temporary_dir(run_dir, step);
-  fs::remove_all(temporary, error);
-  fs::create_directory(temporary, error);
-  if (error) fail(ErrorCategory::io, "cannot create '", temporary.string(), "': ", error.message());
-  return temporary;
-}
-
-// Writes state.json into the finished temporary folder, then moves it into place and names it in
-// `latest`; returns the checkpoint's directory.
-std::string commit(const std::string& run_dir, const fs::path& temporary, std::int64_t step, const json& manifest) {
-  write_file_atomically((temporary / "state.json").string(), manifest.dump(2) + "\n");
-  sync_path(temporary.string());
-  const std::string name = step_name(step);
-  const fs::path final_dir = fs::path(run_dir) / name;
-  std::error_code error;
-  // A re-save of the same step moves the old copy aside first and deletes it only once the new
-  // one is in place and named by `latest`, so no crash leaves `latest` naming a missing directory.
-  const fs::path replaced = fs::path(run_dir) / ("." + name + ".old");
-  fs::remove_all(replaced, error);
-  const bool had_old = fs::exists(final_dir);
-  if (had_old) {
-    fs::rename(final_dir, replaced, error);
-    if (error) fail(ErrorCategory::io, "cannot move the old '", final_dir.string(), "' aside: ", error.message());
-    write_file_atomically((fs::path(run_dir) / "latest").string(), replaced.filename().string() + "\n");
-  }
-  fs::rename(temporary, final_dir, error);
-  if (error) fail(ErrorCategory::io, "cannot move '", temporary.string(), "' to '", final_dir.string(), "': ", error.message());
-  sync_path(run_dir);
-  write_file_atomically((fs::path(run_dir) / "latest").string(), name + "\n");
-  if (had_old) fs::remove_all(replaced, error);
-  return final_dir.string();
-}
-
 std::string write_consolidated(const std::string& run_dir, const model::Model& model,
                                const optim::Optimizer& optimizer, const std::vector<NamedTensor>& weights,
                                const std::vector<optim::StateTensor>& optimizer_state,
                                const TrainingProgress& progress) {
-  const fs::path temporary = prepare_temporary(run_dir, progress.step);
+  const fs::path temporary = detail::prepare_temporary(run_dir, progress.step);
   std::vector<NamedTensor> state;
   for (const optim::StateTensor& t : optimizer_state) state.push_back({t.name, t.tensor});
   const std::string config = config_json(model).dump();
@@ -226,70 +155,9 @@ std::string write_consolidated(const std::string& run_dir, const model::Model& m
                         {{"loom_optimizer", optimizer.name()}, {"optimizer_steps", std::to_string(optimizer.steps_taken())}})};
   json files = json::object();
   for (std::size_t i = 0; i < 2; ++i) files[data_files[i]] = {{"bytes", digests[i].bytes}, {"crc32", digests[i].crc32}};
-  json manifest = manifest_json(model, optimizer, progress);
+  json manifest = detail::manifest_json(model, optimizer, progress);
   manifest["files"] = files;
-  return commit(run_dir, temporary, progress.step, manifest);
-}
-
-// Every rank writes its own file; rank 0 prepares the folder first and commits it once every
-// file is written; a failure anywhere fails the save on every rank and leaves `latest` as it was.
-std::string save_sharded(const std::string& run_dir, const model::Model& model, const optim::Optimizer& optimizer,
-                         const TrainingProgress& progress, comm::Communicator* comm) {
-  const int rank = comm != nullptr ? comm->rank() : 0, world = comm != nullptr ? comm->size() : 1;
-  auto agree = [&](std::exception_ptr failure, const char* what) {
-    if (comm != nullptr) {
-      comm::throw_if_any_failed(*comm, failure, what);
-    } else if (failure) {
-      std::rethrow_exception(failure);
-    }
-  };
-  std::exception_ptr failure;
-  const fs::path temporary = temporary_dir(run_dir, progress.step);
-  if (rank == 0) {
-    try {
-      prepare_temporary(run_dir, progress.step);
-    } catch (...) {
-      failure = std::current_exception();
-    }
-  }
-  agree(failure, "preparing a checkpoint folder");
-  std::vector<std::int64_t> digests(static_cast<std::size_t>(2 * world), 0);
-  try {
-    const FileDigest d = detail::write_rank_file(temporary.string(), model, optimizer, rank, world);
-    digests[static_cast<std::size_t>(2 * rank)] = static_cast<std::int64_t>(d.bytes);
-    digests[static_cast<std::size_t>(2 * rank + 1)] = d.crc32;
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  agree(failure, "writing a checkpoint");
-  if (comm != nullptr) digests = comm::all_reduce_values(*comm, digests, comm::ReduceOp::sum);
-  std::string where = (fs::path(run_dir) / step_name(progress.step)).string();
-  if (rank == 0) {
-    try {
-      json files = json::object();
-      for (int r = 0; r < world; ++r) {
-        files[detail::rank_file_name(r)] = {{"bytes", digests[static_cast<std::size_t>(2 * r)]},
-                                            {"crc32", digests[static_cast<std::size_t>(2 * r + 1)]}};
-      }
-      const model::ParameterSpace& space = model.parameter_space();
-      json manifest = manifest_json(model, optimizer, progress);
-      manifest["format"] = detail::sharded_checkpoint_format;
-      manifest["world"] = world;
-      manifest["layout"] = {{"values", space.value_mode() == model::ValueMode::full ? "full" : "sharded"},
-                            {"optimizer", optimizer.sharded() ? "sharded" : "full"},
-                            {"space_ranks", space.ranks()}};
-      manifest["files"] = files;
-      json model_tensors = json::array(), optimizer_tensors = json::array();
-      for (const model::Slot& slot : space.slots()) model_tensors.push_back(slot.parameter->name());
-      for (const auto& [name, shape] : optim::state_layout(optimizer)) optimizer_tensors.push_back(name);
-      manifest["tensors"] = {{"model", model_tensors}, {"optimizer", optimizer_tensors}};
-      where = commit(run_dir, temporary, progress.step, manifest);
-    } catch (...) {
-      failure = std::current_exception();
-    }
-  }
-  agree(failure, "committing a checkpoint");
-  return where;
+  return detail::commit(run_dir, temporary, progress.step, manifest);
 }
 
 }  // namespace
@@ -299,7 +167,8 @@ std::string save_checkpoint(const std::string& run_dir, const model::Model& mode
   if (layout == CheckpointLayout::sharded) {
     require(comm != nullptr || (!optimizer.sharded() && model.parameter_space().value_mode() == model::ValueMode::full),
             "save_checkpoint: the model or optimizer holds one rank's shard; pass the data-parallel communicator");
-    return save_sharded(run_dir, model, optimizer, progress, comm);
+    const int rank = comm != nullptr ? comm->rank() : 0, world = comm != nullptr ? comm->size() : 1;
+    return detail::write_and_commit(run_dir, detail::sharded_save(model, optimizer, progress, rank, world), comm);
   }
   require(comm != nullptr || !optimizer.sharded(), "save_checkpoint: the optimizer holds one rank's shard; pass the "
           "data-parallel communicator so the state can be gathered");

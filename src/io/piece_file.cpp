@@ -19,7 +19,7 @@ std::uint32_t crc_of(const Tensor& host) {
 }  // namespace
 
 FileDigest write_piece_file(const std::string& path, std::span<const StoredPiece> pieces,
-                            const std::map<std::string, std::string>& metadata) {
+                            const std::map<std::string, std::string>& metadata, double max_bytes_per_second) {
   require(metadata.count(table_key) == 0, "piece file '", path, "': the metadata key '", table_key, "' is loom's");
   std::vector<NamedTensor> tensors;
   nlohmann::json table = nlohmann::json::array();
@@ -41,7 +41,7 @@ FileDigest write_piece_file(const std::string& path, std::span<const StoredPiece
   }
   std::map<std::string, std::string> all = metadata;
   all[table_key] = table.dump();
-  return write_safetensors(path, tensors, all, crcs);  // one pass over the data computes every CRC-32
+  return write_safetensors(path, tensors, all, crcs, max_bytes_per_second);  // one pass over the data computes every CRC-32
 }
 
 PieceFile::PieceFile(std::string path) : path_(std::move(path)), index_(read_safetensors_index(path_)) {

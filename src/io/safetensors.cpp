@@ -8,9 +8,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "loom/core/error.hpp"
 #include "loom/io/files.hpp"
@@ -57,9 +60,11 @@ void add_to(FileDigest& digest, const void* data, std::size_t bytes) {
 
 FileDigest write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                              const std::map<std::string, std::string>& metadata,
-                             std::span<const std::uint32_t> tensor_crcs) {
+                             std::span<const std::uint32_t> tensor_crcs, double max_bytes_per_second) {
   require(tensor_crcs.empty() || tensor_crcs.size() == tensors.size(), "safetensors '", path, "': ",
           tensor_crcs.size(), " CRC-32s for ", tensors.size(), " tensors");
+  require(max_bytes_per_second >= 0 && std::isfinite(max_bytes_per_second), "safetensors '", path,
+          "': the write rate limit must be >= 0 bytes/s (0: none), got ", max_bytes_per_second);
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::set<std::string> names;
@@ -88,9 +93,26 @@ FileDigest write_safetensors(const std::string& path, const std::vector<NamedTen
   add_to(digest, prefix, 8);
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
   add_to(digest, text.data(), text.size());
+  // Paced: after each chunk, sleep until the bytes written so far are due at the given rate.
+  const auto started = std::chrono::steady_clock::now();
+  std::uint64_t written = 0;
+  auto write_data = [&](const char* data, std::uint64_t bytes) {
+    if (max_bytes_per_second <= 0) {
+      out.write(data, static_cast<std::streamsize>(bytes));
+      return;
+    }
+    constexpr std::uint64_t chunk = 4 << 20;
+    for (std::uint64_t at = 0; at < bytes && out; at += chunk) {
+      const std::uint64_t n = std::min(chunk, bytes - at);
+      out.write(data + at, static_cast<std::streamsize>(n));
+      written += n;
+      std::this_thread::sleep_until(started + std::chrono::duration<double>(static_cast<double>(written) /
+                                                                            max_bytes_per_second));
+    }
+  };
   for (std::size_t i = 0; i < host.size(); ++i) {
     const Tensor& t = host[i];
-    out.write(static_cast<const char*>(t.raw_data()), static_cast<std::streamsize>(t.nbytes()));
+    write_data(static_cast<const char*>(t.raw_data()), t.nbytes());
     if (tensor_crcs.empty()) {
       add_to(digest, t.raw_data(), t.nbytes());
     } else {

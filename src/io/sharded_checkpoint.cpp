@@ -6,9 +6,12 @@
 #include <memory>
 #include <unordered_map>
 
+#include "loom/comm/agreement.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/tensor_ops.hpp"
 #include "loom/io/piece_file.hpp"
+#include "loom/optim/state_io.hpp"
+#include "src/io/checkpoint_commit.hpp"
 
 namespace loom::io::detail {
 
@@ -70,14 +73,83 @@ std::vector<HeldPiece> owned_pieces(const std::vector<HeldPiece>& held, int rank
   return owned;
 }
 
-FileDigest write_rank_file(const std::string& temporary, const model::Model& model,
-                           const optim::Optimizer& optimizer, int rank, int world) {
-  std::vector<StoredPiece> pieces;
+std::uint64_t ShardedSave::data_bytes() const {
+  std::uint64_t bytes = 0;
+  for (const StoredPiece& p : pieces) bytes += static_cast<std::uint64_t>(p.data.nbytes());
+  return bytes;
+}
+
+ShardedSave sharded_save(const model::Model& model, const optim::Optimizer& optimizer, const TrainingProgress& progress,
+                         int rank, int world) {
+  ShardedSave save{progress.step, rank, world, {}, manifest_json(model, optimizer, progress)};
   for (const HeldPiece& h : owned_pieces(held_pieces(model, optimizer), rank, world)) {
-    pieces.push_back({h.piece, h.target});
+    save.pieces.push_back({h.piece, h.target});
   }
-  return write_piece_file((fs::path(temporary) / rank_file_name(rank)).string(), pieces,
-                          {{"rank", std::to_string(rank)}, {"world", std::to_string(world)}});
+  const model::ParameterSpace& space = model.parameter_space();
+  nlohmann::json& manifest = save.manifest;
+  manifest["format"] = sharded_checkpoint_format;
+  manifest["world"] = world;
+  manifest["layout"] = {{"values", space.value_mode() == model::ValueMode::full ? "full" : "sharded"},
+                        {"optimizer", optimizer.sharded() ? "sharded" : "full"},
+                        {"space_ranks", space.ranks()}};
+  nlohmann::json model_tensors = nlohmann::json::array(), optimizer_tensors = nlohmann::json::array();
+  for (const model::Slot& slot : space.slots()) model_tensors.push_back(slot.parameter->name());
+  for (const auto& [name, shape] : optim::state_layout(optimizer)) optimizer_tensors.push_back(name);
+  manifest["tensors"] = {{"model", model_tensors}, {"optimizer", optimizer_tensors}};
+  return save;
+}
+
+std::string write_and_commit(const std::string& run_dir, const ShardedSave& save, comm::Communicator* comm,
+                             double max_bytes_per_second) {
+  require(comm == nullptr ? save.world == 1 && save.rank == 0 : save.world == comm->size() && save.rank == comm->rank(),
+          "writing a checkpoint: the save was taken as rank ", save.rank, " of ", save.world, " but the communicator is ",
+          comm == nullptr ? "none" : "of another layout");
+  auto agree = [&](std::exception_ptr failure, const char* what) {
+    if (comm != nullptr) {
+      comm::throw_if_any_failed(*comm, failure, what);
+    } else if (failure) {
+      std::rethrow_exception(failure);
+    }
+  };
+  std::exception_ptr failure;
+  const fs::path temporary = temporary_dir(run_dir, save.step);
+  if (save.rank == 0) {
+    try {
+      prepare_temporary(run_dir, save.step);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  agree(failure, "preparing a checkpoint folder");
+  std::vector<std::int64_t> digests(static_cast<std::size_t>(2 * save.world), 0);
+  try {
+    const FileDigest d = write_piece_file((temporary / rank_file_name(save.rank)).string(), save.pieces,
+                                          {{"rank", std::to_string(save.rank)}, {"world", std::to_string(save.world)}},
+                                          max_bytes_per_second);
+    digests[static_cast<std::size_t>(2 * save.rank)] = static_cast<std::int64_t>(d.bytes);
+    digests[static_cast<std::size_t>(2 * save.rank + 1)] = d.crc32;
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree(failure, "writing a checkpoint");
+  if (comm != nullptr) digests = comm::all_reduce_values(*comm, digests, comm::ReduceOp::sum);
+  std::string where = (fs::path(run_dir) / step_name(save.step)).string();
+  if (save.rank == 0) {
+    try {
+      nlohmann::json files = nlohmann::json::object();
+      for (int r = 0; r < save.world; ++r) {
+        files[rank_file_name(r)] = {{"bytes", digests[static_cast<std::size_t>(2 * r)]},
+                                    {"crc32", digests[static_cast<std::size_t>(2 * r + 1)]}};
+      }
+      nlohmann::json manifest = save.manifest;
+      manifest["files"] = files;
+      where = commit(run_dir, temporary, save.step, manifest);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  agree(failure, "committing a checkpoint");
+  return where;
 }
 
 std::vector<std::unique_ptr<PieceFile>> open_piece_files(const std::string& dir, const CheckpointManifest& manifest) {

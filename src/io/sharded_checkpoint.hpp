@@ -3,6 +3,8 @@
 // what it holds (io/pieces.hpp), whatever the ranks and ZeRO stage on either side.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <map>
 #include <memory>
 #include <string>
@@ -33,9 +35,26 @@ std::vector<HeldPiece> held_pieces(const model::Model& model, const optim::Optim
 // (elements [n r / world, n (r + 1) / world)), so every element is written exactly once.
 std::vector<HeldPiece> owned_pieces(const std::vector<HeldPiece>& held, int rank, int world);
 
-// Writes this rank's file into `temporary` (fsync'ed) and returns its digest.
-FileDigest write_rank_file(const std::string& temporary, const model::Model& model,
-                           const optim::Optimizer& optimizer, int rank, int world);
+// What one rank's part of a sharded save is, taken at a step boundary: the pieces it writes and
+// the state.json rank 0 commits. The pieces' data are views of the live tensors (a synchronous
+// save) or host copies of them (a snapshot, io/checkpoint_writer.hpp).
+struct ShardedSave {
+  std::int64_t step = 0;
+  int rank = 0, world = 1;
+  std::vector<StoredPiece> pieces;
+  nlohmann::json manifest;  // state.json without "files"
+  std::uint64_t data_bytes() const;
+};
+ShardedSave sharded_save(const model::Model& model, const optim::Optimizer& optimizer, const TrainingProgress& progress,
+                         int rank, int world);
+
+// Writes the save: rank 0 prepares <run>/.step_<N>.tmp/, every rank writes and fsyncs its file
+// there, the files' sizes and CRC-32s are summed over the ranks, and rank 0 commits (state.json,
+// rename, `latest`). Collective over comm (null: one process), whose timeout bounds the wait for
+// the slowest rank's write; a failure anywhere fails it on every rank and leaves `latest` as it
+// was. Returns the checkpoint's directory.
+std::string write_and_commit(const std::string& run_dir, const ShardedSave& save, comm::Communicator* comm,
+                             double max_bytes_per_second = 0);
 
 // A sharded checkpoint's piece files, headers read, sizes checked against the manifest.
 std::vector<std::unique_ptr<PieceFile>> open_piece_files(const std::string& dir, const CheckpointManifest& manifest);

@@ -122,10 +122,10 @@ class TopologyAware : public Communicator {
     if (inter_) inter_->abort(reason);
     flat_.abort(reason);
   }
-  std::unique_ptr<Communicator> split(int color, int key) override {
-    if (!active_) return flat_.split(color, key);
+  std::unique_ptr<Communicator> split(int color, int key, std::optional<std::chrono::milliseconds> timeout) override {
+    if (!active_) return flat_.split(color, key, timeout);
     std::unique_ptr<Communicator> child;
-    queue_.run(what("split"), [&] { child = flat_.split(color, key); });
+    queue_.run(what("split"), [&] { child = flat_.split(color, key, timeout); });
     return child;
   }
 

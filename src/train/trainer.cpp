@@ -300,8 +300,22 @@ void Trainer::restore(const io::TrainingProgress& progress) {
   skipped_steps_ = progress.skipped_steps;
 }
 
-std::string Trainer::save(const std::string& run_dir) {
-  return io::save_checkpoint(run_dir, model_, *optimizer_, progress(), comm_);
+io::CheckpointWriter& Trainer::checkpoint_writer() {
+  // Built at the first save, which every rank makes at the same step: building it is collective.
+  if (!writer_) writer_ = std::make_unique<io::CheckpointWriter>(model_, *optimizer_, comm_, options_.checkpoint);
+  return *writer_;
+}
+
+io::SaveReport Trainer::save(const std::string& run_dir) { return checkpoint_writer().save(run_dir, progress()); }
+
+void Trainer::save_async(const std::string& run_dir) { checkpoint_writer().save_async(run_dir, progress()); }
+
+void Trainer::wait_for_save() {
+  if (writer_) writer_->wait();
+}
+
+std::vector<io::SaveReport> Trainer::finished_saves() {
+  return writer_ ? writer_->finished() : std::vector<io::SaveReport>{};
 }
 
 Trainer::ResumeOutcome Trainer::resume(const std::string& path) {
@@ -324,6 +338,7 @@ Trainer::ResumeOutcome Trainer::resume(const std::string& path) {
       if (search.chosen) outcome.checkpoint = *search.chosen;
     }
     if (outcome) {
+      if (writer_) writer_->wait();  // the save in flight is of the values about to be replaced
       restore(io::load_checkpoint(outcome.checkpoint, model_, *optimizer_));
       sync_->values_changed();  // no unit gathered before the load is used after it
     }

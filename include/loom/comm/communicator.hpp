@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -76,8 +77,11 @@ class Communicator {
 
   // Collective and blocking: every rank calls it after its earlier calls. Ranks passing the same
   // color form a new communicator, ranked by (key, old rank); no_color gives nullptr. The child
-  // has the parent's backend, device and options and runs independently of it.
-  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // has the parent's backend, device and options and runs independently of it, except for its
+  // timeout when one is given: a group whose calls wait longer by design (a checkpoint's commit
+  // waits for the slowest rank's write) gets a timeout of its own (> 0).
+  virtual std::unique_ptr<Communicator> split(int color, int key,
+                                              std::optional<std::chrono::milliseconds> timeout = std::nullopt) = 0;
 };
 
 }  // namespace loom::comm

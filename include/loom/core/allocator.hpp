@@ -37,6 +37,10 @@ struct CpuMemoryStats {
 CpuMemoryStats cpu_memory_stats() noexcept;
 void reset_cpu_memory_peak() noexcept;  // peak := live
 
+// Page-locked host memory for copies to and from GPU device_index (cudaHostAlloc, no caching):
+// tensors on Device::cpu(), counted in cpu_memory_stats(). A cuda Error without CUDA.
+std::shared_ptr<Allocator> pinned_host_allocator(int device_index);
+
 // Plain cudaMalloc/cudaFree on one device, without caching.
 std::shared_ptr<Allocator> cuda_direct_allocator(int device_index);
 

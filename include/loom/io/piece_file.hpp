@@ -27,8 +27,9 @@ struct StoredPiece {
 
 // Writes (truncating) and fsyncs path; returns its size and CRC-32 (for state.json). Pieces must
 // be valid and their data the right size: an invalid_argument Error names the piece otherwise.
+// max_bytes_per_second: as for write_safetensors (0: as fast as the disk takes it).
 FileDigest write_piece_file(const std::string& path, std::span<const StoredPiece> pieces,
-                            const std::map<std::string, std::string>& metadata = {});
+                            const std::map<std::string, std::string>& metadata = {}, double max_bytes_per_second = 0);
 
 struct PieceEntry {
   std::string entry;  // the safetensors name

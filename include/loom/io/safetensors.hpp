@@ -34,9 +34,11 @@ struct SafetensorsContents {
 // tensor_crcs: the CRC-32 of each tensor's bytes when the caller has them already (a piece file's
 // table does); the file's CRC-32 is then combined from them (zlib's crc32_combine) instead of
 // passing over the data a second time. Empty: computed here.
+// max_bytes_per_second > 0: the data goes out in chunks no faster than this on average (a
+// checkpoint written in the background leaves the disk and the page cache to training's reads).
 FileDigest write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                              const std::map<std::string, std::string>& metadata = {},
-                             std::span<const std::uint32_t> tensor_crcs = {});
+                             std::span<const std::uint32_t> tensor_crcs = {}, double max_bytes_per_second = 0);
 
 // Reads and validates a whole file: a truncated file, a malformed header, an unknown dtype,
 // offsets that overlap or leave the file, or a shape that does not match its byte range is a

@@ -21,12 +21,14 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "loom/comm/communicator.hpp"
 #include "loom/data/batch_source.hpp"
 #include "loom/ddp/gradient_reducer.hpp"
 #include "loom/ddp/gradient_sync.hpp"
 #include "loom/io/checkpoint.hpp"
+#include "loom/io/checkpoint_writer.hpp"
 #include "loom/model/model.hpp"
 #include "loom/optim/adamw.hpp"
 #include "loom/optim/loss_scaler.hpp"
@@ -55,6 +57,7 @@ struct TrainerOptions {
   int zero = 0;                        // 0 (DDP), 1, 2 or 3; needs a communicator when > 0
   ddp::ReducerOptions reducer{};       // the data-parallel reducer's options (ZeRO: see ZeroEngine)
   shard::ZeroOptions zero_options{};   // ZeRO-2/3's reduction dtype, ZeRO-3's keep-gathered options
+  io::CheckpointWriterOptions checkpoint{};  // the commit deadline and write rate of save()/save_async()
 };
 
 // The groups of ranks a training job spans, and what each is used for:
@@ -112,9 +115,18 @@ class Trainer {
   // restored by io::load_checkpoint): step counter, data position, loss scaler. A checkpoint of
   // any number of ranks resumes here as long as its consumed batches divide over this job's ranks.
   void restore(const io::TrainingProgress& progress);
-  // save_checkpoint for this trainer's model, optimizer and communicator (collective when
-  // data-parallel; every rank writes its own part).
-  std::string save(const std::string& run_dir);
+  // Checkpoints of this step in run_dir (loom-checkpoint-2, io/checkpoint_writer.hpp), collective
+  // when data-parallel: every rank writes its own part. save() returns once the checkpoint is
+  // committed. save_async() returns once this rank's part is copied to host memory, and a
+  // background thread writes and commits it while the next steps run; a new save waits for the
+  // one in flight, and so do resume() and the destructor. wait_for_save() blocks until none is in
+  // flight and throws the error of one that failed (on every rank alike); finished_saves() hands
+  // out the reports of background saves committed since the last call, without blocking. The
+  // first save builds the writer (options.checkpoint).
+  io::SaveReport save(const std::string& run_dir);
+  void save_async(const std::string& run_dir);
+  void wait_for_save();
+  std::vector<io::SaveReport> finished_saves();
   // Loads a checkpoint directory, or the newest checkpoint of a run directory that verifies
   // (io::find_resumable_checkpoint: `latest` is not trusted blindly). A run directory without any
   // checkpoint resumes nothing (the outcome is false); one whose checkpoints all fail to verify
@@ -153,6 +165,7 @@ class Trainer {
   void run_micro_batches(StepResult& result, double& loss_sum, StreamRef stream);
   // Aborts the communicator with this rank's error (see step()).
   void fail_job(const std::exception_ptr& error, const char* where) noexcept;
+  io::CheckpointWriter& checkpoint_writer();
 
   model::Model& model_;
   data::BatchSource& data_;
@@ -164,6 +177,7 @@ class Trainer {
   optim::DynamicLossScaler scaler_;
   std::int64_t steps_done_ = 0, skipped_steps_ = 0;
   bool audited_ = false;  // the first step checked the model's unit hooks
+  std::unique_ptr<io::CheckpointWriter> writer_;  // last: a save in flight ends before the rest goes
 };
 
 }  // namespace loom::train

@@ -135,6 +135,24 @@ void free(int device, void* ptr) noexcept {
   if (previous != device) report_in_destructor(cudaSetDevice(previous), "cudaSetDevice");
 }
 
+void* host_alloc(int device, std::size_t bytes) {
+  CudaDeviceGuard guard(device);
+  void* ptr = nullptr;
+  const cudaError_t error = cudaHostAlloc(&ptr, bytes, cudaHostAllocPortable);
+  if (error == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  check(error, "cudaHostAlloc(" + std::to_string(bytes) + " bytes) for cuda:" + std::to_string(device));
+  return ptr;
+}
+
+void host_free(int device, void* ptr) noexcept {
+  if (ptr == nullptr) return;
+  (void)device;  // pinned memory is the process's, not a device's: no device switch needed
+  report_in_destructor(cudaFreeHost(ptr), "cudaFreeHost");
+}
+
 void memcpy(int device, void* dst, const void* src, std::size_t bytes, void* stream) {
   CudaDeviceGuard guard(device);
   const std::string call = "cudaMemcpyAsync(" + std::to_string(bytes) + " bytes) on cuda:" + std::to_string(device);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -90,6 +91,27 @@ TEST_CASE("a peer that never arrives gives a timeout on the others, then the com
   // The rank that noticed first names how many ranks came; the other may see the abort.
   REQUIRE((first[0].find("of 3 ranks joined within 200 ms") != std::string::npos ||
            first[1].find("of 3 ranks joined within 200 ms") != std::string::npos));
+}
+
+TEST_CASE("a split with its own timeout keeps it, and the parent keeps its own", "[comm]") {
+  loom::comm::CommOptions options;
+  options.timeout = std::chrono::milliseconds(300000);
+  std::vector<std::string> child_outcome(2), parent_outcome(2);
+  const auto start = std::chrono::steady_clock::now();
+  loom::comm::run_in_process(2, [&](Communicator& comm) {
+    const auto r = static_cast<std::size_t>(comm.rank());
+    const std::unique_ptr<Communicator> child = comm.split(0, comm.rank(), std::chrono::milliseconds(150));
+    // Rank 1 does not join the child's call: rank 0 fails at the child's 150 ms, not the parent's 5 minutes.
+    if (comm.rank() == 0) child_outcome[r] = outcome(child->barrier());
+    const Tensor t = Tensor::full({3}, DType::f32, 1);
+    parent_outcome[r] = outcome(comm.all_reduce(t, t, ReduceOp::sum));
+  }, options);
+  REQUIRE(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  REQUIRE_THAT(child_outcome[0], Catch::StartsWith("timeout: ") && Catch::Contains("joined within 150 ms"));
+  REQUIRE(parent_outcome == std::vector<std::string>{"no error", "no error"});
+  auto comms = loom::comm::make_in_process_communicators(1);
+  REQUIRE_THROWS_MATCHES(comms[0]->split(0, 0, std::chrono::milliseconds(0)), loom::Error,
+                         IsError(ErrorCategory::invalid_argument, {"split", "timeout must be positive", "0 ms"}));
 }
 
 TEST_CASE("a rank that aborts fails its peers' calls at once with its reason, not at the timeout", "[comm]") {

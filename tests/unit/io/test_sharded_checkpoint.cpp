@@ -39,12 +39,7 @@ namespace {
 
 loom::nn::GPTConfig tiny() { return loom::test::tiny_gpt(64, 8); }
 
-loom::train::TrainerOptions options(int zero) {
-  loom::train::TrainerOptions o;
-  o.zero = zero;
-  o.schedule = {.max_lr = 3e-3f, .min_lr = 3e-4f, .warmup = 1, .total = 10};
-  return o;
-}
+using loom::test::tiny_trainer_options;
 
 fs::path fresh_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("loom_test_sharded_" + name);
@@ -82,10 +77,10 @@ TEST_CASE("a sharded checkpoint restores every tensor, and each kind of damage i
   const fs::path run = fresh_dir("one");
   loom::nn::GPT model(tiny(), loom::nn::Precision::bf16(), loom::Device::cpu(), 3);
   loom::test::GlobalBatchSlice data(4, 0, 4);
-  loom::train::Trainer trainer(model, data, options(0));
+  loom::train::Trainer trainer(model, data, tiny_trainer_options(0));
   trainer.step();
   trainer.step();
-  const std::string saved = trainer.save(run.string());
+  const std::string saved = trainer.save(run.string()).where;
   CHECK(fs::exists(fs::path(saved) / "rank_00000.safetensors"));
   CHECK_FALSE(fs::exists(fs::path(saved) / "model.safetensors"));
   CHECK(loom::io::verify_checkpoint(saved) == 2);
@@ -194,10 +189,10 @@ TEST_CASE("a 2-rank ZeRO-2 or ZeRO-3 checkpoint loads at 3 ranks with ZeRO-1 and
       loom::nn::GPT model(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu(), 3,
                           loom::shard::space_layout(saved_stage, &comm));
       loom::test::GlobalBatchSlice data(4, 2 * comm.rank(), 2);
-      loom::train::Trainer trainer(model, data, options(saved_stage), &comm);
+      loom::train::Trainer trainer(model, data, tiny_trainer_options(saved_stage), &comm);
       trainer.step();
       trainer.step();
-      const std::string dir = trainer.save(run.string());
+      const std::string dir = trainer.save(run.string()).where;
       const auto state = loom::optim::gather_state(trainer.optimizer(), &comm);
       if (saved_stage == 3) trainer.zero_engine()->unshard_values();  // the whole model, to compare
       if (comm.rank() == 0) {
@@ -211,7 +206,7 @@ TEST_CASE("a 2-rank ZeRO-2 or ZeRO-3 checkpoint loads at 3 ranks with ZeRO-1 and
     loom::comm::run_in_process(3, [&](loom::comm::Communicator& comm) {
       loom::nn::GPT model(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu(), 8);
       loom::test::GlobalBatchSlice data(6, 2 * comm.rank(), 2);
-      loom::train::Trainer trainer(model, data, options(1), &comm);
+      loom::train::Trainer trainer(model, data, tiny_trainer_options(1), &comm);
       loom::io::load_checkpoint(saved_dir, model, trainer.optimizer());
       const auto state = state_of(loom::optim::gather_state(trainer.optimizer(), &comm));
       std::string& problem = problems[static_cast<std::size_t>(comm.rank())];

@@ -20,6 +20,8 @@ void require_on_device(const std::string& what, const char* name, const Tensor& 
 void require_same_dtype(const std::string& what, const Tensor& input, const Tensor& output);
 void require_root(const std::string& what, int root, int size);
 void require_color(const std::string& what, int color);
+// A split's own timeout, when given, is positive.
+void require_split_timeout(const std::string& what, std::optional<std::chrono::milliseconds> timeout);
 // A tensor on device and a peer in [0, size) other than this rank.
 void require_peer(const std::string& what, const Tensor& tensor, int peer, int rank, int size, Device device);
 // output holds `ranks` x input's elements, same dtype, both on device.
