@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# train_gpt --async-save in a 2-rank ZeRO-2 job, as an operator meets it:
-#  1. saves every 10 steps in the background train exactly as synchronous saves do: the same loss
-#     curve, and the same bytes in every rank's file of the final checkpoint; the log gives each
-#     save's blocked and write times, and the closing line their totals;
+# train_gpt --async-save in a 2-rank ZeRO-2 job (and ZeRO-3 in 1), as an operator meets it:
+#  1. saves every 10 steps in the background train exactly as synchronous saves do, under ZeRO-2
+#     and ZeRO-3: the same loss curve, and the same bytes in every rank's file of the final
+#     checkpoint; the log gives each save's blocked and write times, and the closing line their
+#     totals;
 #  2. kill -9 during a background write (slowed by --checkpoint-write-mb) leaves the previous
 #     checkpoint as `latest`, and one process resumes from it, removes the interrupted temporary,
 #     and continues from step 10's weights;
@@ -31,6 +32,10 @@ slow=(--async-save --checkpoint-write-mb 0.3)
 "$mpiexec" -np 2 "$train_gpt" "${job[@]}" --checkpoint-dir async --async-save > async.log 2>&1 ||
   fail "the asynchronous-save run failed: $(tail -3 async.log)"
 same_run async_vs_sync sync.log sync async $steps async.log
+"$mpiexec" -np 2 "$train_gpt" --zero 3 --batch 4 "${run[@]}" --checkpoint-dir sync3 > sync3.log 2>&1 || fail "the ZeRO-3 run failed"
+"$mpiexec" -np 2 "$train_gpt" --zero 3 --batch 4 "${run[@]}" --checkpoint-dir async3 --async-save > async3.log 2>&1 ||
+  fail "the ZeRO-3 asynchronous-save run failed: $(tail -3 async3.log)"
+same_run async_vs_sync_zero3 sync3.log sync3 async3 $steps async3.log
 if grep -qE "^saved checkpoint async/step_00000010 \(in the background: training blocked [0-9.]+ s, writing took [0-9.]+ s" async.log &&
    grep -qE "^checkpoints: 6 saved \(5 in the background\); training blocked [0-9.]+ s in all" async.log; then
   pass "the log gives each background save's blocked and write times, and the totals"
