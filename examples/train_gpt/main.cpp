@@ -232,24 +232,35 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
     }
   };
   // Every rank takes part and writes its own part. A background save is logged when it commits
-  // (checked after every step); a save before exiting waits for the one in flight first.
-  auto save = [&](bool background) {
-    if (!config.checkpoint_dir.empty() && trainer.steps_done() != saved_step) {
+  // (checked after every step). A periodic save waits for the one in flight, and its failure ends
+  // the run (exit 1) as a synchronous save's would. A save before exiting (stop, divergence, end)
+  // also waits for it, but a failure there is logged and the exit's own step saved regardless.
+  auto save = [&](bool periodic) {
+    if (config.checkpoint_dir.empty()) return;
+    if (periodic && config.async_save) {
+      if (trainer.steps_done() == saved_step) return;
       saved_step = trainer.steps_done();
-      if (background && config.async_save) {
-        trainer.save_async(config.checkpoint_dir);
-        for (const loom::io::SaveReport& s : trainer.finished_saves()) committed(s);  // the one it waited for
-        log.line("checkpoint of step %lld: copied to host memory, writing in the background\n",
-                 static_cast<long long>(saved_step));
-        return;
-      }
-      const loom::io::SaveReport s = trainer.save(config.checkpoint_dir);
-      for (const loom::io::SaveReport& earlier : trainer.finished_saves()) committed(earlier);
-      committed(s);
+      trainer.save_async(config.checkpoint_dir);
+      for (const loom::io::SaveReport& s : trainer.finished_saves()) committed(s);  // the one it waited for
+      log.line("checkpoint of step %lld: copied to host memory, writing in the background\n",
+               static_cast<long long>(saved_step));
       return;
     }
-    trainer.wait_for_save();
-    for (const loom::io::SaveReport& s : trainer.finished_saves()) committed(s);
+    if (!periodic) {
+      try {
+        trainer.wait_for_save();
+      } catch (const loom::Error& error) {  // agreed: every rank takes this branch
+        log.line("the background save of step %lld failed: %s; saving step %lld now\n",
+                 static_cast<long long>(saved_step), error.what(), static_cast<long long>(trainer.steps_done()));
+        saved_step = -1;
+      }
+      for (const loom::io::SaveReport& s : trainer.finished_saves()) committed(s);
+    }
+    if (trainer.steps_done() == saved_step) return;
+    saved_step = trainer.steps_done();
+    const loom::io::SaveReport s = trainer.save(config.checkpoint_dir);
+    for (const loom::io::SaveReport& earlier : trainer.finished_saves()) committed(earlier);
+    committed(s);
   };
   const loom::train::StopRequests stops(config.time_limit);
   while (trainer.steps_done() < config.steps) {

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <exception>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -62,7 +64,14 @@ CheckpointWriter::CheckpointWriter(const model::Model& model, const optim::Optim
 
 CheckpointWriter::~CheckpointWriter() {
   if (!flight_) return;
-  flight_->thread.join();
+  // Destroyed by an error (this rank's step failed, or a peer's): the save in flight is abandoned
+  // instead of waited for, so the error is not held up by a commit that a failed peer may never
+  // join (up to the deadline). Aborting tells the peers' writers at once; the previous checkpoint
+  // stays `latest`, as after a crash.
+  if (std::uncaught_exceptions() > 0 && checkpoint_comm_ && !flight_->done.load(std::memory_order_acquire)) {
+    checkpoint_comm_->abort("the job is failing: its background checkpoint save is abandoned");
+  }
+  if (flight_->thread.joinable()) flight_->thread.join();
   // A failure nobody waited for would otherwise vanish: say so where the operator looks.
   if (flight_->error) {
     try {
@@ -81,9 +90,10 @@ bool CheckpointWriter::in_flight() const noexcept { return flight_ != nullptr; }
 
 void CheckpointWriter::settle(bool block) {
   if (!flight_ || (!block && !flight_->done.load(std::memory_order_acquire))) return;
-  flight_->thread.join();
+  if (flight_->thread.joinable()) flight_->thread.join();
   if (flight_->error) {
     failure_ = flight_->error;
+    resplit_ = true;
   } else {
     reports_.push_back(std::move(flight_->report));
   }
@@ -95,6 +105,32 @@ void CheckpointWriter::wait() {
   if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
 }
 
+void CheckpointWriter::agree(const std::exception_ptr& failure, const char* what) {
+  if (checkpoint_comm() != nullptr) {
+    comm::throw_if_any_failed(*checkpoint_comm(), failure, what);
+  } else if (failure) {
+    std::rethrow_exception(failure);
+  }
+}
+
+detail::ShardedSave CheckpointWriter::begin(const TrainingProgress& progress) {
+  wait();
+  // A failed save may have left the checkpoint communicator aborted (a timeout): every rank saw the
+  // failure (it was agreed) and makes this save at the same step, so each takes a fresh one here.
+  if (resplit_ && comm_ != nullptr) checkpoint_comm_ = comm_->split(0, comm_->rank(), deadline_);
+  resplit_ = false;
+  const int rank = comm_ != nullptr ? comm_->rank() : 0, world = comm_ != nullptr ? comm_->size() : 1;
+  detail::ShardedSave content;
+  std::exception_ptr failure;
+  try {
+    content = detail::sharded_save(model_, optimizer_, progress, rank, world);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree(failure, "listing a checkpoint's pieces");
+  return content;
+}
+
 std::vector<SaveReport> CheckpointWriter::finished() {
   settle(false);
   return std::exchange(reports_, {});
@@ -102,11 +138,14 @@ std::vector<SaveReport> CheckpointWriter::finished() {
 
 SaveReport CheckpointWriter::save(const std::string& run_dir, const TrainingProgress& progress) {
   const Clock::time_point start = Clock::now();
-  wait();
-  const int rank = comm_ != nullptr ? comm_->rank() : 0, world = comm_ != nullptr ? comm_->size() : 1;
-  const detail::ShardedSave content = detail::sharded_save(model_, optimizer_, progress, rank, world);
+  const detail::ShardedSave content = begin(progress);
   SaveReport report;
-  report.where = detail::write_and_commit(run_dir, content, checkpoint_comm(), options_.max_write_bytes_per_second);
+  try {
+    report.where = detail::write_and_commit(run_dir, content, checkpoint_comm(), options_.max_write_bytes_per_second);
+  } catch (...) {
+    resplit_ = true;
+    throw;
+  }
   report.step = progress.step;
   report.bytes = content.data_bytes();
   report.blocked_seconds = report.write_seconds = seconds_since(start);
@@ -115,9 +154,7 @@ SaveReport CheckpointWriter::save(const std::string& run_dir, const TrainingProg
 
 void CheckpointWriter::save_async(const std::string& run_dir, const TrainingProgress& progress) {
   const Clock::time_point start = Clock::now();
-  wait();
-  const int rank = comm_ != nullptr ? comm_->rank() : 0, world = comm_ != nullptr ? comm_->size() : 1;
-  detail::ShardedSave content = detail::sharded_save(model_, optimizer_, progress, rank, world);
+  detail::ShardedSave content = begin(progress);
   std::exception_ptr failure;
   try {
     // The staging tensors of the last snapshot fit this one (the layout does not change); the
@@ -140,18 +177,14 @@ void CheckpointWriter::save_async(const std::string& run_dir, const TrainingProg
   }
   // No background write starts unless every rank has its copy: a rank left alone in the commit
   // would wait out the deadline.
-  if (checkpoint_comm() != nullptr) {
-    comm::throw_if_any_failed(*checkpoint_comm(), failure, "copying a checkpoint to host memory");
-  } else if (failure) {
-    std::rethrow_exception(failure);
-  }
+  agree(failure, "copying a checkpoint to host memory");
   auto flight = std::make_unique<Flight>();
   flight->report.step = progress.step;
   flight->report.asynchronous = true;
   flight->report.bytes = content.data_bytes();
   flight->report.blocked_seconds = seconds_since(start);
   Flight* f = flight.get();
-  flight->thread = std::thread([this, f, run_dir, content = std::move(content)] {
+  auto write = [this, f, run_dir, content = std::move(content)] {
     const Clock::time_point began = Clock::now();
     try {
       f->report.where = detail::write_and_commit(run_dir, content, checkpoint_comm(), options_.max_write_bytes_per_second);
@@ -160,7 +193,12 @@ void CheckpointWriter::save_async(const std::string& run_dir, const TrainingProg
     }
     f->report.write_seconds = seconds_since(began);
     f->done.store(true, std::memory_order_release);
-  });
+  };
+  try {
+    flight->thread = std::thread(write);
+  } catch (const std::system_error&) {
+    write();  // no thread to be had: the peers' commit still needs this rank, so it writes now
+  }
   flight_ = std::move(flight);
 }
 

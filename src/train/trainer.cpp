@@ -322,6 +322,9 @@ Trainer::ResumeOutcome Trainer::resume(const std::string& path) {
   ResumeOutcome outcome;
   std::exception_ptr failure;
   try {
+    // A save in flight is committed first: the search below reads what its commit renames, and
+    // its values are about to be replaced.
+    if (writer_) writer_->wait();
     if (std::filesystem::exists(std::filesystem::path(path) / "state.json")) {
       outcome.checkpoint = path;
     } else {
@@ -338,7 +341,6 @@ Trainer::ResumeOutcome Trainer::resume(const std::string& path) {
       if (search.chosen) outcome.checkpoint = *search.chosen;
     }
     if (outcome) {
-      if (writer_) writer_->wait();  // the save in flight is of the values about to be replaced
       restore(io::load_checkpoint(outcome.checkpoint, model_, *optimizer_));
       sync_->values_changed();  // no unit gathered before the load is used after it
     }

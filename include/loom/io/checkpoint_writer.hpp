@@ -16,8 +16,13 @@
 // One save at a time: a new save (either kind) first waits for the one in flight. A failure on
 // any rank fails the save on every rank and leaves the previous checkpoint the one `latest` names;
 // a background save's failure is thrown by the next wait(), save() or save_async(), on every rank
-// alike. A crash or kill during a background write leaves only a .step_<N>.tmp folder behind,
-// which io::remove_stale_temporaries deletes. The destructor waits for a save in flight.
+// alike, and the next save splits a fresh checkpoint communicator (a timeout aborts one). A crash
+// or kill during a background write leaves only a .step_<N>.tmp folder behind, which
+// io::remove_stale_temporaries deletes. The destructor waits for a save in flight, or, when it runs
+// because of an exception, abandons it (aborting the checkpoint communicator, which tells the
+// peers at once) so that the error is not held up by a commit a failed peer will not join.
+// On NCCL the commit's few small agreements are collectives on a second NCCL communicator, issued
+// from the background thread while training's run: not yet run on a GPU (see issue 27's note).
 #pragma once
 
 #include <chrono>
@@ -33,6 +38,10 @@
 #include "loom/optim/optimizer.hpp"
 
 namespace loom::io {
+
+namespace detail {
+struct ShardedSave;  // src/io/sharded_checkpoint.hpp
+}
 
 struct CheckpointWriterOptions {
   // The commit deadline (see above): time enough for the largest rank's file at this rate.
@@ -87,6 +96,10 @@ class CheckpointWriter {
   struct Flight;
   // Moves a finished flight's outcome into reports_ or failure_.
   void settle(bool block);
+  // What every save does first: waits for the one in flight, takes a fresh checkpoint
+  // communicator after a failed save, and lists this rank's pieces (agreed: collective).
+  detail::ShardedSave begin(const TrainingProgress& progress);
+  void agree(const std::exception_ptr& failure, const char* what);
   comm::Communicator* checkpoint_comm() const noexcept;
 
   const model::Model& model_;
@@ -99,6 +112,7 @@ class CheckpointWriter {
   std::vector<Tensor> staging_;                          // the host copies of the last snapshot
   std::vector<SaveReport> reports_;
   std::exception_ptr failure_;
+  bool resplit_ = false;  // a save failed: the next one splits a fresh checkpoint communicator
   std::unique_ptr<Flight> flight_;  // last: its thread is joined before the rest goes
 };
 
