@@ -8,6 +8,9 @@
 #include <system_error>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "loom/comm/agreement.hpp"
 #include "loom/core/error.hpp"
 #include "loom/io/checkpoint.hpp"
 
@@ -58,11 +61,11 @@ std::optional<fs::path> latest_target(const std::string& run_dir) {
   }
 }
 
-}  // namespace
-
-CheckpointSearch find_resumable_checkpoint(const std::string& run_dir) {
-  CheckpointSearch search;
-  if (!fs::is_directory(run_dir)) return search;
+// The candidates to resume from, in the order to try them (the step directories newest first, and
+// `latest`'s target where its step ranks when it is elsewhere); what is odd about `latest` goes
+// into search.skipped, and search.any says whether run_dir holds any checkpoint.
+std::vector<fs::path> list_candidates(const std::string& run_dir, CheckpointSearch& search) {
+  if (!fs::is_directory(run_dir)) return {};
   const std::vector<Committed> committed = committed_checkpoints(run_dir);
   std::vector<fs::path> candidates;
   for (const Committed& c : committed) candidates.push_back(c.path);
@@ -99,7 +102,14 @@ CheckpointSearch find_resumable_checkpoint(const std::string& run_dir) {
     search.skipped.push_back("'latest' is missing");
   }
   search.any = search.any || !committed.empty();
-  for (const fs::path& candidate : candidates) {
+  return candidates;
+}
+
+}  // namespace
+
+CheckpointSearch find_resumable_checkpoint(const std::string& run_dir) {
+  CheckpointSearch search;
+  for (const fs::path& candidate : list_candidates(run_dir, search)) {
     try {
       search.step = verify_checkpoint(candidate.string());
       search.chosen = candidate.string();
@@ -107,6 +117,39 @@ CheckpointSearch find_resumable_checkpoint(const std::string& run_dir) {
     } catch (const Error& e) {
       search.skipped.push_back(candidate.filename().string() + ": " + e.what());
     }
+  }
+  return search;
+}
+
+CheckpointSearch find_resumable_checkpoint(const std::string& run_dir, comm::Communicator& comm) {
+  // Rank 0's listing for every rank: a file system that shows the ranks different directories
+  // must not make them try different candidates.
+  CheckpointSearch search;
+  nlohmann::json listing = nlohmann::json::object();
+  if (comm.rank() == 0) {
+    std::vector<std::string> names;
+    for (const fs::path& candidate : list_candidates(run_dir, search)) names.push_back(candidate.string());
+    listing = {{"any", search.any}, {"skipped", search.skipped}, {"candidates", names}};
+  }
+  listing = nlohmann::json::parse(comm::broadcast_text(comm, listing.dump(), 0));
+  search.any = listing.at("any").get<bool>();
+  search.skipped = listing.at("skipped").get<std::vector<std::string>>();
+  for (const std::string& candidate : listing.at("candidates").get<std::vector<std::string>>()) {
+    std::string problem;
+    std::int64_t step = 0;
+    try {
+      step = verify_checkpoint(candidate, comm.rank(), comm.size());
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+    const std::vector<std::string> problems = comm::all_gather_texts(comm, problem);
+    const auto failed = std::find_if(problems.begin(), problems.end(), [](const std::string& p) { return !p.empty(); });
+    if (failed == problems.end()) {
+      search.step = step;
+      search.chosen = candidate;
+      return search;
+    }
+    search.skipped.push_back(fs::path(candidate).filename().string() + ": " + *failed);
   }
   return search;
 }

@@ -210,9 +210,9 @@ Tensor assemble_tensor(const std::vector<std::unique_ptr<PieceFile>>& files, con
   return whole;
 }
 
-void verify_sharded(const std::string& dir, const CheckpointManifest& manifest) {
+void verify_sharded(const std::string& dir, const CheckpointManifest& manifest, int part, int parts) {
   stored_tensors(open_piece_files(dir, manifest));
-  for (int r = 0; r < manifest.world; ++r) {
+  for (int r = part; r < manifest.world; r += parts) {
     const std::string name = rank_file_name(r), path = (fs::path(dir) / name).string();
     const FileDigest d = digest_file(path);
     const CheckpointManifest::File& expected = manifest.files.at(name);

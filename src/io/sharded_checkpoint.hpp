@@ -66,11 +66,11 @@ std::map<std::string, std::vector<StoredRef>> stored_tensors(const std::vector<s
 // A whole stored tensor assembled on the host from its pieces (each verified).
 Tensor assemble_tensor(const std::vector<std::unique_ptr<PieceFile>>& files, const std::vector<StoredRef>& pieces);
 
-// Checks a sharded checkpoint's files against its manifest (size, then CRC-32 of each whole file:
-// this reads every file, as choosing a checkpoint to resume needs) and their piece tables against
-// each other (every stored tensor covered exactly once). corrupt_data Errors name the file and the
+// Checks a sharded checkpoint's files against its manifest (every file's size; the CRC-32 of the
+// whole files r with r % parts == part, which reads them) and their piece tables against each
+// other (every stored tensor covered exactly once). corrupt_data Errors name the file and the
 // piece.
-void verify_sharded(const std::string& dir, const CheckpointManifest& manifest);
+void verify_sharded(const std::string& dir, const CheckpointManifest& manifest, int part = 0, int parts = 1);
 
 // Loads this rank's part of every value and state tensor: the stored pieces that overlap it are
 // read (each verified by its CRC-32) and staged on the host, and only when every one has been read

@@ -325,10 +325,15 @@ Trainer::ResumeOutcome Trainer::resume(const std::string& path) {
     // A save in flight is committed first: the search below reads what its commit renames, and
     // its values are about to be replaced.
     if (writer_) writer_->wait();
-    if (std::filesystem::exists(std::filesystem::path(path) / "state.json")) {
+    bool checkpoint_dir = std::filesystem::exists(std::filesystem::path(path) / "state.json");
+    // Rank 0's view decides for every rank, which then all take the same (collective) path.
+    if (comm_ != nullptr) checkpoint_dir = comm::broadcast_values(*comm_, {checkpoint_dir ? 1 : 0}, 0).at(0) != 0;
+    if (checkpoint_dir) {
       outcome.checkpoint = path;
     } else {
-      io::CheckpointSearch search = io::find_resumable_checkpoint(path);
+      // The ranks verify the candidates together, each reading its share of the files.
+      io::CheckpointSearch search =
+          comm_ != nullptr ? io::find_resumable_checkpoint(path, *comm_) : io::find_resumable_checkpoint(path);
       outcome.skipped = std::move(search.skipped);
       if (search.any && !search.chosen) {
         std::string reasons;

@@ -64,6 +64,11 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 // returns its step. A damaged or incomplete checkpoint is a corrupt_data (or io) Error
 // naming the file and the problem.
 std::int64_t verify_checkpoint(const std::string& dir);
+// The same for `part` of `parts` readers sharing the work: the state.json, every file's size and
+// the piece tables are checked by each, but only the data files i with i % parts == part are read
+// for their CRC-32. The ranks of a job, each taking its part, verify a checkpoint together in the
+// time one file takes (find_resumable_checkpoint with a communicator).
+std::int64_t verify_checkpoint(const std::string& dir, int part, int parts);
 
 // The run directory's checkpoints (src/io/checkpoint_dir.cpp).
 struct CheckpointSearch {
@@ -77,6 +82,11 @@ struct CheckpointSearch {
 // (and the one `latest` names, if it is not among them), the first that verifies. It does not
 // trust `latest`: a missing, damaged or absent-target `latest` is noted and the search goes on.
 CheckpointSearch find_resumable_checkpoint(const std::string& run_dir);
+// The same search made by the ranks of comm together (a collective; Trainer::resume uses it): rank
+// 0 lists the candidates and shares the list, the ranks verify each candidate in parts (rank r
+// reads the files r, r + N, ...), and a candidate is chosen only when every rank's part verified.
+// Every rank gets the same outcome, with the lowest failing rank's reason for each skipped one.
+CheckpointSearch find_resumable_checkpoint(const std::string& run_dir, comm::Communicator& comm);
 
 // Deletes the committed checkpoints of run_dir other than the newest `keep` (>= 1), those whose
 // step is a multiple of keep_every (when > 0) and the one `latest` names. Returns what it deleted.

@@ -221,3 +221,39 @@ TEST_CASE("a 2-rank ZeRO-2 or ZeRO-3 checkpoint loads at 3 ranks with ZeRO-1 and
     CHECK(state_of(optimizer.state_tensors()) == saved_state);
   }
 }
+
+TEST_CASE("the ranks of a job verify the candidates together, each its part, and choose as one process does",
+          "[io][sharded][resume]") {
+  const fs::path run = fresh_dir("search_together");
+  loom::comm::run_in_process(2, [&](loom::comm::Communicator& comm) {
+    loom::nn::GPT model(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu(), 3, loom::shard::space_layout(1, &comm));
+    loom::test::GlobalBatchSlice data(4, 2 * comm.rank(), 2);
+    loom::train::Trainer trainer(model, data, tiny_trainer_options(1), &comm);
+    for (int s = 0; s < 3; ++s) {
+      trainer.step();
+      trainer.save(run.string());
+    }
+  });
+  const fs::path damaged = run / "step_00000003" / "rank_00001.safetensors";
+  flip_byte(damaged, fs::file_size(damaged) - 10);
+  // Split in two parts, the damage is in part 1's file alone: each part reads only its own.
+  const std::string newest = (run / "step_00000003").string();
+  CHECK(loom::io::verify_checkpoint(newest, 0, 2) == 3);
+  CHECK_THAT(loom::test::error_message([&] { loom::io::verify_checkpoint(newest, 1, 2); }),
+             Catch::Contains("rank_00001.safetensors") && Catch::Contains("damaged"));
+  CHECK_THAT(loom::test::error_message([&] { loom::io::verify_checkpoint(newest, 2, 2); }),
+             Catch::Contains("part 2 of 2 does not exist"));
+  const loom::io::CheckpointSearch alone = loom::io::find_resumable_checkpoint(run.string());
+  REQUIRE(alone.chosen == (run / "step_00000002").string());
+  REQUIRE(alone.skipped.size() == 1);
+  std::vector<loom::io::CheckpointSearch> together(3);
+  loom::comm::run_in_process(3, [&](loom::comm::Communicator& comm) {
+    together[static_cast<std::size_t>(comm.rank())] = loom::io::find_resumable_checkpoint(run.string(), comm);
+  });
+  for (const loom::io::CheckpointSearch& search : together) {
+    CHECK(search.chosen == alone.chosen);
+    CHECK(search.step == 2);
+    CHECK(search.any);
+    CHECK(search.skipped == alone.skipped);  // rank 1 read the damaged file and named it, for everyone
+  }
+}
