@@ -41,6 +41,13 @@ void visit_float_dtype(DType dtype, Body&& body) {
   }
 }
 
+// body.template operator()<I>() with I the C++ type of an index dtype (targets: i32 or i64).
+template <class Body>
+void visit_target_dtype(DType dtype, Body&& body) {
+  if (dtype == DType::i32) body.template operator()<std::int32_t>();
+  else body.template operator()<std::int64_t>();
+}
+
 // A tensor's elements as the device storage type T (loom::half and __half share their bits).
 template <class T>
 T* device_data(const Tensor& tensor) {

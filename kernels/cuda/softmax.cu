@@ -145,12 +145,6 @@ __global__ void accumulate_mean_kernel(const float* values, std::int64_t n, doub
   if (threadIdx.x == 0) out[0] += static_cast<float>(partial[0] / divisor);
 }
 
-template <class Body>
-void visit_target_dtype(DType dtype, Body&& body) {
-  if (dtype == DType::i32) body.template operator()<std::int32_t>();
-  else body.template operator()<std::int64_t>();
-}
-
 }  // namespace
 
 void softmax_forward(const Tensor& x, const Tensor& out, bool causal, void* stream) {

@@ -14,6 +14,7 @@
 #include "loom/kernels/layernorm.hpp"
 #include "loom/kernels/optimizer.hpp"
 #include "loom/kernels/softmax.hpp"
+#include "loom/kernels/vocab_parallel.hpp"
 #include "support/reference.hpp"
 #include "support/tensor_checks.hpp"
 
@@ -242,6 +243,56 @@ TEST_CASE("CUDA softmax and cross-entropy match the CPU", "[cuda][kernels]") {
     CHECK_THROWS_MATCHES(loom::kernels::cross_entropy_forward(logits.tensor.to(gpu), bad, g_losses, options), loom::Error,
                          loom::test::IsError(loom::ErrorCategory::invalid_argument, {"index 50257", "position 8"}));
   }
+}
+
+TEST_CASE("CUDA vocabulary-parallel cross-entropy and embedding match the CPU", "[cuda][kernels]") {
+  std::mt19937 rng(75);
+  // One shard of GPT-2's padded vocabulary split over 4 ranks (the last, with padding), and rows
+  // whose targets fall inside, outside, and are ignored.
+  const std::int64_t rows = 6, width = 12576, vocab = 50257, first = 3 * 12576, valid = vocab - first;
+  const loom::kernels::VocabShard shard{.first = first, .valid = valid, .vocab_size = vocab, .ignore_index = -1};
+  const Tensor targets = Tensor::from_vector(std::vector<std::int64_t>{first, 50256, 17, -1, first + 100, 9}, {rows});
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    INFO(loom::dtype_name(dtype));
+    const auto logits = loom::test::random_tensor({rows, width}, dtype, rng, 6.0);
+    const Tensor row_max = Tensor::empty({rows}, DType::f32), g_row_max = gpu_like(row_max);
+    loom::kernels::vocab_parallel_max(logits.tensor, row_max, shard);
+    loom::kernels::vocab_parallel_max(logits.tensor.to(gpu), g_row_max, shard);
+    require_matches(g_row_max, row_max, 0, 0);
+    const Tensor partial = Tensor::empty({rows, 2}, DType::f32), g_partial = gpu_like(partial);
+    loom::kernels::vocab_parallel_sum_exp(logits.tensor, targets, row_max, partial, shard);
+    loom::kernels::vocab_parallel_sum_exp(logits.tensor.to(gpu), targets.to(gpu), row_max.to(gpu), g_partial, shard);
+    require_matches(g_partial, partial, 1e-5, 1e-6);
+    const Tensor losses = Tensor::empty({rows}, DType::f32), g_losses = gpu_like(losses);
+    loom::kernels::vocab_parallel_loss(targets, row_max, partial, losses, shard);
+    loom::kernels::vocab_parallel_loss(targets.to(gpu), row_max.to(gpu), partial.to(gpu), g_losses, shard);
+    require_matches(g_losses, losses, 1e-6, 1e-6);
+    const auto dloss = loom::test::random_tensor({rows}, DType::f32, rng);
+    const Tensor dlogits = Tensor::empty({rows, width}, dtype), g_dlogits = logits.tensor.to(gpu);  // in place on the GPU
+    loom::kernels::vocab_parallel_backward(logits.tensor, targets, row_max, partial, dloss.tensor, dlogits, shard);
+    loom::kernels::vocab_parallel_backward(g_dlogits, targets.to(gpu), row_max.to(gpu), partial.to(gpu),
+                                           dloss.tensor.to(gpu), g_dlogits, shard);
+    require_matches(g_dlogits, dlogits, tolerance(dtype), 1e-7);
+    const Tensor bad = Tensor::from_vector(std::vector<std::int64_t>{0, 1, 2, 3, 4, vocab}, {rows}).to(gpu);
+    CHECK_THROWS_MATCHES(loom::kernels::vocab_parallel_sum_exp(logits.tensor.to(gpu), bad, g_row_max, g_partial, shard),
+                         loom::Error, loom::test::IsError(loom::ErrorCategory::invalid_argument, {"index 50257"}));
+  }
+  const std::int64_t channels = 96;
+  const loom::kernels::VocabShard rows_shard{.first = 200, .valid = 150, .vocab_size = 500};
+  const auto wte = loom::test::random_tensor({150, channels}, DType::f32, rng);
+  std::vector<std::int32_t> tokens(4 * 64);
+  for (auto& t : tokens) t = static_cast<std::int32_t>(rng() % 500);
+  const Tensor tok = Tensor::from_vector(tokens, {4, 64});
+  const Tensor out = Tensor::empty({4, 64, channels}, DType::f32), g_out = gpu_like(out);
+  loom::kernels::vocab_parallel_embedding_forward(tok, wte.tensor, out, rows_shard);
+  loom::kernels::vocab_parallel_embedding_forward(tok.to(gpu), wte.tensor.to(gpu), g_out, rows_shard);
+  require_matches(g_out, out, 0, 0);
+  const auto dout = loom::test::random_tensor({4, 64, channels}, DType::f32, rng);
+  const auto dwte = loom::test::random_tensor({150, channels}, DType::f32, rng);
+  const Tensor g_dwte = dwte.tensor.to(gpu);
+  loom::kernels::vocab_parallel_embedding_backward(tok, dout.tensor, dwte.tensor, rows_shard);
+  loom::kernels::vocab_parallel_embedding_backward(tok.to(gpu), dout.tensor.to(gpu), g_dwte, rows_shard);
+  require_matches(g_dwte, dwte.tensor, 0, 0);  // the same additions in the same order
 }
 
 TEST_CASE("CUDA embedding matches the CPU exactly and deterministically", "[cuda][kernels]") {
