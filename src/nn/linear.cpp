@@ -6,6 +6,7 @@
 #include "loom/kernels/elementwise.hpp"
 #include "loom/kernels/gemm.hpp"
 #include "src/nn/buffer.hpp"
+#include "src/nn/linear_backward.hpp"
 
 namespace loom::nn {
 
@@ -68,27 +69,34 @@ Tensor Linear::backward(const Tensor& dy, StreamRef stream) {
     kernels::gelu_backward(pre_activation_, dy_rows, dpre_, stream);
     grad_out = dpre_;
   }
-  // dW += dy^T x, and the bias gradient (sum of dy over rows) in the same GEMM.
+  detail::linear_backward(grad_out, input_, weight_, bias_.get(), bias_grad_scratch_, dx_, precision_, stream);
+  return dx_.view(detail::with_last(dy.shape(), in_));
+}
+
+namespace detail {
+
+Tensor linear_backward(const Tensor& grad_out, const Tensor& input, Parameter& weight, Parameter* bias,
+                       Tensor& bias_grad_scratch, Tensor& dx_buffer, const Precision& precision, StreamRef stream) {
+  const Device device = weight.device();
   GemmOptions dw;
   dw.trans_a = true;
   dw.beta = 1.0f;
-  dw.precision = precision_.gemm;
-  if (bias_) {
-    dw.epilogue.bias_grad = detail::ensure_buffer(bias_grad_scratch_, {out_}, DType::f32, device);
+  dw.precision = precision.gemm;
+  if (bias != nullptr) dw.epilogue.bias_grad = ensure_buffer(bias_grad_scratch, {grad_out.shape()[1]}, DType::f32, device);
+  const StridedMatrix grad_w = StridedMatrix::of(weight.grad());
+  kernels::gemm(StridedMatrix::of(grad_out), StridedMatrix::of(input), grad_w, grad_w, dw, stream);
+  weight.mark_grad_ready(stream);
+  if (bias != nullptr) {
+    kernels::residual_add(bias->grad(), bias_grad_scratch, bias->grad(), stream);
+    bias->mark_grad_ready(stream);
   }
-  const StridedMatrix grad_w = StridedMatrix::of(weight_.grad());
-  kernels::gemm(StridedMatrix::of(grad_out), StridedMatrix::of(input_), grad_w, grad_w, dw, stream);
-  weight_.mark_grad_ready(stream);
-  if (bias_) {
-    kernels::residual_add(bias_->grad(), bias_grad_scratch_, bias_->grad(), stream);
-    bias_->mark_grad_ready(stream);
-  }
-  // dx = dy W
-  detail::ensure_buffer(dx_, input_.shape(), precision_.storage, device);
+  ensure_buffer(dx_buffer, input.shape(), precision.storage, device);
   GemmOptions dx;
-  dx.precision = precision_.gemm;
-  kernels::gemm(grad_out, weight_.value(), dx_, dx, stream);
-  return dx_.view(detail::with_last(dy.shape(), in_));
+  dx.precision = precision.gemm;
+  kernels::gemm(grad_out, weight.value(), dx_buffer, dx, stream);
+  return dx_buffer;
 }
+
+}  // namespace detail
 
 }  // namespace loom::nn

@@ -5,11 +5,13 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "loom/core/allocator.hpp"
 #include "loom/core/tensor_ops.hpp"
 #include "loom/model/init.hpp"
+#include "loom/model/parameter_space.hpp"
 #include "loom/nn/gpt.hpp"
 
 using loom::model::philox4x32_10;
@@ -97,5 +99,45 @@ TEST_CASE("every rank of a sharded space makes exactly its slices of one process
         }
       }
     }
+  }
+}
+
+TEST_CASE("a tensor-parallel box initialises to those elements of the whole tensor, bit for bit", "[model][init]") {
+  using loom::model::Parameter;
+  using loom::model::ParameterSpace;
+  using loom::model::Partition;
+  const loom::Shape global{6, 10};
+  // Every parameter is named "w": the same stream, so each box must take the whole's elements.
+  auto make = [](const loom::Shape& shape) {
+    auto p = std::make_unique<Parameter>("w", shape, loom::DType::f32, loom::Device::cpu(), true);
+    p->set_init(loom::model::Init::normal(0.02f));
+    return p;
+  };
+  auto whole = make(global);
+  ParameterSpace whole_space({{"u", {whole.get()}}});
+  whole_space.initialize(5);
+  const std::vector<float> all = whole->value().to_vector<float>();
+  struct Box {
+    loom::Shape shape;
+    std::vector<std::int64_t> offset;
+  };
+  // Row blocks (column-parallel, and the three blocks of a fused QKV weight), uneven column blocks
+  // (row-parallel), and a block in both.
+  const std::vector<Box> boxes = {{{3, 10}, {3, 0}}, {{2, 10}, {4, 0}}, {{6, 4}, {0, 0}},
+                                  {{6, 6}, {0, 4}},  {{2, 3}, {1, 7}}};
+  for (const Box& b : boxes) {
+    INFO("box " << b.shape << " at " << b.offset[0] << ", " << b.offset[1]);
+    auto part = make(b.shape);
+    part->set_partition(Partition{global, b.offset, false});
+    ParameterSpace space({{"u", {part.get()}}});
+    space.initialize(5);
+    const std::vector<float> got = part->value().to_vector<float>();
+    std::vector<float> want;
+    for (std::int64_t r = 0; r < b.shape[0]; ++r) {
+      for (std::int64_t c = 0; c < b.shape[1]; ++c) {
+        want.push_back(all[static_cast<std::size_t>((r + b.offset[0]) * global[1] + c + b.offset[1])]);
+      }
+    }
+    REQUIRE(got == want);
   }
 }

@@ -1,0 +1,86 @@
+// Megatron-LM's tensor-parallel linear layers: one Linear split over the N ranks of a tensor group
+// (topo::DeviceMesh::tensor()), each rank holding one block of the weight, with the communication
+// pairs that make the blocks compute the whole layer:
+//
+//   ColumnParallelLinear  W [out, in] split by rows: rank r holds rows [out r / N, out (r + 1) / N)
+//                         and the same part of the bias. Forward: y_r = x W_r^T + b_r from the whole
+//                         input, the output left split (identity); backward: dx is the all-reduced
+//                         sum of every rank's dy_r W_r (Megatron's f).
+//   RowParallelLinear     W split by columns: rank r holds columns [in r / N, in (r + 1) / N) and
+//                         takes that part of its input (what a column-parallel layer before it
+//                         left). Forward: y = all-reduce(x_r W_r^T) + b, the whole bias added once,
+//                         after the sum (Megatron's g); backward: dx_r = dy W_r from the whole dy,
+//                         and db = the sum of dy over rows (the bias is replicated: every rank
+//                         computes the same).
+//
+// An MLP is column then row: one all-reduce forward, one backward. Parameters keep Linear's names
+// ("<name>.weight", "<name>.bias") and declare their box of the global tensor (model::Partition),
+// so a model initialised from a seed holds, on each rank, exactly that block of the weights one
+// process makes (model/init.hpp), and checkpoints store the blocks as pieces of the whole tensor.
+// With N = 1 both are nn::Linear. The split dimension must divide by N.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/comm/communicator.hpp"
+#include "loom/core/stream.hpp"
+#include "loom/nn/linear.hpp"
+#include "loom/nn/parameter.hpp"
+#include "loom/nn/precision.hpp"
+
+namespace loom::nn {
+
+class ColumnParallelLinear {
+ public:
+  // tensor: the tensor group (on the layer's device); it must outlive the layer. options.gelu
+  // applies to this rank's block of outputs (elementwise: the same as on the whole).
+  ColumnParallelLinear(const std::string& name, std::int64_t in_features, std::int64_t out_features,
+                       LinearOptions options, const Precision& precision, Device device, comm::Communicator& tensor);
+
+  // x: [..., in], the same on every rank. Returns [..., out / N]: this rank's block of outputs.
+  Tensor forward(const Tensor& x, StreamRef stream = {});
+  // dy: [..., out / N]. Returns the whole dx [..., in] (all-reduced over the group).
+  Tensor backward(const Tensor& dy, StreamRef stream = {});
+
+  Parameter& weight() noexcept { return local_.weight(); }
+  Parameter* bias() noexcept { return local_.bias(); }
+  void collect_parameters(std::vector<Parameter*>& out) { local_.collect_parameters(out); }
+  std::int64_t local_out_features() const noexcept { return out_ / ranks_; }
+
+ private:
+  std::int64_t out_;
+  int ranks_;
+  comm::Communicator& tensor_;
+  Linear local_;  // the rank's block: [out / N, in]
+};
+
+class RowParallelLinear {
+ public:
+  RowParallelLinear(const std::string& name, std::int64_t in_features, std::int64_t out_features, bool bias,
+                    const Precision& precision, Device device, comm::Communicator& tensor);
+
+  // x: [..., in / N], this rank's block of inputs. Returns the whole y [..., out], the same on
+  // every rank (a buffer of this layer, valid until the next forward).
+  Tensor forward(const Tensor& x, StreamRef stream = {});
+  // dy: [..., out], the same on every rank. Returns this rank's block of dx [..., in / N].
+  Tensor backward(const Tensor& dy, StreamRef stream = {});
+
+  Parameter& weight() noexcept { return weight_; }
+  Parameter* bias() noexcept { return bias_.get(); }
+  void collect_parameters(std::vector<Parameter*>& out);
+  std::int64_t local_in_features() const noexcept { return in_ / ranks_; }
+
+ private:
+  std::int64_t in_, out_;
+  int ranks_;
+  comm::Communicator& tensor_;
+  Precision precision_;
+  Parameter weight_;  // [out, in / N]
+  std::unique_ptr<Parameter> bias_;
+  Tensor input_, output_, ones_, dx_, bias_grad_scratch_;
+};
+
+}  // namespace loom::nn
