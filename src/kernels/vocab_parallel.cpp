@@ -13,7 +13,8 @@ namespace {
 std::int64_t valid_width(const char* kernel, const VocabShard& shard, std::int64_t width) {
   const std::int64_t valid = shard.valid < 0 ? width : shard.valid;
   require(valid <= width, kernel, ": the shard's ", valid, " real columns exceed its width ", width);
-  require(shard.vocab_size >= 1 && shard.first >= 0 && shard.first + valid <= shard.vocab_size, kernel,
+  // A block of padding only (past the real ids) has no real columns wherever it starts.
+  require(shard.vocab_size >= 1 && shard.first >= 0 && (valid == 0 || shard.first + valid <= shard.vocab_size), kernel,
           ": a shard of ids [", shard.first, ", ", shard.first + valid, ") does not fit a vocabulary of ",
           shard.vocab_size);
   return valid;
