@@ -1,5 +1,6 @@
 #include "loom/optim/clip.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -55,6 +56,52 @@ float space_grad_norm(const Optimizer& optimizer, comm::Communicator* shards, St
 float clip_factor(float norm, float max_norm) {
   if (max_norm <= 0.0f || !std::isfinite(norm) || norm <= max_norm) return 1.0f;
   return max_norm / (norm + 1e-6f);
+}
+
+float space_grad_norm(const Optimizer& optimizer, comm::Communicator* shards, comm::Communicator* tensor,
+                      StreamRef stream) {
+  if (tensor == nullptr || tensor->size() == 1) return space_grad_norm(optimizer, shards, stream);
+  const model::ParameterSpace& space = optimizer.space();
+  const int ranks = space.ranks();
+  require(!optimizer.sharded() || (shards != nullptr && shards->size() == ranks), optimizer.name(), ": the norm of "
+          "a gradient sharded over ", ranks, " ranks needs their communicator");
+  // Squares per (slot, slice of its unit): each written by one data rank, zero elsewhere.
+  const auto slots = static_cast<std::int64_t>(space.slots().size());
+  const Tensor partials = scratch_zeros({slots * ranks}, DType::f32, space.device(), stream);
+  const std::vector<Tensor> grads = optimizer.gradients();
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    const model::ShardRange& range = optimizer.ranges()[i];
+    const model::Unit& unit = space.units()[range.unit];
+    const std::int64_t slice = unit.elements / ranks;
+    for (std::int64_t s = 0; s < slots; ++s) {
+      const model::Slot& slot = space.slots()[static_cast<std::size_t>(s)];
+      if (slot.unit != range.unit) continue;
+      // The slot's elements in this range, cut at the slice boundaries.
+      for (std::int64_t at = std::max(slot.offset, range.begin), end = std::min(slot.offset + slot.numel, range.end);
+           at < end;) {
+        const std::int64_t k = (at - unit.begin) / slice, stop = std::min(end, unit.begin + (k + 1) * slice);
+        const Tensor part = grads[i].slice(at - range.begin, stop - range.begin);
+        const std::int64_t index = s * ranks + k;
+        kernels::sum_of_squares(std::span<const Tensor>(&part, 1), partials.slice(index, index + 1), stream);
+        at = stop;
+      }
+    }
+  }
+  if (optimizer.sharded()) shards->all_reduce(partials, partials, comm::ReduceOp::sum, stream).wait();
+  synchronize(stream);
+  // Replicated slots are the same on every rank of the group: each rank contributes 1/N of theirs.
+  const std::vector<float> host = partials.to(Device::cpu()).to_vector<float>();
+  double sum = 0;
+  for (std::int64_t s = 0; s < slots; ++s) {
+    const double weight = space.slots()[static_cast<std::size_t>(s)].parameter->partition().replicated
+                              ? 1.0 / tensor->size()
+                              : 1.0;
+    for (int k = 0; k < ranks; ++k) sum += weight * host[static_cast<std::size_t>(s * ranks + k)];
+  }
+  const Tensor total = Tensor::from_vector(std::vector<float>{static_cast<float>(sum)}, {1}).to(tensor->device());
+  tensor->all_reduce(total, total, comm::ReduceOp::sum, stream).wait();
+  synchronize(stream);
+  return static_cast<float>(std::sqrt(total.to(Device::cpu()).item<float>()));
 }
 
 }  // namespace loom::optim

@@ -17,13 +17,22 @@ DynamicLossScaler::DynamicLossScaler(const LossScalerOptions& options)
 }
 
 bool DynamicLossScaler::unscale_and_update(std::span<const Tensor> grads, comm::Communicator* comm, StreamRef stream) {
-  if (!options_.enabled || (grads.empty() && comm == nullptr)) return true;
+  return unscale_and_update(grads, comm, nullptr, stream);
+}
+
+bool DynamicLossScaler::unscale_and_update(std::span<const Tensor> grads, comm::Communicator* comm,
+                                           comm::Communicator* tensor, StreamRef stream) {
+  if (tensor != nullptr && tensor->size() == 1) tensor = nullptr;
+  if (!options_.enabled || (grads.empty() && comm == nullptr && tensor == nullptr)) return true;
   const Tensor flag =
-      scratch_zeros({1}, DType::f32, comm != nullptr ? comm->device() : grads.front().device(), stream);
+      scratch_zeros({1}, DType::f32,
+                    comm != nullptr ? comm->device() : tensor != nullptr ? tensor->device() : grads.front().device(),
+                    stream);
   if (!grads.empty()) kernels::unscale_and_check_finite(grads, 1.0f / scale_, flag, stream);
   if (comm != nullptr) {
     comm->all_reduce(flag, flag, comm::ReduceOp::max, stream).wait();
   }
+  if (tensor != nullptr) tensor->all_reduce(flag, flag, comm::ReduceOp::max, stream).wait();
   synchronize(stream);
   const bool finite = flag.to(Device::cpu()).item<float>() == 0.0f;
   update(finite);

@@ -52,21 +52,25 @@ ParallelGroups checked_groups(ParallelGroups g) {
   std::exception_ptr invalid;
   try {
     const int tensor = g.tensor != nullptr ? g.tensor->size() : 1;
-    require(tensor == 1, "trainer: the tensor-parallel group has ", tensor, " ranks; tensor parallelism is not built "
-            "yet (pass a group of size 1, or none)");
     require(g.data->size() * tensor == g.world->size(), "trainer: the data-parallel group (", g.data->size(),
             " ranks) times the tensor-parallel group (", tensor, ") must be the world (", g.world->size(), " ranks)");
-    require(g.data->device() == g.world->device(), "trainer: the data-parallel group is on ", g.data->device(),
-            " but the world on ", g.world->device());
+    require(g.data->device() == g.world->device() && (g.tensor == nullptr || g.tensor->device() == g.world->device()),
+            "trainer: the data-parallel group is on ", g.data->device(), (g.tensor != nullptr ? " and the tensor group on " : ""),
+            (g.tensor != nullptr ? g.tensor->device().to_string() : std::string()), " but the world on ",
+            g.world->device());
   } catch (...) {
     invalid = std::current_exception();
   }
   comm::throw_if_any_failed(*g.world, invalid, "checking the parallel groups");
-  // With a tensor group of size 1 the data group is the world, rank for rank.
+  // The mesh's order (topo/mesh.hpp): world rank = data rank x tensor + tensor rank. With a
+  // tensor group of size 1 the data group is the world, rank for rank.
+  const int tensor = g.tensor != nullptr ? g.tensor->size() : 1;
+  const int tensor_rank = g.tensor != nullptr ? g.tensor->rank() : 0;
   const std::vector<std::int64_t> apart = comm::all_reduce_values(
-      *g.world, {static_cast<std::int64_t>(g.world->rank() != g.data->rank())}, comm::ReduceOp::max);
-  require(apart[0] == 0, "trainer: the data-parallel group ranks the processes differently from the world (with a "
-          "tensor-parallel group of size 1 they must be the same ranks in the same order)");
+      *g.world, {static_cast<std::int64_t>(g.world->rank() != g.data->rank() * tensor + tensor_rank)},
+      comm::ReduceOp::max);
+  require(apart[0] == 0, "trainer: the groups do not place the ranks as a data x tensor mesh does (world rank = data "
+          "rank x ", tensor, " + tensor rank; build them with topo::DeviceMesh)");
   return g;
 }
 
@@ -231,8 +235,9 @@ StepResult Trainer::step(StreamRef stream) {
   // agreed over the ranks. Under DDP every rank holds the whole average and decides alone, the same.
   comm::Communicator* const shards = sync_->shard_group();
   const std::vector<Tensor> grads = optimizer_->gradients();
-  const bool finite = scaler_.unscale_and_update(grads, shards, stream);
-  result.grad_norm = optim::space_grad_norm(*optimizer_, shards, stream);
+  // Under tensor parallelism each rank of the tensor group holds other blocks: both are agreed over it too.
+  const bool finite = scaler_.unscale_and_update(grads, shards, groups_.tensor, stream);
+  result.grad_norm = optim::space_grad_norm(*optimizer_, shards, groups_.tensor, stream);
   // An inf/NaN gradient never reaches the weights, in any precision (fp16: the scaler backs off).
   result.skipped = !finite || !std::isfinite(result.grad_norm);
   if (result.skipped) ++skipped_steps_;
@@ -300,7 +305,17 @@ void Trainer::restore(const io::TrainingProgress& progress) {
   skipped_steps_ = progress.skipped_steps;
 }
 
+namespace {
+
+void require_no_tensor_parallelism(const ParallelGroups& groups, const char* what) {
+  require(groups.tensor == nullptr || groups.tensor->size() == 1, "trainer: ", what, " with tensor parallelism (a "
+          "tensor group of ", groups.tensor != nullptr ? groups.tensor->size() : 1, " ranks) is not built yet");
+}
+
+}  // namespace
+
 io::CheckpointWriter& Trainer::checkpoint_writer() {
+  require_no_tensor_parallelism(groups_, "saving a checkpoint");
   // Built at the first save, which every rank makes at the same step: building it is collective.
   if (!writer_) writer_ = std::make_unique<io::CheckpointWriter>(model_, *optimizer_, comm_, options_.checkpoint);
   return *writer_;
@@ -319,6 +334,7 @@ std::vector<io::SaveReport> Trainer::finished_saves() {
 }
 
 Trainer::ResumeOutcome Trainer::resume(const std::string& path) {
+  require_no_tensor_parallelism(groups_, "resuming from a checkpoint");
   ResumeOutcome outcome;
   std::exception_ptr failure;
   try {

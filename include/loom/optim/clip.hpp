@@ -24,6 +24,12 @@ float global_grad_norm(std::span<const Tensor> grads, comm::Communicator* comm =
 // gradient by a factor of this norm; AdamW turns a last-bit difference in it into visible
 // differences in the weights, so DDP and ZeRO must agree exactly.)
 float space_grad_norm(const Optimizer& optimizer, comm::Communicator* shards = nullptr, StreamRef stream = {});
+// The same for a space whose parameters are split over a tensor-parallel group (`tensor`, size
+// > 1): each rank holds its blocks of the split parameters (model::Partition::replicated false)
+// and all of the replicated ones, so the split parameters' squares are summed over the group and
+// the replicated ones counted once. Collective over shards (when sharded) and tensor.
+float space_grad_norm(const Optimizer& optimizer, comm::Communicator* shards, comm::Communicator* tensor,
+                      StreamRef stream);
 
 // The factor that brings a gradient of norm `norm` down to max_norm (1 when it already is below,
 // or when max_norm <= 0 means no clipping). Pass it to the optimizer as grad_scale, so clipping

@@ -32,6 +32,10 @@ class DynamicLossScaler {
   // With a communicator, grads are this rank's part of a sharded gradient and the verdict is the
   // ranks' (a collective): every rank skips, or none does.
   bool unscale_and_update(std::span<const Tensor> grads, comm::Communicator* comm = nullptr, StreamRef stream = {});
+  // The same with the verdict agreed over a tensor-parallel group too (each of its ranks holds
+  // other blocks of the gradient): a non-finite value anywhere skips the step on every rank.
+  bool unscale_and_update(std::span<const Tensor> grads, comm::Communicator* comm, comm::Communicator* tensor,
+                          StreamRef stream);
   // The state machine alone, for a step whose gradients were found (non-)finite elsewhere.
   void update(bool finite);
 

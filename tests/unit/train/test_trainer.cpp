@@ -73,7 +73,7 @@ TEST_CASE("Trainer takes the job's parallel groups and names groups that do not 
     };
     errors[r * 4 + 0] = error_of({&world, pair.get(), alone.get()});     // fits: data = world, tensor of 1
     errors[r * 4 + 1] = error_of({&world, alone.get(), nullptr});        // 1 x 1 is not 2
-    errors[r * 4 + 2] = error_of({&world, &world, pair.get()});          // a tensor group of 2
+    errors[r * 4 + 2] = error_of({&world, &world, pair.get()});          // 2 x 2 is not 2
     errors[r * 4 + 3] = error_of({&world, reversed.get(), nullptr});     // the ranks in another order
     loom::train::Trainer trainer(model, data, options, {&world, pair.get(), alone.get()});
     losses[r] = trainer.step().loss;
@@ -82,8 +82,8 @@ TEST_CASE("Trainer takes the job's parallel groups and names groups that do not 
     INFO("rank " << r);
     CHECK(errors[r * 4 + 0].empty());
     CHECK_THAT(errors[r * 4 + 1], Catch::Contains("times the tensor-parallel group (1) must be the world (2 ranks)"));
-    CHECK_THAT(errors[r * 4 + 2], Catch::Contains("tensor parallelism is not built yet"));
-    CHECK_THAT(errors[r * 4 + 3], Catch::Contains("ranks the processes differently"));
+    CHECK_THAT(errors[r * 4 + 2], Catch::Contains("times the tensor-parallel group (2) must be the world (2 ranks)"));
+    CHECK_THAT(errors[r * 4 + 3], Catch::Contains("do not place the ranks as a data x tensor mesh does"));
   }
   CHECK(losses[0] == losses[1]);  // the step's loss is the data group's mean
 }
