@@ -9,6 +9,7 @@
 #include "loom/kernels/elementwise.hpp"
 #include "loom/kernels/grad_utils.hpp"
 #include "src/nn/buffer.hpp"
+#include "src/nn/loss_value.hpp"
 
 namespace loom::nn {
 
@@ -16,20 +17,10 @@ namespace {
 
 bool floating(DType dtype) { return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16; }
 
-// Runs forward_into on a zeroed [1] buffer and reads the loss back (the waiting form of forward).
-template <class Loss>
-float loss_value(Loss& loss, Tensor& value, const Tensor& input, const Tensor& targets, StreamRef stream) {
-  detail::ensure_buffer(value, {1}, DType::f32, input.device());
-  fill(value, 0.0, stream);
-  loss.forward_into(input, targets, value, stream);
-  synchronize(stream);
-  return value.to(Device::cpu()).item<float>();
-}
-
 }  // namespace
 
 float MseLoss::forward(const Tensor& predictions, const Tensor& targets, StreamRef stream) {
-  return loss_value(*this, value_, predictions, targets, stream);
+  return detail::loss_value(*this, value_, predictions, targets, stream);
 }
 
 void MseLoss::forward_into(const Tensor& predictions, const Tensor& targets, const Tensor& loss_sum,
@@ -74,7 +65,7 @@ Tensor MseLoss::backward(float loss_scale, StreamRef stream) {
 }
 
 float CrossEntropyLoss::forward(const Tensor& logits, const Tensor& targets, StreamRef stream) {
-  return loss_value(*this, value_, logits, targets, stream);
+  return detail::loss_value(*this, value_, logits, targets, stream);
 }
 
 void CrossEntropyLoss::forward_into(const Tensor& logits, const Tensor& targets, const Tensor& loss_sum,

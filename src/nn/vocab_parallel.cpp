@@ -8,6 +8,7 @@
 #include "loom/kernels/cross_entropy.hpp"
 #include "loom/kernels/vocab_parallel.hpp"
 #include "src/nn/buffer.hpp"
+#include "src/nn/loss_value.hpp"
 
 namespace loom::nn {
 
@@ -72,11 +73,7 @@ VocabParallelCrossEntropy::VocabParallelCrossEntropy(std::int64_t vocab_size, co
     : vocab_size_(vocab_size), ignore_index_(ignore_index), block_(block), tensor_(tensor) {}
 
 float VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& targets, StreamRef stream) {
-  detail::ensure_buffer(value_, {1}, DType::f32, logits.device());
-  fill(value_, 0.0, stream);
-  forward_into(logits, targets, value_, stream);
-  synchronize(stream);
-  return value_.to(Device::cpu()).item<float>();
+  return detail::loss_value(*this, value_, logits, targets, stream);
 }
 
 void VocabParallelCrossEntropy::forward_into(const Tensor& logits, const Tensor& targets, const Tensor& loss_sum,
