@@ -103,9 +103,9 @@ void vocab_parallel_backward(const Tensor& logits, const Tensor& targets, const 
   });
 }
 
-void vocab_parallel_embedding_forward(const Tensor& tokens, const Tensor& wte_shard, const Tensor& out,
-                                      const VocabShard& shard, std::int64_t valid) {
-  const std::int64_t positions = tokens.numel(), channels = wte_shard.size(1);
+void vocab_parallel_embedding_forward(const Tensor& tokens, const Tensor& wte_shard, const Tensor& wpe,
+                                      const Tensor& out, const VocabShard& shard, std::int64_t valid) {
+  const std::int64_t positions = tokens.numel(), steps = tokens.size(1), channels = wte_shard.size(1);
   const std::int32_t* tok = tokens.data<std::int32_t>();
   for (std::int64_t i = 0; i < positions; ++i) {
     require(tok[i] >= 0 && tok[i] < shard.vocab_size, "vocab_parallel_embedding: token ", tok[i], " at position ", i,
@@ -116,20 +116,28 @@ void vocab_parallel_embedding_forward(const Tensor& tokens, const Tensor& wte_sh
     for (std::int64_t i = 0; i < positions; ++i) {
       const std::int64_t local = local_column(tok[i], shard, valid);
       T* o = out.data<T>() + i * channels;
-      if (local < 0) {
+      const T* token_row = local < 0 ? nullptr : wte_shard.data<T>() + local * channels;
+      if (wpe.defined()) {  // the sum rounded once, as embedding_forward rounds it
+        const T* position_row = wpe.data<T>() + (i % steps) * channels;
+        for (std::int64_t c = 0; c < channels; ++c) {
+          o[c] = from_f32<T>(token_row != nullptr ? to_f32(token_row[c]) + to_f32(position_row[c])
+                                                  : to_f32(position_row[c]));
+        }
+      } else if (token_row == nullptr) {
         std::fill(o, o + channels, from_f32<T>(0.0f));
-        continue;
+      } else {
+        std::copy_n(token_row, channels, o);
       }
-      std::copy_n(wte_shard.data<T>() + local * channels, channels, o);
     }
   });
 }
 
 void vocab_parallel_embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& dwte_shard,
-                                       const VocabShard& shard, std::int64_t valid) {
-  const std::int64_t positions = tokens.numel(), channels = dout.size(-1);
+                                       const Tensor& dwpe, const VocabShard& shard, std::int64_t valid) {
+  const std::int64_t positions = tokens.numel(), steps = tokens.size(1), channels = dout.size(-1);
   const std::int32_t* tok = tokens.data<std::int32_t>();
   float* dwte = dwte_shard.data<float>();
+  float* position_grad = dwpe.defined() ? dwpe.data<float>() : nullptr;
   // Threads own disjoint channel ranges and walk the positions in order: a fixed order, no races.
   visit_float_dtype(dout.dtype(), [&]<class T>() {
     const int parts = static_cast<int>(std::clamp<std::int64_t>(channels / 64, 1, omp_get_max_threads()));
@@ -138,8 +146,12 @@ void vocab_parallel_embedding_backward(const Tensor& tokens, const Tensor& dout,
       const std::int64_t c0 = channels * part / parts, c1 = channels * (part + 1) / parts;
       for (std::int64_t i = 0; i < positions; ++i) {
         const std::int64_t local = local_column(tok[i], shard, valid);
-        if (local < 0) continue;
         const T* g = dout.data<T>() + i * channels;
+        if (position_grad != nullptr) {  // in position order, as embedding_backward adds them
+          float* position_row = position_grad + (i % steps) * channels;
+          for (std::int64_t c = c0; c < c1; ++c) position_row[c] += to_f32(g[c]);
+        }
+        if (local < 0) continue;
         float* row = dwte + local * channels;
         for (std::int64_t c = c0; c < c1; ++c) row[c] += to_f32(g[c]);
       }

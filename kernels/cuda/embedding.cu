@@ -4,7 +4,7 @@
 // token adds its positions' gradients in that order: the same additions, in the same order, as
 // the CPU kernel, so the same bits, with the work spread over tokens and channels.
 #include "common.cuh"
-#include "token_sort.cuh"
+#include "embedding_grad.cuh"
 #include "training.hpp"
 
 namespace loom::kernels::cuda {
@@ -25,17 +25,6 @@ __global__ void embedding_forward_kernel(const std::int32_t* tokens, const T* wt
     out[i] = token < 0 || token >= vocab
                  ? from_f32<T>(NAN)
                  : from_f32<T>(to_f32(wte[token * channels + c]) + to_f32(wpe[(p % steps) * channels + c]));
-  }
-}
-
-template <class T, class G>
-__global__ void position_grad_kernel(const T* dout, G* dwpe, std::int64_t batch, std::int64_t steps,
-                                     std::int64_t channels) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < steps * channels;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    float sum = 0.0f;
-    for (std::int64_t b = 0; b < batch; ++b) sum += to_f32(dout[b * steps * channels + i]);
-    dwpe[i] = from_f32<G>(to_f32(dwpe[i]) + sum);
   }
 }
 

@@ -1,11 +1,12 @@
 // One rank's share of the vocabulary-parallel cross-entropy and embedding (loom/kernels/
 // vocab_parallel.hpp) on the GPU. Cross-entropy: one block per row, the row read in chunks of 8
 // (row_chunks.cuh), fp32 block reductions with a fixed tree (deterministic). Embedding: one thread
-// per output element; its backward sorts the positions by token (token_sort.cuh) and adds each
-// token's gradients in position order, as the CPU kernel does, never with atomics.
+// per output element (plus the position embedding on the rank that adds it); its backward sorts the
+// positions by token (embedding_grad.cuh) and adds each token's gradients in position order, as the
+// CPU kernel does, never with atomics, and the position embedding's gradient as embedding.cu does.
 #include "common.cuh"
 #include "row_chunks.cuh"
-#include "token_sort.cuh"
+#include "embedding_grad.cuh"
 #include "vocab_parallel.hpp"
 
 namespace loom::kernels::cuda {
@@ -88,13 +89,20 @@ __global__ void backward_kernel(const T* logits, const Target* targets, const fl
 }
 
 template <class T>
-__global__ void embedding_kernel(const std::int32_t* tokens, const T* wte, T* out, std::int64_t positions,
-                                 std::int64_t channels, std::int64_t first, std::int64_t valid) {
+__global__ void embedding_kernel(const std::int32_t* tokens, const T* wte, const T* wpe, T* out,
+                                 std::int64_t positions, std::int64_t steps, std::int64_t channels, std::int64_t first,
+                                 std::int64_t valid) {
   const std::int64_t n = positions * channels;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t row = static_cast<std::int64_t>(tokens[i / channels]) - first;
-    out[i] = row >= 0 && row < valid ? wte[row * channels + i % channels] : from_f32<T>(0.0f);
+    const std::int64_t p = i / channels, c = i % channels, row = static_cast<std::int64_t>(tokens[p]) - first;
+    const bool mine = row >= 0 && row < valid;
+    if (wpe == nullptr) {
+      out[i] = mine ? wte[row * channels + c] : from_f32<T>(0.0f);
+    } else {  // rounded once, as embedding_forward rounds the sum
+      const float position = to_f32(wpe[(p % steps) * channels + c]);
+      out[i] = from_f32<T>(mine ? to_f32(wte[row * channels + c]) + position : position);
+    }
   }
 }
 
@@ -157,27 +165,32 @@ void vocab_parallel_backward(const Tensor& logits, const Tensor& targets, const 
   check_launch("vocab_parallel_backward");
 }
 
-void vocab_parallel_embedding_forward(const Tensor& tokens, const Tensor& wte_shard, const Tensor& out,
-                                      const VocabShard& shard, std::int64_t valid, void* stream) {
+void vocab_parallel_embedding_forward(const Tensor& tokens, const Tensor& wte_shard, const Tensor& wpe,
+                                      const Tensor& out, const VocabShard& shard, std::int64_t valid, void* stream) {
   const DeviceGuard guard(wte_shard.device());
   const std::int64_t positions = tokens.numel(), channels = wte_shard.size(1);
   if (positions * channels == 0) return;
   visit_float_dtype(wte_shard.dtype(), [&]<class T>() {
     embedding_kernel<T><<<grid_for(positions * channels, threads), threads, 0, as_stream(stream)>>>(
-        device_data<std::int32_t>(tokens), device_data<T>(wte_shard), device_data<T>(out), positions, channels,
-        shard.first, valid);
+        device_data<std::int32_t>(tokens), device_data<T>(wte_shard), wpe.defined() ? device_data<T>(wpe) : nullptr,
+        device_data<T>(out), positions, tokens.size(1), channels, shard.first, valid);
   });
   check_launch("vocab_parallel_embedding_forward");
 }
 
 void vocab_parallel_embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& dwte_shard,
-                                       const VocabShard& shard, std::int64_t valid, void* stream) {
+                                       const Tensor& dwpe, const VocabShard& shard, std::int64_t valid, void* stream) {
   const DeviceGuard guard(dout.device());
   const std::int64_t positions = tokens.numel(), channels = dout.size(-1);
   if (positions == 0) return;
   const cudaStream_t s = as_stream(stream);
   const TokenSort sorted(tokens, shard.first, valid, s);
   visit_float_dtype(dout.dtype(), [&]<class T>() {
+    if (dwpe.defined()) {
+      const std::int64_t steps = tokens.size(1), batch = tokens.size(0);
+      position_grad_kernel<T, float><<<grid_for(steps * channels, threads), threads, 0, s>>>(
+          device_data<T>(dout), device_data<float>(dwpe), batch, steps, channels);
+    }
     token_grad_kernel<T, float><<<static_cast<unsigned>(positions), threads, 0, s>>>(
         sorted.keys(), sorted.positions(), device_data<T>(dout), device_data<float>(dwte_shard), positions, valid,
         channels);

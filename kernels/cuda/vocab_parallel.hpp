@@ -15,9 +15,9 @@ void vocab_parallel_loss(const Tensor& targets, const Tensor& row_max, const Ten
 void vocab_parallel_backward(const Tensor& logits, const Tensor& targets, const Tensor& row_max, const Tensor& partial,
                              const Tensor& dlosses, const Tensor& dlogits, const VocabShard& shard, std::int64_t valid,
                              void* stream);
-void vocab_parallel_embedding_forward(const Tensor& tokens, const Tensor& wte_shard, const Tensor& out,
-                                      const VocabShard& shard, std::int64_t valid, void* stream);
+void vocab_parallel_embedding_forward(const Tensor& tokens, const Tensor& wte_shard, const Tensor& wpe,
+                                      const Tensor& out, const VocabShard& shard, std::int64_t valid, void* stream);
 void vocab_parallel_embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& dwte_shard,
-                                       const VocabShard& shard, std::int64_t valid, void* stream);
+                                       const Tensor& dwpe, const VocabShard& shard, std::int64_t valid, void* stream);
 
 }  // namespace loom::kernels::cuda

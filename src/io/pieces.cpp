@@ -39,11 +39,21 @@ void Piece::validate() const {
           ", ", end, ") is not inside its box of ", box.numel(), " elements");
 }
 
-Piece piece_of(const std::string& tensor, const model::Partition& partition, const Shape& shape, std::int64_t begin,
-               std::int64_t end) {
-  Piece piece{tensor, partition.global, partition.offset, shape, begin, end};
-  piece.validate();
-  return piece;
+std::vector<Piece> pieces_of(const std::string& tensor, const model::Partition& partition, const Shape& shape,
+                             std::int64_t begin, std::int64_t end) {
+  const std::vector<model::Box> boxes = model::boxes(partition, shape);
+  std::vector<Piece> pieces;
+  for (const model::Box& box : boxes) {
+    const std::int64_t from = std::max(begin, box.first), to = std::min(end, box.first + box.extent.numel());
+    if (from >= to) continue;
+    pieces.push_back({tensor, partition.global, box.offset, box.extent, from - box.first, to - box.first});
+    pieces.back().validate();
+  }
+  if (pieces.empty()) {
+    pieces.push_back({tensor, partition.global, boxes.front().offset, boxes.front().extent, 0, 0});
+    pieces.back().validate();
+  }
+  return pieces;
 }
 
 std::vector<Run> global_runs(const Piece& piece) {

@@ -17,21 +17,58 @@ namespace loom::io::detail {
 
 namespace fs = std::filesystem;
 
-std::vector<HeldPiece> held_pieces(const model::Model& model, const optim::Optimizer& optimizer) {
+namespace {
+
+// Where this rank sits among the ranks holding copies of a piece (see HeldPiece).
+struct MeshPlace {
+  int data_rank = 0, data_ranks = 1, tensor_rank = 0, tensor_ranks = 1;
+  // The copies of a piece held by every rank of the data group (when over_data) and of the tensor
+  // group (when over_tensor), and which of them this rank's is.
+  std::pair<int, int> replication(bool over_data, bool over_tensor) const {
+    const int tensor = over_tensor ? tensor_ranks : 1, data = over_data ? data_ranks : 1;
+    return {data * tensor, (over_data ? data_rank : 0) * tensor + (over_tensor ? tensor_rank : 0)};
+  }
+};
+
+MeshPlace mesh_place(const model::Model& model, int rank, int world) {
+  const int tensor = model.tensor_ranks();
+  require(tensor >= 1 && world % tensor == 0, "checkpoint: the model is split over a tensor group of ", tensor,
+          " ranks, which does not divide the ", world, " ranks saving it (pass the world communicator)");
+  return {rank / tensor, world / tensor, rank % tensor, tensor};
+}
+
+// The pieces of a parameter's local elements [begin, end), each with its part of `data` (those
+// elements, flat).
+void add_pieces(std::vector<HeldPiece>& held, const std::string& name, const model::Parameter& p, std::int64_t begin,
+                std::int64_t end, const Tensor& data, std::pair<int, int> replication) {
+  std::int64_t at = 0;
+  for (Piece& piece : pieces_of(name, p.partition(), p.shape(), begin, end)) {
+    const std::int64_t n = piece.numel();
+    held.push_back({std::move(piece), data.slice(at, at + n), replication.first, replication.second});
+    at += n;
+  }
+}
+
+}  // namespace
+
+std::vector<HeldPiece> held_pieces(const model::Model& model, const optim::Optimizer& optimizer, int rank,
+                                   int world) {
+  const MeshPlace place = mesh_place(model, rank, world);
   const model::ParameterSpace& space = model.parameter_space();
   std::vector<HeldPiece> held;
   for (const model::Slot& slot : space.slots()) {
     const model::Parameter& p = *slot.parameter;
+    const bool over_tensor = p.partition().replicated;
     if (slot.numel == 0) {  // no slice or segment holds it: one empty piece each (rank 0 writes them)
-      held.push_back({piece_of(p.name(), p.partition(), p.shape(), 0, 0), Tensor::empty({0}, p.dtype()), true});
+      const std::pair<int, int> everyone{world, rank};
+      add_pieces(held, p.name(), p, 0, 0, Tensor::empty({0}, p.dtype()), everyone);
       for (const std::string& kind : optimizer.state_kinds()) {
-        held.push_back({piece_of(p.name() + "." + kind, p.partition(), p.shape(), 0, 0), Tensor::empty({0}, DType::f32),
-                        true});
+        add_pieces(held, p.name() + "." + kind, p, 0, 0, Tensor::empty({0}, DType::f32), everyone);
       }
       continue;
     }
     if (space.value_mode() == model::ValueMode::full) {
-      held.push_back({piece_of(p.name(), p.partition(), p.shape(), 0, slot.numel), p.value().flatten(), true});
+      add_pieces(held, p.name(), p, 0, slot.numel, p.value().flatten(), place.replication(true, over_tensor));
       continue;
     }
     // ZeRO-3: this rank's slice of the slot's unit, where it overlaps the slot.
@@ -39,31 +76,31 @@ std::vector<HeldPiece> held_pieces(const model::Model& model, const optim::Optim
     const std::int64_t size = unit.elements / space.ranks(), first = unit.begin + space.value_rank() * size;
     const std::int64_t begin = std::max(first, slot.offset), end = std::min(first + size, slot.offset + slot.numel);
     if (begin >= end) continue;
-    held.push_back({piece_of(p.name(), p.partition(), p.shape(), begin - slot.offset, end - slot.offset),
-                    space.stored_values(begin, end), false});
+    add_pieces(held, p.name(), p, begin - slot.offset, end - slot.offset, space.stored_values(begin, end),
+               place.replication(false, over_tensor));
   }
   for (const std::string& kind : optimizer.state_kinds()) {
     const Tensor& state = optimizer.state(kind);
     for (const optim::Optimizer::Segment& s : optimizer.segments()) {
       const model::Slot& slot = space.slots()[s.slot];
       const model::Parameter& p = *slot.parameter;
-      held.push_back({piece_of(p.name() + "." + kind, p.partition(), p.shape(), s.begin - slot.offset,
-                               s.end - slot.offset),
-                      state.slice(s.local, s.local + (s.end - s.begin)), !optimizer.sharded()});
+      add_pieces(held, p.name() + "." + kind, p, s.begin - slot.offset, s.end - slot.offset,
+                 state.slice(s.local, s.local + (s.end - s.begin)),
+                 place.replication(!optimizer.sharded(), p.partition().replicated));
     }
   }
   return held;
 }
 
-std::vector<HeldPiece> owned_pieces(const std::vector<HeldPiece>& held, int rank, int world) {
+std::vector<HeldPiece> owned_pieces(const std::vector<HeldPiece>& held) {
   std::vector<HeldPiece> owned;
   for (const HeldPiece& h : held) {
-    if (!h.replicated) {
+    if (h.replicas == 1) {
       owned.push_back(h);
       continue;
     }
-    const std::int64_t n = h.piece.numel(), from = n * rank / world, to = n * (rank + 1) / world;
-    if (from == to && (n > 0 || rank != 0)) continue;  // an empty tensor is still written, once
+    const std::int64_t n = h.piece.numel(), from = n * h.replica / h.replicas, to = n * (h.replica + 1) / h.replicas;
+    if (from == to && (n > 0 || h.replica != 0)) continue;  // an empty tensor is still written, once
     HeldPiece part = h;
     part.piece.begin = h.piece.begin + from;
     part.piece.end = h.piece.begin + to;
@@ -82,7 +119,7 @@ std::uint64_t ShardedSave::data_bytes() const {
 ShardedSave sharded_save(const model::Model& model, const optim::Optimizer& optimizer, const TrainingProgress& progress,
                          int rank, int world) {
   ShardedSave save{progress.step, rank, world, {}, manifest_json(model, optimizer, progress)};
-  for (const HeldPiece& h : owned_pieces(held_pieces(model, optimizer), rank, world)) {
+  for (const HeldPiece& h : owned_pieces(held_pieces(model, optimizer, rank, world))) {
     save.pieces.push_back({h.piece, h.target});
   }
   const model::ParameterSpace& space = model.parameter_space();

@@ -21,19 +21,23 @@ namespace loom::io::detail {
 
 // What this rank's model and optimizer hold, piece by piece: parameter values (named like the
 // parameter) and optimizer state ("<parameter>.<kind>", f32). `target` is a flat view of where the
-// elements live (any device). Replicated pieces are held whole by every rank (values under DDP and
-// ZeRO-1/2, an unsharded optimizer's state); the others are this rank's alone (ZeRO-3's value
-// slices, a sharded optimizer's segments).
+// elements live (any device). `replicas` ranks hold the same piece, this one as number `replica`
+// of them: every rank of the data group holds values under DDP and ZeRO-1/2 and an unsharded
+// optimizer's state (ZeRO-3's value slices and a sharded optimizer's segments are one data rank's
+// alone), and every rank of the tensor group holds a parameter that is not split (a LayerNorm's).
+// rank/world place this rank in the data x tensor mesh with the model's tensor_ranks().
 struct HeldPiece {
   Piece piece;
   Tensor target;
-  bool replicated = false;
+  int replicas = 1;
+  int replica = 0;
 };
-std::vector<HeldPiece> held_pieces(const model::Model& model, const optim::Optimizer& optimizer);
+std::vector<HeldPiece> held_pieces(const model::Model& model, const optim::Optimizer& optimizer, int rank = 0,
+                                   int world = 1);
 
-// The pieces rank `rank` of `world` writes: its own pieces, and 1/world of each replicated one
-// (elements [n r / world, n (r + 1) / world)), so every element is written exactly once.
-std::vector<HeldPiece> owned_pieces(const std::vector<HeldPiece>& held, int rank, int world);
+// The pieces this rank writes: its own pieces, and 1/replicas of each replicated one (elements
+// [n k / replicas, n (k + 1) / replicas) for replica k), so every element is written exactly once.
+std::vector<HeldPiece> owned_pieces(const std::vector<HeldPiece>& held);
 
 // What one rank's part of a sharded save is, taken at a step boundary: the pieces it writes and
 // the state.json rank 0 commits. The pieces' data are views of the live tensors (a synchronous

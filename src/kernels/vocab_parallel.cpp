@@ -33,6 +33,16 @@ void check_per_row(const char* kernel, const char* name, const Tensor& t, std::i
   detail::require_shape(kernel, {name, t}, width == 0 ? Shape{rows} : Shape{rows, width});
 }
 
+// A position table [maxT, C] on the kernel's device, with a row for each of the tokens' steps.
+void check_positions(const char* kernel, const char* name, const Tensor& table, const Tensor& tokens,
+                     const Tensor& wte_shard, Device device) {
+  require(table.device() == device, kernel, ": ", name, " is on ", table.device(), ", the other tensors on ", device);
+  require(table.rank() == 2 && wte_shard.rank() == 2 && table.size(1) == wte_shard.size(1) && tokens.rank() == 2 &&
+              tokens.size(1) <= table.size(0),
+          kernel, ": ", name, " must be [maxT >= ", tokens.rank() == 2 ? tokens.size(1) : 0, ", C] like the table's ",
+          wte_shard, ", got ", table);
+}
+
 }  // namespace
 
 void vocab_parallel_max(const Tensor& logits, const Tensor& row_max, const VocabShard& shard, StreamRef stream) {
@@ -101,29 +111,35 @@ void vocab_parallel_backward(const Tensor& logits, const Tensor& targets, const 
       [&](void* s) { cuda::vocab_parallel_backward(logits, targets, row_max, partial, dlosses, dlogits, shard, valid, s); });
 }
 
-void vocab_parallel_embedding_forward(const Tensor& tokens, const Tensor& wte_shard, const Tensor& out,
-                                      const VocabShard& shard, StreamRef stream) {
+void vocab_parallel_embedding_forward(const Tensor& tokens, const Tensor& wte_shard, const Tensor& wpe,
+                                      const Tensor& out, const VocabShard& shard, StreamRef stream) {
   const char* kernel = "vocab_parallel_embedding_forward";
   const Device device = detail::common_device(kernel, {{"tokens", tokens}, {"wte_shard", wte_shard}, {"out", out}});
+  if (wpe.defined()) check_positions(kernel, "wpe", wpe, tokens, wte_shard, device);
   detail::require_dtype(kernel, {"tokens", tokens}, DType::i32);
   require(tokens.rank() == 2, kernel, ": tokens must be [B, T], got ", tokens);
   detail::require_floating(kernel, {"wte_shard", wte_shard});
   require(wte_shard.rank() == 2, kernel, ": wte_shard must be [rows, C], got ", wte_shard);
   detail::require_same_dtype(kernel, {{"wte_shard", wte_shard}, {"out", out}});
+  if (wpe.defined()) detail::require_same_dtype(kernel, {{"wte_shard", wte_shard}, {"wpe", wpe}});
   detail::require_shape(kernel, {"out", out}, Shape{tokens.size(0), tokens.size(1), wte_shard.size(1)});
   const std::int64_t valid = valid_width(kernel, shard, wte_shard.size(0));
-  detail::dispatch(kernel, device, stream, [&] { cpu::vocab_parallel_embedding_forward(tokens, wte_shard, out, shard, valid); },
+  detail::dispatch(kernel, device, stream, [&] { cpu::vocab_parallel_embedding_forward(tokens, wte_shard, wpe, out, shard, valid); },
                    [&](void* s) {
                      cuda::check_index_range(tokens, shard.vocab_size, std::nullopt, "vocab_parallel_embedding: token", s);
-                     cuda::vocab_parallel_embedding_forward(tokens, wte_shard, out, shard, valid, s);
+                     cuda::vocab_parallel_embedding_forward(tokens, wte_shard, wpe, out, shard, valid, s);
                    });
 }
 
 void vocab_parallel_embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& dwte_shard,
-                                       const VocabShard& shard, StreamRef stream) {
+                                       const Tensor& dwpe, const VocabShard& shard, StreamRef stream) {
   const char* kernel = "vocab_parallel_embedding_backward";
   const Device device =
       detail::common_device(kernel, {{"tokens", tokens}, {"dout", dout}, {"dwte_shard", dwte_shard}});
+  if (dwpe.defined()) {
+    check_positions(kernel, "dwpe", dwpe, tokens, dwte_shard, device);
+    detail::require_dtype(kernel, {"dwpe", dwpe}, DType::f32);
+  }
   detail::require_dtype(kernel, {"tokens", tokens}, DType::i32);
   require(tokens.rank() == 2, kernel, ": tokens must be [B, T], got ", tokens);
   detail::require_floating(kernel, {"dout", dout});
@@ -132,8 +148,8 @@ void vocab_parallel_embedding_backward(const Tensor& tokens, const Tensor& dout,
   detail::require_shape(kernel, {"dout", dout}, Shape{tokens.size(0), tokens.size(1), dwte_shard.size(1)});
   const std::int64_t valid = valid_width(kernel, shard, dwte_shard.size(0));
   detail::dispatch(kernel, device, stream,
-                   [&] { cpu::vocab_parallel_embedding_backward(tokens, dout, dwte_shard, shard, valid); },
-                   [&](void* s) { cuda::vocab_parallel_embedding_backward(tokens, dout, dwte_shard, shard, valid, s); });
+                   [&] { cpu::vocab_parallel_embedding_backward(tokens, dout, dwte_shard, dwpe, shard, valid); },
+                   [&](void* s) { cuda::vocab_parallel_embedding_backward(tokens, dout, dwte_shard, dwpe, shard, valid, s); });
 }
 
 }  // namespace loom::kernels

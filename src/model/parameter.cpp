@@ -41,12 +41,33 @@ void Parameter::set_partition(Partition partition) {
   require(partition.global.rank() == rank && static_cast<std::int64_t>(partition.offset.size()) == rank, "parameter '",
           name_, "': a partition needs a global shape and an offset of rank ", rank, ", got ", partition.global,
           " and ", partition.offset.size(), " offset(s)");
+  const std::int64_t stack = partition.stack;
+  require(stack >= 1 && (stack == 1 || (rank >= 1 && shape_[0] % stack == 0 && partition.global[0] % stack == 0)),
+          "parameter '", name_, "': a stack of ", stack, " parts needs local ", shape_, " and global ", partition.global,
+          " shapes whose first dimension divides by it");
   for (std::int64_t d = 0; d < rank; ++d) {
     const std::int64_t at = partition.offset[static_cast<std::size_t>(d)];
-    require(at >= 0 && at + shape_[d] <= partition.global[d], "parameter '", name_, "': its box ", shape_,
-            " at offset ", at, " in dimension ", d, " does not fit the global shape ", partition.global);
+    const std::int64_t local = d == 0 ? shape_[0] / stack : shape_[d], global = d == 0 ? partition.global[0] / stack
+                                                                                       : partition.global[d];
+    require(at >= 0 && at + local <= global, "parameter '", name_, "': its box ", shape_, " at offset ", at,
+            " in dimension ", d, " does not fit the global shape ", partition.global,
+            stack > 1 ? loom::detail::concat(" (", stack, " stacked parts)") : std::string());
   }
   partition_ = std::move(partition);
+}
+
+std::vector<Box> boxes(const Partition& partition, const Shape& local) {
+  if (partition.stack == 1 || partition.global == local) return {{0, partition.offset, local}};
+  std::vector<std::int64_t> rows = local.extents();
+  rows[0] /= partition.stack;
+  const Shape extent(std::move(rows));
+  std::vector<Box> out;
+  for (std::int64_t k = 0; k < partition.stack; ++k) {
+    Box box{k * extent.numel(), partition.offset, extent};
+    box.offset[0] += k * (partition.global[0] / partition.stack);
+    out.push_back(std::move(box));
+  }
+  return out;
 }
 
 void Parameter::bind(Tensor value, Tensor grad) {

@@ -299,35 +299,38 @@ void ParameterSpace::zero_grads(StreamRef stream) {
 namespace {
 
 // The normal draws of a parameter's local elements [first, first + out.numel()), indexed by their
-// element of the global tensor its partition places it in: a tensor-parallel rank's box holds the
-// values one process makes for those elements of the whole tensor. The local elements are walked
+// element of the global tensor its partition places it in: a tensor-parallel rank's boxes hold the
+// values one process makes for those elements of the whole tensor. Each box's elements are walked
 // in runs along the innermost dimension, each contiguous in the global tensor too.
 void fill_normal_in_box(const Tensor& out, std::uint64_t seed, const Parameter& parameter, std::int64_t first,
                         float std) {
   const std::uint64_t stream = parameter_stream(parameter.name());
-  const Partition& box = parameter.partition();
+  const Partition& partition = parameter.partition();
   const Shape& local = parameter.shape();
-  const bool whole = box.global == local;  // offsets are then zero: local index = global index
-  if (whole || local.rank() == 0) {
+  if (partition.global == local || local.rank() == 0) {  // whole: offsets are zero, local index = global index
     fill_normal(out, seed, stream, first, std);
     return;
   }
-  const std::int64_t rank = local.rank(), inner = local[rank - 1];
-  for (std::int64_t k = first, end = first + out.numel(); k < end;) {
-    // The coordinates of local element k, and its index in the global tensor.
-    std::int64_t rest = k, global = 0, stride = 1;
-    std::vector<std::int64_t> coords(static_cast<std::size_t>(rank));
-    for (std::int64_t d = rank - 1; d >= 0; --d) {
-      coords[static_cast<std::size_t>(d)] = rest % local[d];
-      rest /= local[d];
+  const std::int64_t rank = local.rank(), end = first + out.numel();
+  for (const Box& box : boxes(partition, local)) {
+    const Shape& extent = box.extent;
+    const std::int64_t inner = extent[rank - 1];
+    for (std::int64_t k = std::max(first, box.first), stop = std::min(end, box.first + extent.numel()); k < stop;) {
+      // The coordinates of element k - box.first of the box, and its index in the global tensor.
+      std::int64_t rest = k - box.first, global = 0, stride = 1;
+      std::vector<std::int64_t> coords(static_cast<std::size_t>(rank));
+      for (std::int64_t d = rank - 1; d >= 0; --d) {
+        coords[static_cast<std::size_t>(d)] = rest % extent[d];
+        rest /= extent[d];
+      }
+      for (std::int64_t d = rank - 1; d >= 0; --d) {
+        global += (coords[static_cast<std::size_t>(d)] + box.offset[static_cast<std::size_t>(d)]) * stride;
+        stride *= partition.global[d];
+      }
+      const std::int64_t run = std::min(stop - k, inner - coords.back());
+      fill_normal(out.slice(k - first, k - first + run), seed, stream, global, std);
+      k += run;
     }
-    for (std::int64_t d = rank - 1; d >= 0; --d) {
-      global += (coords[static_cast<std::size_t>(d)] + box.offset[static_cast<std::size_t>(d)]) * stride;
-      stride *= box.global[d];
-    }
-    const std::int64_t run = std::min(end - k, inner - coords.back());
-    fill_normal(out.slice(k - first, k - first + run), seed, stream, global, std);
-    k += run;
   }
 }
 

@@ -30,17 +30,30 @@ AttentionKernel resolve(AttentionKernel kernel, std::int64_t batch, std::int64_t
   return bytes > static_cast<double>(fused_threshold_bytes) ? AttentionKernel::fused : AttentionKernel::stored;
 }
 
-CausalSelfAttention::CausalSelfAttention(const std::string& name, std::int64_t channels, std::int64_t heads,
-                                         const Precision& precision, Device device, AttentionKernel kernel)
-    : channels_(channels),
-      heads_(heads),
-      precision_(precision),
-      kernel_(kernel),
-      qkv_(name + ".qkv", channels, 3 * channels, {}, precision, device),
-      proj_(name + ".proj", channels, channels, {}, precision, device) {
+namespace {
+
+// The heads a rank of the tensor group runs (checked before any layer is built).
+std::int64_t local_heads(const std::string& name, std::int64_t channels, std::int64_t heads,
+                         const comm::Communicator* tensor) {
   require(heads > 0 && channels % heads == 0, "attention '", name, "': ", channels, " channels do not split into ",
           heads, " heads");
+  const int ranks = tensor != nullptr ? tensor->size() : 1;
+  require(heads % ranks == 0, "attention '", name, "': ", heads, " heads do not divide over the ", ranks,
+          " ranks of the tensor group");
+  return heads / ranks;
 }
+
+}  // namespace
+
+CausalSelfAttention::CausalSelfAttention(const std::string& name, std::int64_t channels, std::int64_t heads,
+                                         const Precision& precision, Device device, AttentionKernel kernel,
+                                         comm::Communicator* tensor)
+    : channels_(channels / heads * local_heads(name, channels, heads, tensor)),
+      heads_(local_heads(name, channels, heads, tensor)),
+      precision_(precision),
+      kernel_(kernel),
+      qkv_(name + ".qkv", channels, 3 * channels, {}, precision, device, tensor, 3),
+      proj_(name + ".proj", channels, channels, true, precision, device, tensor) {}
 
 void CausalSelfAttention::collect_parameters(std::vector<Parameter*>& out) {
   qkv_.collect_parameters(out);

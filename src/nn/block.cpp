@@ -6,13 +6,14 @@
 namespace loom::nn {
 
 TransformerBlock::TransformerBlock(const std::string& name, std::int64_t channels, std::int64_t heads,
-                                   const Precision& precision, Device device, AttentionKernel attention)
+                                   const Precision& precision, Device device, AttentionKernel attention,
+                                   comm::Communicator* tensor)
     : precision_(precision),
       ln1_(name + ".ln1", channels, precision, device),
-      attn_(name + ".attn", channels, heads, precision, device, attention),
+      attn_(name + ".attn", channels, heads, precision, device, attention, tensor),
       ln2_(name + ".ln2", channels, precision, device),
-      fc_(name + ".mlp.fc", channels, 4 * channels, {.bias = true, .gelu = true}, precision, device),
-      fc_proj_(name + ".mlp.proj", 4 * channels, channels, {}, precision, device) {}
+      fc_(name + ".mlp.fc", channels, 4 * channels, {.bias = true, .gelu = true}, precision, device, tensor),
+      fc_proj_(name + ".mlp.proj", 4 * channels, channels, true, precision, device, tensor) {}
 
 void TransformerBlock::collect_parameters(std::vector<Parameter*>& out) {
   ln1_.collect_parameters(out);

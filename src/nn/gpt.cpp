@@ -11,6 +11,7 @@
 #include "loom/kernels/cross_entropy.hpp"
 #include "loom/kernels/embedding.hpp"
 #include "loom/kernels/gemm.hpp"
+#include "loom/kernels/vocab_parallel.hpp"
 #include "src/nn/buffer.hpp"
 
 namespace loom::nn {
@@ -42,20 +43,43 @@ double GPTConfig::training_flops_per_token(std::int64_t steps) const {
          12.0 * static_cast<double>(layers * channels * steps);
 }
 
+namespace {
+
+// A tensor group of one rank is no tensor parallelism.
+comm::Communicator* split_over(comm::Communicator* tensor) {
+  return tensor != nullptr && tensor->size() > 1 ? tensor : nullptr;
+}
+
+VocabBlock block_of(const GPTConfig& config, const comm::Communicator* tensor) {
+  config.validate();
+  return tensor == nullptr ? VocabBlock{0, config.padded_vocab(), config.vocab_size}
+                           : vocab_block(config.vocab_size, config.padded_vocab(), tensor->rank(), tensor->size());
+}
+
+}  // namespace
+
 GPT::GPT(const GPTConfig& config, const Precision& precision, Device device, std::uint64_t seed,
-         const model::SpaceLayout& layout)
+         const model::SpaceLayout& layout, comm::Communicator* tensor)
     : config_((config.validate(), precision.validate(), config)),
       precision_(precision),
       device_(device),
-      wte_("wte", Shape{config.padded_vocab(), config.channels}, precision.storage, device, true),
+      tensor_(split_over(tensor)),
+      vocab_(block_of(config, tensor_)),
+      wte_("wte", Shape{vocab_.rows, config.channels}, precision.storage, device, true),
       wpe_("wpe", Shape{config.context, config.channels}, precision.storage, device, true),
       ln_f_("ln_f", config.channels, precision, device) {
+  if (tensor_ != nullptr) {
+    require(tensor_->device() == device, "GPT: the tensor group is on ", tensor_->device(), " but the model on ",
+            device);
+    wte_.set_partition({Shape{config.padded_vocab(), config.channels}, {vocab_.first, 0}, false});
+    split_loss_ = std::make_unique<VocabParallelCrossEntropy>(config.vocab_size, vocab_, *tensor_);
+  }
   parameters_ = {&wte_, &wpe_};
   for (std::int64_t l = 0; l < config.layers; ++l) {
     std::string name = "h";  // (not "h" + to_string: GCC 12 warns falsely about that, -Wrestrict)
     name += std::to_string(l);
-    blocks_.push_back(
-        std::make_unique<TransformerBlock>(name, config.channels, config.heads, precision, device, config.attention));
+    blocks_.push_back(std::make_unique<TransformerBlock>(name, config.channels, config.heads, precision, device,
+                                                         config.attention, tensor_));
     blocks_.back()->collect_parameters(parameters_);
   }
   ln_f_.collect_parameters(parameters_);
@@ -133,12 +157,10 @@ void GPT::run_forward(const Tensor& tokens, const Tensor& targets, StreamRef str
       targets.defined() && check_on_host(targets, config_.vocab_size, static_cast<std::int32_t>(defaults.ignore_index),
                                          "target");
   tokens_ = detail::on_device(tokens, staged_tokens_, device_, stream);
-  const std::int64_t c = config_.channels, vp = config_.padded_vocab(), rows = batch * steps;
+  const std::int64_t c = config_.channels, vp = vocab_.rows, rows = batch * steps;
   detail::ensure_buffer(embedded_, {batch, steps, c}, precision_.storage, device_);
   before_forward(0, stream);
-  detail::require_storage(wte_);
-  kernels::embedding_forward(tokens_, wte_.value(), wpe_.value(), embedded_, stream,
-                             tokens_checked ? kernels::IndexCheck::trusted : kernels::IndexCheck::checked);
+  embed(stream, tokens_checked);
   Tensor x = embedded_;
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
     before_forward(1 + l, stream);
@@ -146,7 +168,7 @@ void GPT::run_forward(const Tensor& tokens, const Tensor& targets, StreamRef str
     after_forward(1 + l, stream);
   }
   final_norm_ = ln_f_.forward(x, stream);
-  // logits = ln_f(x) wte^T over the padded vocabulary.
+  // logits = ln_f(x) wte^T over the padded vocabulary (this rank's block of it).
   detail::ensure_buffer(logits_, {batch, steps, vp}, precision_.storage, device_);
   GemmOptions head;
   head.trans_b = true;
@@ -158,6 +180,7 @@ void GPT::run_forward(const Tensor& tokens, const Tensor& targets, StreamRef str
     return;
   }
   targets_ = detail::on_device(targets, staged_targets_, device_, stream);
+  if (split_loss_) return;  // forward_into combines the blocks' losses
   detail::ensure_buffer(losses_, {rows}, DType::f32, device_);
   kernels::CrossEntropyOptions ce;
   ce.vocab_size = config_.vocab_size;
@@ -187,48 +210,83 @@ float GPT::forward(const Tensor& tokens, const Tensor& targets, StreamRef stream
 void GPT::forward_into(const Tensor& tokens, const Tensor& targets, const Tensor& loss_sum, StreamRef stream) {
   require(targets.defined(), "GPT: forward_into needs targets (the loss is what it adds)");
   run_forward(tokens, targets, stream);
+  if (split_loss_) {
+    const std::int64_t rows = tokens_.numel();
+    split_loss_->forward_into(logits_.view({rows, vocab_.rows}), targets_.view({rows}), loss_sum, stream);
+    return;
+  }
   // The mean over counted positions (ignored ones hold loss 0), summed in double.
   kernels::accumulate_mean(losses_, counted_targets_ > 0 ? static_cast<double>(counted_targets_) : 1.0, loss_sum,
                            stream);
+}
+
+void GPT::embed(StreamRef stream, bool tokens_checked) {
+  detail::require_storage(wte_);
+  if (tensor_ == nullptr) {
+    kernels::embedding_forward(tokens_, wte_.value(), wpe_.value(), embedded_, stream,
+                               tokens_checked ? kernels::IndexCheck::trusted : kernels::IndexCheck::checked);
+    return;
+  }
+  // This rank's rows for its tokens, zeros for the others, and wpe on rank 0 alone: the sum over
+  // the group is the whole lookup plus wpe, rounded once as embedding_forward rounds it.
+  const kernels::VocabShard shard{.first = vocab_.first, .valid = vocab_.valid, .vocab_size = config_.vocab_size};
+  kernels::vocab_parallel_embedding_forward(tokens_, wte_.value(), tensor_->rank() == 0 ? wpe_.value() : Tensor(),
+                                            embedded_, shard, stream);
+  tensor_->all_reduce(embedded_, embedded_, comm::ReduceOp::sum, stream).wait_on(stream);
 }
 
 void GPT::backward(float loss_scale, StreamRef stream) {
   require(targets_.defined(), "GPT: backward needs a forward with targets first");
   before_backward(0, stream);
   detail::require_grad_storage(wte_);
-  const std::int64_t rows = tokens_.numel(), vp = config_.padded_vocab();
-  const Shape hidden_shape = final_norm_.shape();
-  // d(mean loss)/d(loss_i) = 1 / counted for every counted row; ignored rows get 0 in the kernel.
-  detail::ensure_buffer(dlosses_, {rows}, DType::f32, device_);
-  const double per_row = counted_targets_ > 0 ? static_cast<double>(loss_scale) / counted_targets_ : 0.0;
-  fill(dlosses_, per_row, stream);
-  kernels::CrossEntropyOptions ce;
-  ce.vocab_size = config_.vocab_size;
+  const std::int64_t rows = tokens_.numel(), vp = vocab_.rows;
   const Tensor logits_rows = logits_.view({rows, vp});
-  kernels::cross_entropy_backward(logits_rows, targets_.view({rows}), dlosses_, logits_rows, ce, stream);
-  // Head: dwte += dlogits^T ln_f(x); d ln_f(x) = dlogits wte.
-  GemmOptions dw;
-  dw.trans_a = true;
-  dw.beta = 1.0f;
-  dw.precision = precision_.gemm;
-  const StridedMatrix grad_wte = StridedMatrix::of(wte_.grad());
-  kernels::gemm(StridedMatrix::of(logits_rows), StridedMatrix::of(detail::as_rows(final_norm_)), grad_wte, grad_wte,
-                dw, stream);
-  detail::ensure_buffer(dresidual_, hidden_shape, precision_.storage, device_);
-  GemmOptions dx;
-  dx.precision = precision_.gemm;
-  kernels::gemm(logits_rows, wte_.value(), dresidual_.view({rows, config_.channels}), dx, stream);
+  if (split_loss_) {
+    head_backward(split_loss_->backward(loss_scale, stream), stream);
+  } else {
+    // d(mean loss)/d(loss_i) = 1 / counted for every counted row; ignored rows get 0 in the kernel.
+    detail::ensure_buffer(dlosses_, {rows}, DType::f32, device_);
+    const double per_row = counted_targets_ > 0 ? static_cast<double>(loss_scale) / counted_targets_ : 0.0;
+    fill(dlosses_, per_row, stream);
+    kernels::CrossEntropyOptions ce;
+    ce.vocab_size = config_.vocab_size;
+    kernels::cross_entropy_backward(logits_rows, targets_.view({rows}), dlosses_, logits_rows, ce, stream);
+    head_backward(logits_rows, stream);
+  }
   Tensor d = ln_f_.backward(dresidual_, stream);
   for (std::size_t l = blocks_.size(); l-- > 0;) {
     before_backward(1 + l, stream);
     d = blocks_[l]->backward(d, stream);
     after_backward(1 + l, stream);
   }
-  kernels::embedding_backward(tokens_, d, wte_.grad(), wpe_.grad(), stream);
+  if (tensor_ == nullptr) {
+    kernels::embedding_backward(tokens_, d, wte_.grad(), wpe_.grad(), stream);
+  } else {
+    const kernels::VocabShard shard{.first = vocab_.first, .valid = vocab_.valid, .vocab_size = config_.vocab_size};
+    kernels::vocab_parallel_embedding_backward(tokens_, d, wte_.grad(), wpe_.grad(), shard, stream);
+  }
   wpe_.mark_grad_ready(stream);
   wte_.mark_grad_ready(stream);  // tied: final only after both the head and the embedding
   after_backward(0, stream);
   targets_ = Tensor();     // the logits now hold their gradient: another backward needs a forward
+}
+
+void GPT::head_backward(const Tensor& dlogits, StreamRef stream) {
+  // dwte += dlogits^T ln_f(x); d ln_f(x) = dlogits wte (under tensor parallelism the sum of every
+  // rank's part: all-reduced, Megatron's f for the head).
+  const std::int64_t rows = tokens_.numel();
+  GemmOptions dw;
+  dw.trans_a = true;
+  dw.beta = 1.0f;
+  dw.precision = precision_.gemm;
+  const StridedMatrix grad_wte = StridedMatrix::of(wte_.grad());
+  kernels::gemm(StridedMatrix::of(dlogits), StridedMatrix::of(detail::as_rows(final_norm_)), grad_wte, grad_wte, dw,
+                stream);
+  detail::ensure_buffer(dresidual_, final_norm_.shape(), precision_.storage, device_);
+  GemmOptions dx;
+  dx.precision = precision_.gemm;
+  kernels::gemm(dlogits, wte_.value(), dresidual_.view({rows, config_.channels}), dx, stream);
+  if (tensor_ != nullptr) tensor_->all_reduce(dresidual_, dresidual_, comm::ReduceOp::sum, stream).wait_on(stream);
 }
 
 void GPT::zero_grad() { space_->zero_grads(); }

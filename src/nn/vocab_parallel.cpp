@@ -56,7 +56,8 @@ Tensor VocabParallelEmbedding::forward(const Tensor& tokens, StreamRef stream) {
   tokens_ = tokens;
   detail::ensure_buffer(output_, {tokens.size(0), tokens.size(1), weight_.shape()[1]}, weight_.dtype(),
                         weight_.device());
-  kernels::vocab_parallel_embedding_forward(tokens, weight_.value(), output_, shard_of(block_, vocab_size_, -1), stream);
+  kernels::vocab_parallel_embedding_forward(tokens, weight_.value(), Tensor(), output_, shard_of(block_, vocab_size_, -1),
+                                            stream);
   reduce_over(tensor_, output_, comm::ReduceOp::sum, stream);  // one rank's row, zeros elsewhere: exact
   return output_;
 }
@@ -64,7 +65,8 @@ Tensor VocabParallelEmbedding::forward(const Tensor& tokens, StreamRef stream) {
 void VocabParallelEmbedding::backward(const Tensor& dout, StreamRef stream) {
   require(tokens_.defined(), "'", weight_.name(), "': backward before forward");
   detail::require_grad_storage(weight_);
-  kernels::vocab_parallel_embedding_backward(tokens_, dout, weight_.grad(), shard_of(block_, vocab_size_, -1), stream);
+  kernels::vocab_parallel_embedding_backward(tokens_, dout, weight_.grad(), Tensor(), shard_of(block_, vocab_size_, -1),
+                                             stream);
   weight_.mark_grad_ready(stream);
 }
 

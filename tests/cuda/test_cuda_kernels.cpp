@@ -284,15 +284,28 @@ TEST_CASE("CUDA vocabulary-parallel cross-entropy and embedding match the CPU", 
   for (auto& t : tokens) t = static_cast<std::int32_t>(rng() % 500);
   const Tensor tok = Tensor::from_vector(tokens, {4, 64});
   const Tensor out = Tensor::empty({4, 64, channels}, DType::f32), g_out = gpu_like(out);
-  loom::kernels::vocab_parallel_embedding_forward(tok, wte.tensor, out, rows_shard);
-  loom::kernels::vocab_parallel_embedding_forward(tok.to(gpu), wte.tensor.to(gpu), g_out, rows_shard);
+  loom::kernels::vocab_parallel_embedding_forward(tok, wte.tensor, Tensor(), out, rows_shard);
+  loom::kernels::vocab_parallel_embedding_forward(tok.to(gpu), wte.tensor.to(gpu), Tensor(), g_out, rows_shard);
   require_matches(g_out, out, 0, 0);
   const auto dout = loom::test::random_tensor({4, 64, channels}, DType::f32, rng);
   const auto dwte = loom::test::random_tensor({150, channels}, DType::f32, rng);
   const Tensor g_dwte = dwte.tensor.to(gpu);
-  loom::kernels::vocab_parallel_embedding_backward(tok, dout.tensor, dwte.tensor, rows_shard);
-  loom::kernels::vocab_parallel_embedding_backward(tok.to(gpu), dout.tensor.to(gpu), g_dwte, rows_shard);
+  loom::kernels::vocab_parallel_embedding_backward(tok, dout.tensor, dwte.tensor, Tensor(), rows_shard);
+  loom::kernels::vocab_parallel_embedding_backward(tok.to(gpu), dout.tensor.to(gpu), g_dwte, Tensor(), rows_shard);
   require_matches(g_dwte, dwte.tensor, 0, 0);  // the same additions in the same order
+  // With the position embedding (the rank of a tensor group that adds it): the lookup exact, its
+  // gradient summed over the batch like embedding.cu's (fp32, batch order).
+  const auto wpe = loom::test::random_tensor({80, channels}, DType::f32, rng);
+  const auto dwpe = loom::test::random_tensor({80, channels}, DType::f32, rng);
+  const Tensor g_dwpe = dwpe.tensor.to(gpu), g_out_wpe = gpu_like(out);
+  loom::kernels::vocab_parallel_embedding_forward(tok, wte.tensor, wpe.tensor, out, rows_shard);
+  loom::kernels::vocab_parallel_embedding_forward(tok.to(gpu), wte.tensor.to(gpu), wpe.tensor.to(gpu), g_out_wpe,
+                                                  rows_shard);
+  require_matches(g_out_wpe, out, 0, 0);
+  loom::kernels::vocab_parallel_embedding_backward(tok, dout.tensor, dwte.tensor, dwpe.tensor, rows_shard);
+  loom::kernels::vocab_parallel_embedding_backward(tok.to(gpu), dout.tensor.to(gpu), g_dwte, g_dwpe, rows_shard);
+  require_matches(g_dwte, dwte.tensor, 0, 0);
+  require_matches(g_dwpe, dwpe.tensor, 1e-5, 1e-6);  // the batch summed first on the GPU, in turn on the CPU
 }
 
 TEST_CASE("CUDA embedding matches the CPU exactly and deterministically", "[cuda][kernels]") {

@@ -42,10 +42,12 @@ struct Piece {
   void validate() const;
 };
 
-// The piece of a parameter whose box is its partition (the whole tensor unless it is split for
-// tensor parallelism), holding elements [begin, end) of the parameter (a ZeRO slice, or all of it).
-Piece piece_of(const std::string& tensor, const model::Partition& partition, const Shape& shape, std::int64_t begin,
-               std::int64_t end);
+// The pieces of a parameter holding its elements [begin, end) (a ZeRO slice, or all of it): one
+// per box of its partition (model::boxes: the whole tensor unless it is split for tensor
+// parallelism; three for a split fused QKV weight) that the range meets, in local order, so that
+// consecutive pieces hold consecutive local elements. An empty range gives one empty piece.
+std::vector<Piece> pieces_of(const std::string& tensor, const model::Partition& partition, const Shape& shape,
+                             std::int64_t begin, std::int64_t end);
 
 // The piece's elements as ascending, non-adjacent runs of the global tensor.
 std::vector<Run> global_runs(const Piece& piece);

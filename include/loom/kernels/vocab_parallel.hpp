@@ -46,12 +46,15 @@ void vocab_parallel_backward(const Tensor& logits, const Tensor& targets, const 
 
 // The embedding: out[b, t, :] = wte_shard[tokens[b, t] - first, :] for the tokens this rank holds,
 // zeros for the others (the all-reduce sum over the group then gives every rank the full lookup).
+// With wpe ([maxT, C], the position embedding; one rank of the group passes it, so that the sum
+// holds it once) each row adds wpe[t, :], the sum rounded once as embedding_forward rounds it.
 // tokens: [B, T] i32 in [0, vocab_size); wte_shard: [Vl, C]; out: [B, T, C], wte's dtype.
-void vocab_parallel_embedding_forward(const Tensor& tokens, const Tensor& wte_shard, const Tensor& out,
-                                      const VocabShard& shard, StreamRef stream = {});
+void vocab_parallel_embedding_forward(const Tensor& tokens, const Tensor& wte_shard, const Tensor& wpe,
+                                      const Tensor& out, const VocabShard& shard, StreamRef stream = {});
 // dwte_shard[v - first] += sum of dout[b, t] over the positions holding token v, for this rank's
-// tokens; in a fixed order (deterministic). dwte_shard: f32.
+// tokens; with dwpe (f32 [maxT, C]), dwpe[t] += sum over b of dout[b, t] too. In a fixed order
+// (deterministic): on the CPU the same additions as embedding_backward. dwte_shard: f32.
 void vocab_parallel_embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& dwte_shard,
-                                       const VocabShard& shard, StreamRef stream = {});
+                                       const Tensor& dwpe, const VocabShard& shard, StreamRef stream = {});
 
 }  // namespace loom::kernels

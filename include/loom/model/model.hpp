@@ -59,6 +59,11 @@ class Model {
   // The sizes that define the architecture (a checkpoint records them and refuses a mismatch).
   virtual std::vector<std::pair<std::string, std::int64_t>> architecture() const = 0;
 
+  // The ranks of the tensor-parallel group its layers are split over (1: not split). Checkpoints
+  // use it to tell which ranks hold the same pieces: in a data x tensor mesh world rank w is
+  // tensor rank w % tensor_ranks() of data rank w / tensor_ranks() (topo/mesh.hpp).
+  virtual int tensor_ranks() const noexcept { return 1; }
+
   // Units used across the whole of forward and of backward (see above); none by default.
   virtual std::vector<std::size_t> root_units() const { return {}; }
 

@@ -28,11 +28,28 @@ namespace loom::model {
 // every dimension d of `global`, and whether every rank of the tensor-parallel group holds the
 // same box (a replicated layer norm) or its own (a column- or row-split weight). A parameter that
 // is not split covers the whole of itself: global == shape, offsets 0, replicated.
+//
+// A fused weight of `stack` tensors stacked along dimension 0 (attention's QKV: q, k and v, so 3)
+// is split in each of them: the parameter is then `stack` boxes, box k holding rows
+// [offset[0], offset[0] + shape[0] / stack) of part k, that is global rows k global[0] / stack +
+// offset[0] onwards (boxes() lists them).
 struct Partition {
   Shape global;
   std::vector<std::int64_t> offset;
   bool replicated = true;
+  std::int64_t stack = 1;
 };
+
+// One box of a partition: local elements [first, first + extent.numel()) of the parameter (its
+// row-major order) are the box `extent` at `offset` in the global tensor.
+struct Box {
+  std::int64_t first = 0;
+  std::vector<std::int64_t> offset;
+  Shape extent;
+};
+// The boxes of a parameter of shape `local` under `partition`, in local order: one unless it
+// stacks several split parts (and is not whole).
+std::vector<Box> boxes(const Partition& partition, const Shape& local);
 
 class Parameter {
  public:

@@ -1,5 +1,8 @@
 // Causal multi-head self-attention: a fused QKV projection, loom's attention kernel and the
-// output projection. The kernel is either the stored one (the [B, NH, T, T] probabilities are kept
+// output projection. Under tensor parallelism (a tensor group of N ranks) it is split by heads, as
+// Megatron-LM splits it: rank r runs heads [H r / N, H (r + 1) / N), the QKV projection is
+// column-parallel with three stacked parts (its rows of q, of k and of v), the output projection
+// row-parallel; one all-reduce forward and one backward. The kernel is either the stored one (the [B, NH, T, T] probabilities are kept
 // for backward) or the fused one (only a log-sum-exp per row: O(T) memory); see
 // loom/kernels/attention.hpp.
 #pragma once
@@ -8,7 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "loom/nn/linear.hpp"
+#include "loom/comm/communicator.hpp"
+#include "loom/nn/tensor_parallel.hpp"
 
 namespace loom::nn {
 
@@ -29,25 +33,28 @@ AttentionKernel resolve(AttentionKernel kernel, std::int64_t batch, std::int64_t
 
 class CausalSelfAttention {
  public:
+  // tensor: the tensor group (null: none); heads must divide by its size.
   CausalSelfAttention(const std::string& name, std::int64_t channels, std::int64_t heads, const Precision& precision,
-                      Device device, AttentionKernel kernel = AttentionKernel::automatic);
+                      Device device, AttentionKernel kernel = AttentionKernel::automatic,
+                      comm::Communicator* tensor = nullptr);
 
   // x: [B, T, C] -> [B, T, C] (a buffer of this layer).
   Tensor forward(const Tensor& x, StreamRef stream = {});
   Tensor backward(const Tensor& dy, StreamRef stream = {});
 
-  Linear& qkv() noexcept { return qkv_; }
-  Linear& proj() noexcept { return proj_; }
+  ColumnParallelLinear& qkv() noexcept { return qkv_; }
+  RowParallelLinear& proj() noexcept { return proj_; }
   void collect_parameters(std::vector<Parameter*>& out);
   AttentionKernel kernel() const noexcept { return kernel_; }
   // The kernel the last forward ran (never automatic; automatic before any forward).
   AttentionKernel last_kernel() const noexcept { return last_kernel_; }
 
  private:
-  std::int64_t channels_, heads_;
+  std::int64_t channels_, heads_;  // this rank's: all of them without tensor parallelism
   Precision precision_;
   AttentionKernel kernel_, last_kernel_ = AttentionKernel::automatic;
-  Linear qkv_, proj_;
+  ColumnParallelLinear qkv_;
+  RowParallelLinear proj_;
   Tensor qkv_out_, att_, lse_, heads_out_, dqkv_;
 };
 

@@ -1,5 +1,7 @@
 // A GPT-2 transformer block (pre-LayerNorm):
 //   h = x + attn(ln1(x));  out = h + mlp(ln2(h)),  mlp(z) = proj(gelu(fc(z))), fc: C -> 4C.
+// Under tensor parallelism the attention is split by heads and the MLP is column (fc) then row
+// (proj) parallel; the LayerNorms and the residual stream are whole on every rank of the group.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +16,10 @@ namespace loom::nn {
 
 class TransformerBlock {
  public:
+  // tensor: the tensor group (null: none).
   TransformerBlock(const std::string& name, std::int64_t channels, std::int64_t heads, const Precision& precision,
-                   Device device, AttentionKernel attention = AttentionKernel::automatic);
+                   Device device, AttentionKernel attention = AttentionKernel::automatic,
+                   comm::Communicator* tensor = nullptr);
 
   // x: [B, T, C] -> [B, T, C] (a buffer of this block).
   Tensor forward(const Tensor& x, StreamRef stream = {});
@@ -23,8 +27,8 @@ class TransformerBlock {
   Tensor backward(const Tensor& dy, StreamRef stream = {});
 
   CausalSelfAttention& attention() noexcept { return attn_; }
-  Linear& fc() noexcept { return fc_; }
-  Linear& fc_proj() noexcept { return fc_proj_; }
+  ColumnParallelLinear& fc() noexcept { return fc_; }
+  RowParallelLinear& fc_proj() noexcept { return fc_proj_; }
   void collect_parameters(std::vector<Parameter*>& out);
 
  private:
@@ -32,7 +36,8 @@ class TransformerBlock {
   LayerNorm ln1_;
   CausalSelfAttention attn_;
   LayerNorm ln2_;
-  Linear fc_, fc_proj_;
+  ColumnParallelLinear fc_;
+  RowParallelLinear fc_proj_;
   Tensor hidden_, output_, dhidden_, dx_;
 };
 

@@ -3,6 +3,15 @@
 // fused softmax cross-entropy. GPT-2 initialisation: weights N(0, 0.02), the projections that
 // feed the residual stream N(0, 0.02 / sqrt(2 layers)), position embeddings N(0, 0.01), biases 0,
 // LayerNorm scale 1. Deterministic from the seed.
+//
+// Tensor parallelism (Megatron-LM's, over a tensor group of N ranks): every block's attention is
+// split by heads and its MLP column then row (nn/block.hpp); the token embedding, which is also the
+// head, is split by vocabulary (nn/vocab_parallel.hpp): rank r holds rows [r, r + 1) / N of the
+// padded table, looks up its tokens (the position embedding added once, by rank 0 of the group),
+// computes the logits of its ids only, and the cross-entropy combines the blocks with two small
+// all-reduces, so the [B, T, V] logits are never gathered. The LayerNorms, wpe and the residual
+// stream are whole on every rank. Each rank initialises its blocks to exactly the values one
+// process makes, so N ranks compute the same model as one.
 #pragma once
 
 #include <cstdint>
@@ -10,9 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "loom/comm/communicator.hpp"
 #include "loom/model/model.hpp"
 #include "loom/nn/block.hpp"
 #include "loom/nn/layernorm.hpp"
+#include "loom/nn/vocab_parallel.hpp"
 
 namespace loom::nn {
 
@@ -26,7 +37,9 @@ struct GPTConfig {
   // do not record it; either kernel trains the same model).
   AttentionKernel attention = AttentionKernel::automatic;
   // The token embedding has padded_vocab() rows (a multiple of 64, for GEMM-friendly shapes);
-  // the padded logits never take part in the loss.
+  // the padded logits never take part in the loss. It does not depend on tensor parallelism (a
+  // checkpoint's table has one shape at any TP): a tensor group of N ranks takes padded / N rows
+  // each, so N must divide it (any power of two up to 64 does).
   std::int64_t padded_vocab() const noexcept { return (vocab_size + 63) / 64 * 64; }
   // Throws an invalid_argument Error naming the first bad field.
   void validate() const;
@@ -41,9 +54,11 @@ struct GPTConfig {
 class GPT final : public model::Model {
  public:
   // layout: what the parameter space allocates (shard::space_layout(stage, comm) for a ZeRO job,
-  // so that a rank never holds more than its share); the default stores every value.
+  // so that a rank never holds more than its share); the default stores every value. tensor: the
+  // tensor group the layers are split over (topo::DeviceMesh::tensor(); null: none), on `device`;
+  // it must outlive the model, and heads and padded_vocab() must divide by its size.
   GPT(const GPTConfig& config, const Precision& precision, Device device, std::uint64_t seed = 1337,
-      const model::SpaceLayout& layout = {});
+      const model::SpaceLayout& layout = {}, comm::Communicator* tensor = nullptr);
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
 
@@ -62,8 +77,14 @@ class GPT final : public model::Model {
   void backward(float loss_scale = 1.0f, StreamRef stream = {}) override;
   void zero_grad();
 
-  // The last forward's logits (after backward they hold the logits' gradient).
+  // The last forward's logits [B, T, vocab_block().rows]: this rank's block of the padded
+  // vocabulary's columns (all of them without tensor parallelism; after backward they may hold
+  // the logits' gradient).
   const Tensor& logits() const noexcept { return logits_; }
+  // The ids whose logits (and embedding rows) this rank holds.
+  const VocabBlock& vocab_block() const noexcept { return vocab_; }
+  comm::Communicator* tensor_group() const noexcept { return tensor_; }
+  int tensor_ranks() const noexcept override { return tensor_ != nullptr ? tensor_->size() : 1; }
   const GPTConfig& config() const noexcept { return config_; }
   const Precision& precision() const noexcept override { return precision_; }
   Device device() const noexcept override { return device_; }
@@ -80,9 +101,15 @@ class GPT final : public model::Model {
   void initialize(std::uint64_t seed);
   void run_forward(const Tensor& tokens, const Tensor& targets, StreamRef stream);
 
+  void embed(StreamRef stream, bool tokens_checked);
+  void head_backward(const Tensor& dlogits, StreamRef stream);
+
   GPTConfig config_;
   Precision precision_;
   Device device_;
+  comm::Communicator* tensor_;
+  VocabBlock vocab_;
+  std::unique_ptr<VocabParallelCrossEntropy> split_loss_;  // under tensor parallelism
   Parameter wte_, wpe_;
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;
   LayerNorm ln_f_;

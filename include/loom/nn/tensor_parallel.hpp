@@ -17,7 +17,13 @@
 // ("<name>.weight", "<name>.bias") and declare their box of the global tensor (model::Partition),
 // so a model initialised from a seed holds, on each rank, exactly that block of the weights one
 // process makes (model/init.hpp), and checkpoints store the blocks as pieces of the whole tensor.
-// With N = 1 both are nn::Linear. The split dimension must divide by N.
+// A column-parallel layer can split a fused weight of `stack` stacked parts (attention's QKV: 3)
+// in each part: rank r then holds rows [r, r + 1) / N of q, of k and of v, one after the other,
+// so its outputs are its heads' q, k and v.
+//
+// The tensor group is a pointer: null (or a group of one) is no tensor parallelism, and then both
+// are exactly nn::Linear (the same parameters, kernels and bits). The split dimension (of each
+// stacked part) must divide by N.
 #pragma once
 
 #include <cstdint>
@@ -35,10 +41,11 @@ namespace loom::nn {
 
 class ColumnParallelLinear {
  public:
-  // tensor: the tensor group (on the layer's device); it must outlive the layer. options.gelu
-  // applies to this rank's block of outputs (elementwise: the same as on the whole).
+  // tensor: the tensor group (on the layer's device; null: none); it must outlive the layer.
+  // options.gelu applies to this rank's block of outputs (elementwise: the same as on the whole).
   ColumnParallelLinear(const std::string& name, std::int64_t in_features, std::int64_t out_features,
-                       LinearOptions options, const Precision& precision, Device device, comm::Communicator& tensor);
+                       LinearOptions options, const Precision& precision, Device device, comm::Communicator* tensor,
+                       std::int64_t stack = 1);
 
   // x: [..., in], the same on every rank. Returns [..., out / N]: this rank's block of outputs.
   Tensor forward(const Tensor& x, StreamRef stream = {});
@@ -53,14 +60,14 @@ class ColumnParallelLinear {
  private:
   std::int64_t out_;
   int ranks_;
-  comm::Communicator& tensor_;
+  comm::Communicator* tensor_;
   Linear local_;  // the rank's block: [out / N, in]
 };
 
 class RowParallelLinear {
  public:
   RowParallelLinear(const std::string& name, std::int64_t in_features, std::int64_t out_features, bool bias,
-                    const Precision& precision, Device device, comm::Communicator& tensor);
+                    const Precision& precision, Device device, comm::Communicator* tensor);
 
   // x: [..., in / N], this rank's block of inputs. Returns the whole y [..., out], the same on
   // every rank (a buffer of this layer, valid until the next forward).
@@ -68,18 +75,19 @@ class RowParallelLinear {
   // dy: [..., out], the same on every rank. Returns this rank's block of dx [..., in / N].
   Tensor backward(const Tensor& dy, StreamRef stream = {});
 
-  Parameter& weight() noexcept { return weight_; }
-  Parameter* bias() noexcept { return bias_.get(); }
+  Parameter& weight() noexcept { return single_ ? single_->weight() : *weight_; }
+  Parameter* bias() noexcept { return single_ ? single_->bias() : bias_.get(); }
   void collect_parameters(std::vector<Parameter*>& out);
   std::int64_t local_in_features() const noexcept { return in_ / ranks_; }
 
  private:
   std::int64_t in_, out_;
   int ranks_;
-  comm::Communicator& tensor_;
+  comm::Communicator* tensor_;
   Precision precision_;
-  Parameter weight_;  // [out, in / N]
-  std::unique_ptr<Parameter> bias_;
+  std::unique_ptr<Linear> single_;     // N = 1: the whole layer
+  std::unique_ptr<Parameter> weight_;  // N > 1: [out, in / N]
+  std::unique_ptr<Parameter> bias_;    //        the whole bias, added after the sum
   Tensor input_, output_, ones_, dx_, bias_grad_scratch_;
 };
 

@@ -140,3 +140,29 @@ TEST_CASE("check_cover names a gap or a double cover by element and coordinates"
   const Piece other{"b", g, {0, 0}, Shape{4, 5}, 0, 20};
   CHECK_THROWS_WITH(loom::io::overlap(other, piece(g, 0, 0, 4, 5)), Catch::Contains("are not pieces of one tensor"));
 }
+
+TEST_CASE("a split fused weight's range becomes one piece per stacked part it meets", "[io][pieces]") {
+  // Rank 1 of 2 holds rows [2, 4) of each of q, k and v in a [12, 5] QKV weight: local [6, 5].
+  const loom::model::Partition qkv{Shape{12, 5}, {2, 0}, false, 3};
+  const std::vector<Piece> pieces = loom::io::pieces_of("w", qkv, Shape{6, 5}, 3, 27);
+  REQUIRE(pieces.size() == 3);
+  std::vector<std::int64_t> got;
+  for (const Piece& p : pieces) {
+    CHECK(p.box == Shape{2, 5});
+    for (const std::int64_t e : elements(p)) got.push_back(e);
+  }
+  CHECK(pieces[0].offset == std::vector<std::int64_t>{2, 0});
+  CHECK(pieces[1].offset == std::vector<std::int64_t>{6, 0});
+  CHECK(pieces[2].offset == std::vector<std::int64_t>{10, 0});
+  // Local elements 3 .. 26 are rows 2-3 of q from column 3, rows 6-7 (k), rows 10-11 of v to column 1.
+  std::vector<std::int64_t> want;
+  for (std::int64_t local = 3; local < 27; ++local) {
+    const std::int64_t row = local / 5, part = row / 2;
+    want.push_back((part * 4 + 2 + row % 2) * 5 + local % 5);
+  }
+  CHECK(got == want);
+  // An empty range is one empty piece; a whole (unsplit) parameter is one piece.
+  CHECK(loom::io::pieces_of("w", qkv, Shape{6, 5}, 0, 0).size() == 1);
+  const loom::model::Partition whole{Shape{12, 5}, {0, 0}, true, 3};
+  CHECK(loom::io::pieces_of("w", whole, Shape{12, 5}, 0, 60).size() == 1);
+}

@@ -160,14 +160,13 @@ TEST_CASE("a sharded checkpoint restores every tensor, and each kind of damage i
 TEST_CASE("what each rank writes: its own pieces, 1/N of each replicated one, and an empty tensor once", "[io][sharded]") {
   using loom::io::detail::HeldPiece;
   const Tensor ten = Tensor::zeros({10}, loom::DType::f32), none = Tensor::empty({0}, loom::DType::f32);
-  const std::vector<HeldPiece> held{
-      {loom::io::Piece{"all", loom::Shape{10}, {0}, loom::Shape{10}, 0, 10}, ten, true},
-      {loom::io::Piece{"mine", loom::Shape{40}, {0}, loom::Shape{40}, 10, 20}, ten, false},
-      {loom::io::Piece{"empty", loom::Shape{0}, {0}, loom::Shape{0}, 0, 0}, none, true}};
   std::vector<std::vector<std::string>> written(3);
-  std::vector<std::int64_t> elements_of_all;
   for (int rank = 0; rank < 3; ++rank) {
-    for (const HeldPiece& h : loom::io::detail::owned_pieces(held, rank, 3)) {
+    const std::vector<HeldPiece> held{
+        {loom::io::Piece{"all", loom::Shape{10}, {0}, loom::Shape{10}, 0, 10}, ten, 3, rank},
+        {loom::io::Piece{"mine", loom::Shape{40}, {0}, loom::Shape{40}, 10, 20}, ten, 1, 0},
+        {loom::io::Piece{"empty", loom::Shape{0}, {0}, loom::Shape{0}, 0, 0}, none, 3, rank}};
+    for (const HeldPiece& h : loom::io::detail::owned_pieces(held)) {
       written[static_cast<std::size_t>(rank)].push_back(h.piece.tensor + "[" + std::to_string(h.piece.begin) + "," +
                                                         std::to_string(h.piece.end) + ")");
       CHECK(h.target.numel() == h.piece.numel());

@@ -13,6 +13,8 @@
 #include <random>
 #include <vector>
 
+#include "loom/kernels/cast.hpp"
+#include "loom/kernels/embedding.hpp"
 #include "loom/kernels/vocab_parallel.hpp"
 #include "support/reference.hpp"
 #include "support/tensor_checks.hpp"
@@ -141,12 +143,12 @@ TEST_CASE("the vocabulary-parallel embedding summed over the shards is the whole
       const VocabShard s = shard_of(p, parts);
       const Tensor rows_of_table = table.tensor.slice(s.first, s.first + s.valid).clone();
       const Tensor out = Tensor::empty({2, 5, channels}, DType::f32);
-      loom::kernels::vocab_parallel_embedding_forward(tokens, rows_of_table, out, s);
+      loom::kernels::vocab_parallel_embedding_forward(tokens, rows_of_table, Tensor(), out, s);
       const std::vector<double> got = loom::test::as_doubles(out);
       for (std::size_t i = 0; i < got.size(); ++i) summed[i] += got[i];
       // Backward onto existing gradients (1.0 everywhere): this shard's rows alone.
       const Tensor dwte = Tensor::full({s.valid, channels}, DType::f32, 1.0);
-      loom::kernels::vocab_parallel_embedding_backward(tokens, dout.tensor, dwte, s);
+      loom::kernels::vocab_parallel_embedding_backward(tokens, dout.tensor, dwte, Tensor(), s);
       std::vector<double> expected(static_cast<std::size_t>(s.valid * channels), 1.0);
       for (std::size_t i = 0; i < token_ids.size(); ++i) {
         const std::int64_t row = token_ids[i] - s.first;
@@ -181,6 +183,56 @@ TEST_CASE("vocabulary-parallel kernels name bad arguments", "[kernels][vocab_par
                          loom::Error, IsError(ErrorCategory::invalid_argument, {"vocab_parallel_sum_exp", "partial"}));
   const Tensor bad_tokens = Tensor::from_vector(std::vector<std::int32_t>{1, -1}, {1, 2});
   REQUIRE_THROWS_MATCHES(loom::kernels::vocab_parallel_embedding_forward(bad_tokens, Tensor::zeros({10, 4}, DType::f32),
-                                                                         Tensor::zeros({1, 2, 4}, DType::f32), fits),
+                                                                         Tensor(), Tensor::zeros({1, 2, 4}, DType::f32),
+                                                                         fits),
                          loom::Error, IsError(ErrorCategory::invalid_argument, {"token -1 at position 1"}));
+}
+
+TEST_CASE("with the position embedding on one shard, the sum over shards is embedding_forward's, bit for bit",
+          "[kernels][vocab_parallel]") {
+  std::mt19937 rng(93);
+  constexpr std::int64_t channels = 8, steps = 5;
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    INFO(dtype);
+    const auto table = loom::test::random_tensor({vocab, channels}, dtype, rng);
+    const auto wpe = loom::test::random_tensor({7, channels}, dtype, rng);
+    const Tensor tokens = Tensor::from_vector(std::vector<std::int32_t>{0, 36, 5, 5, 18, 19, 36, 2, 5, 30}, {2, steps});
+    const auto dout = loom::test::random_tensor({2, steps, channels}, DType::f32, rng);
+    const Tensor whole = Tensor::empty({2, steps, channels}, dtype);
+    loom::kernels::embedding_forward(tokens, table.tensor, wpe.tensor, whole);
+    const Tensor dwte_whole = Tensor::zeros({vocab, channels}, DType::f32), dwpe_whole = Tensor::zeros({7, channels}, DType::f32);
+    loom::kernels::embedding_backward(tokens, dout.tensor, dwte_whole, dwpe_whole);
+    for (const int parts : {1, 2, 3}) {
+      INFO(parts << " shard(s)");
+      std::vector<float> summed(static_cast<std::size_t>(2 * steps * channels), 0.0f);
+      for (int p = 0; p < parts; ++p) {
+        const VocabShard s = shard_of(p, parts);
+        const Tensor rows_of_table = table.tensor.slice(s.first, s.first + s.valid).clone();
+        const Tensor out = Tensor::empty({2, steps, channels}, dtype);
+        loom::kernels::vocab_parallel_embedding_forward(tokens, rows_of_table, p == parts - 1 ? wpe.tensor : Tensor(),
+                                                        out, s);
+        const Tensor wide = Tensor::empty(out.shape(), DType::f32);
+        loom::kernels::cast(out, wide);
+        const std::vector<float> got = wide.to_vector<float>();
+        for (std::size_t i = 0; i < got.size(); ++i) summed[i] += got[i];  // one non-zero term, or wpe alone
+        const Tensor dwte = Tensor::zeros({s.valid, channels}, DType::f32), dwpe = Tensor::zeros({7, channels}, DType::f32);
+        loom::kernels::vocab_parallel_embedding_backward(tokens, dout.tensor, dwte, dwpe, s);
+        REQUIRE(dwpe.to_vector<float>() == dwpe_whole.to_vector<float>());  // every shard: the same additions
+        REQUIRE(dwte.to_vector<float>() == dwte_whole.slice(s.first, s.first + s.valid).clone().to_vector<float>());
+      }
+      const Tensor wide_whole = Tensor::empty(whole.shape(), DType::f32);
+      loom::kernels::cast(whole, wide_whole);
+      if (dtype == DType::f32) {
+        REQUIRE(summed == wide_whole.to_vector<float>());
+      } else {
+        // The sum of a bf16 token row and a bf16 position row, rounded once: the all-reduce's
+        // rounding of (wpe + row) in f32 is that. Here the test adds in f32 and rounds itself.
+        const Tensor rounded = Tensor::empty({2, steps, channels}, DType::bf16);
+        loom::kernels::cast(Tensor::from_vector(summed, {2, steps, channels}), rounded);
+        const Tensor back = Tensor::empty(rounded.shape(), DType::f32);
+        loom::kernels::cast(rounded, back);
+        REQUIRE(back.to_vector<float>() == wide_whole.to_vector<float>());
+      }
+    }
+  }
 }

@@ -141,3 +141,37 @@ TEST_CASE("a tensor-parallel box initialises to those elements of the whole tens
     REQUIRE(got == want);
   }
 }
+
+TEST_CASE("a split fused weight (three stacked parts) initialises each block to the whole's rows", "[model][init]") {
+  using loom::model::Parameter;
+  using loom::model::Partition;
+  const loom::Shape global{12, 5};  // q, k, v: 4 rows each
+  auto make = [](const loom::Shape& shape) {
+    auto p = std::make_unique<Parameter>("qkv", shape, loom::DType::f32, loom::Device::cpu(), true);
+    p->set_init(loom::model::Init::normal(0.02f));
+    return p;
+  };
+  auto whole = make(global);
+  loom::model::ParameterSpace whole_space({{"u", {whole.get()}}});
+  whole_space.initialize(9);
+  const std::vector<float> all = whole->value().to_vector<float>();
+  for (const std::int64_t rank : {0, 1}) {
+    INFO("tensor rank " << rank << " of 2");
+    auto part = make(loom::Shape{6, 5});
+    part->set_partition(Partition{global, {2 * rank, 0}, false, 3});
+    loom::model::ParameterSpace space({{"u", {part.get()}}});
+    space.initialize(9);
+    std::vector<float> want;
+    for (const std::int64_t stacked : {0, 4, 8}) {  // rows [2 rank, 2 rank + 2) of q, of k, of v
+      for (std::int64_t r = 2 * rank; r < 2 * rank + 2; ++r) {
+        for (std::int64_t c = 0; c < 5; ++c) want.push_back(all[static_cast<std::size_t>((stacked + r) * 5 + c)]);
+      }
+    }
+    REQUIRE(part->value().to_vector<float>() == want);
+  }
+  // A box that would leave its part, and a stack the rows do not divide into, are named.
+  auto bad = make(loom::Shape{6, 5});
+  CHECK_THROWS_WITH(bad->set_partition(Partition{global, {3, 0}, false, 3}), Catch::Contains("does not fit") &&
+                                                                                  Catch::Contains("3 stacked parts"));
+  CHECK_THROWS_WITH(bad->set_partition(Partition{global, {0, 0}, false, 4}), Catch::Contains("a stack of 4"));
+}

@@ -90,8 +90,8 @@ TEST_CASE("a column-then-row tensor-parallel MLP over 1-4 ranks is the one-proce
     loom::comm::run_in_process(ranks, [&](loom::comm::Communicator& tensor) {
       std::string& problem = problems[static_cast<std::size_t>(tensor.rank())];
       loom::nn::ColumnParallelLinear col("mlp.fc", width, hidden, {.bias = true, .gelu = true}, fp32,
-                                         loom::Device::cpu(), tensor);
-      loom::nn::RowParallelLinear row("mlp.proj", hidden, width, true, fp32, loom::Device::cpu(), tensor);
+                                         loom::Device::cpu(), &tensor);
+      loom::nn::RowParallelLinear row("mlp.proj", hidden, width, true, fp32, loom::Device::cpu(), &tensor);
       std::vector<Parameter*> mine;
       col.collect_parameters(mine);
       row.collect_parameters(mine);
@@ -118,7 +118,7 @@ TEST_CASE("a tensor-parallel split that does not divide is refused by name", "[n
   std::vector<std::string> errors(3);
   loom::comm::run_in_process(3, [&](loom::comm::Communicator& tensor) {
     errors[static_cast<std::size_t>(tensor.rank())] = loom::test::error_message([&] {
-      loom::nn::ColumnParallelLinear col("mlp.fc", width, 20, {}, Precision::fp32(), loom::Device::cpu(), tensor);
+      loom::nn::ColumnParallelLinear col("mlp.fc", width, 20, {}, Precision::fp32(), loom::Device::cpu(), &tensor);
     });
   });
   for (const std::string& e : errors) CHECK_THAT(e, Catch::Contains("'mlp.fc': output features 20 do not divide over the 3"));

@@ -65,9 +65,9 @@ class Mlp final : public loom::model::Model {
     } else {
       tp_hidden_ = std::make_unique<loom::nn::ColumnParallelLinear>("hidden", features, hidden,
                                                                     loom::nn::LinearOptions{.bias = true, .gelu = true},
-                                                                    precision_, loom::Device::cpu(), *tensor);
+                                                                    precision_, loom::Device::cpu(), tensor);
       tp_out_ = std::make_unique<loom::nn::RowParallelLinear>("out", hidden, 1, true, precision_, loom::Device::cpu(),
-                                                              *tensor);
+                                                              tensor);
       tp_hidden_->weight().set_init(loom::model::Init::normal(0.5f));
       tp_hidden_->collect_parameters(units[0].parameters);
       tp_out_->collect_parameters(units[1].parameters);

@@ -1,6 +1,7 @@
-// Positions sorted by token, and the token gradients summed from them in that order: the
-// deterministic scatter-add of embedding backward passes (embedding.cu, vocab_parallel.cu). One
-// block per distinct token adds its positions' gradients in position order, never with atomics.
+// The deterministic gradients of embedding backward passes (embedding.cu, vocab_parallel.cu),
+// never with atomics: the position embedding's by one thread per (position, channel) summing over
+// the batch in order; the token embedding's by sorting the positions by token, then one block per
+// distinct token adding its positions' gradients in position order.
 #pragma once
 
 #include <cub/device/device_radix_sort.cuh>
@@ -44,6 +45,18 @@ __global__ void token_grad_kernel(const std::uint32_t* sorted_keys, const std::u
       value = from_f32<G>(to_f32(value) + to_f32(dout[static_cast<std::int64_t>(sorted_positions[i]) * channels + c]));
     }
     row[c] = value;
+  }
+}
+
+// dwpe[t, c] += the sum over b of dout[b, t, c], summed in fp32 in batch order.
+template <class T, class G>
+__global__ void position_grad_kernel(const T* dout, G* dwpe, std::int64_t batch, std::int64_t steps,
+                                     std::int64_t channels) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < steps * channels;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    float sum = 0.0f;
+    for (std::int64_t b = 0; b < batch; ++b) sum += to_f32(dout[b * steps * channels + i]);
+    dwpe[i] = from_f32<G>(to_f32(dwpe[i]) + sum);
   }
 }
 
