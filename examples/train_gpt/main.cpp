@@ -9,11 +9,14 @@
 // SIGUSR1 or --time-limit finishes its step, saves and exits with code 4. Exit codes (for
 // schedulers deciding whether to requeue): 0 done, 1 error, 2 usage (the request cannot run as
 // given), 3 diverged (non-finite loss or too many skipped steps; saved first when checkpointing),
-// 4 stopped early and saved, 5 stopped early with nothing saved (no --checkpoint-dir).
+// 4 stopped early and saved, 5 stopped early with nothing saved (no --checkpoint-dir). --tp N
+// splits every layer over groups of N consecutive ranks (tensor parallelism, Megatron-style) and
+// runs data parallelism (DDP or --zero) over the world / N groups that remain.
 //   build/examples/train_gpt/train_gpt --steps 400
 //   mpirun -np 2 build/examples/train_gpt/train_gpt --batch 4          (2 CPU processes)
 //   mpirun -np 2 build/examples/train_gpt/train_gpt --batch 4 --zero 2 (ZeRO-2)
 //   mpirun -np 2 build/examples/train_gpt/train_gpt --batch 4 --zero 3 (ZeRO-3)
+//   mpirun -np 4 build/examples/train_gpt/train_gpt --tp 2 --zero 1    (2 tensor x 2 data, ZeRO-1)
 //   mpirun -np 8 build/examples/train_gpt/train_gpt --device cuda ...  (one GPU per rank)
 #include <CLI/CLI.hpp>
 
@@ -35,6 +38,7 @@
 #include "loom/shard/memory.hpp"
 #include "loom/topo/detect.hpp"
 #include "loom/topo/hierarchical.hpp"
+#include "loom/topo/mesh.hpp"
 #include "loom/train/stop.hpp"
 #include "loom/loom.hpp"
 #include "run_config.hpp"
@@ -99,12 +103,17 @@ struct SaveTotals {
   }
 };
 
-// Data parallelism: the world communicator made topology-aware (hierarchical collectives where
-// the planner predicts they pay), and the reducer's options.
+// The job's groups: the data x tensor mesh (tensor groups inside hosts), the data group made
+// topology-aware (hierarchical collectives where the planner predicts they pay), and the
+// reducer's options. Without --tp the data group is the world.
 struct DataParallel {
-  std::unique_ptr<loom::comm::Communicator> comm;
+  std::unique_ptr<loom::topo::DeviceMesh> mesh;
+  std::unique_ptr<loom::comm::Communicator> comm;  // the data group (null: one process)
+  loom::comm::Communicator* world = nullptr;       // every rank (null: one process)
+  loom::comm::Communicator* tensor = nullptr;      // the tensor group (null: no tensor parallelism)
   loom::ddp::ReducerOptions reducer;
   std::string summary;
+  int data_rank = 0, data_ranks = 1;
 };
 
 DataParallel make_data_parallel(const train_gpt::RunConfig& config, loom::World& world) {
@@ -112,11 +121,25 @@ DataParallel make_data_parallel(const train_gpt::RunConfig& config, loom::World&
   if (world.size() == 1) {
     loom::require(config.zero == 0, "--zero ", config.zero, " shards over the ranks of a data-parallel job; this is "
                   "one process (launch it with mpirun -np N)");
+    loom::require(config.tensor_parallel == 1, "--tp ", config.tensor_parallel, " splits the layers over that many "
+                  "ranks; this is one process (launch it with mpirun -np N, N a multiple of ", config.tensor_parallel,
+                  ")");
     return dp;
   }
   const loom::topo::Detection detected = loom::topo::detect_topology(&world.comm());
-  dp.comm = loom::topo::make_topology_aware(world.comm(), detected.topology,
-                                            loom::topo::parse_algorithm_choice(config.algo));
+  dp.world = &world.comm();
+  loom::comm::Communicator* data = &world.comm();
+  loom::topo::Topology data_topology = detected.topology;
+  if (config.tensor_parallel > 1) {
+    dp.mesh = std::make_unique<loom::topo::DeviceMesh>(
+        world.comm(), loom::topo::MeshOptions{config.tensor_parallel, config.tensor_across_hosts}, &detected.topology);
+    data = &dp.mesh->data();
+    dp.tensor = &dp.mesh->tensor();
+    data_topology = loom::topo::data_group_topology(detected.topology, dp.mesh->shape(), dp.mesh->coords().tensor);
+  }
+  dp.data_rank = data->rank();
+  dp.data_ranks = data->size();
+  dp.comm = loom::topo::make_topology_aware(*data, data_topology, loom::topo::parse_algorithm_choice(config.algo));
   loom::ddp::ReducerOptions options;
   options.bucket_bytes = config.bucket_mb > 0 ? static_cast<std::int64_t>(config.bucket_mb * (1 << 20))
                                               : loom::topo::Planner(detected.topology).recommended_bucket_bytes();
@@ -190,11 +213,13 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
   const DataParallel dp = make_data_parallel(config, world);
   loom::train::TrainerOptions options = config.trainer_options();
   options.reducer = dp.reducer;
-  // Built in the layout its ZeRO stage trains in: a rank never holds more than its share.
+  // Built in the layout its ZeRO stage trains in: a rank never holds more than its share. Under
+  // tensor parallelism each rank makes its blocks of every split layer.
   loom::nn::GPT model(model_config, loom::nn::Precision::parse(config.precision), device, config.seed,
-                      loom::shard::space_layout(options.zero, dp.comm.get()));
-  train_gpt::RunData data(config, {.rank = world.rank(), .world = world.size()});
-  loom::train::Trainer trainer(model, data.train(), options, dp.comm.get());
+                      loom::shard::space_layout(options.zero, dp.comm.get()), dp.tensor);
+  // The ranks of a tensor group read the same batches: the data is split over the data group.
+  train_gpt::RunData data(config, {.rank = dp.data_rank, .world = dp.data_ranks});
+  loom::train::Trainer trainer(model, data.train(), options, {dp.world, dp.comm.get(), dp.tensor});
   log.line("%s\n", loom::to_string(loom::build_info()).c_str());
   log.line("model: %lld layers, %lld heads, width %lld, context %lld, vocab %lld (%lld parameters), %s on %s\n",
            static_cast<long long>(model_config.layers), static_cast<long long>(model_config.heads),
@@ -202,16 +227,17 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
            static_cast<long long>(model_config.vocab_size), static_cast<long long>(model_config.parameter_count()),
            config.precision.c_str(), device.to_string().c_str());
   log.line("training: %s\n", loom::train::describe(options).c_str());
+  if (dp.mesh) log.line("%s\n", dp.mesh->describe().c_str());
   if (dp.comm) {
     log.line("data-parallel: %d ranks (%s), %lld sequences per step (%lld per rank x %lld micro-batches), %d gradient "
              "buckets, %s reduction; %s\n",
-             world.size(), std::string(world.comm().backend()).c_str(),
-             static_cast<long long>(config.batch * config.grad_accumulation * world.size()),
+             dp.data_ranks, std::string(world.comm().backend()).c_str(),
+             static_cast<long long>(config.batch * config.grad_accumulation * dp.data_ranks),
              static_cast<long long>(config.batch), static_cast<long long>(config.grad_accumulation),
              static_cast<int>(trainer.gradient_sync().bucket_layout().size()), config.grad_reduction.c_str(), dp.summary.c_str());
   }
   log.line("%s\n", model_state_line(trainer).c_str());
-  const std::int64_t first_step = resume_or_start(config, trainer, dp.comm.get(), log);
+  const std::int64_t first_step = resume_or_start(config, trainer, dp.world, log);
   const std::int64_t skipped_at_start = trainer.skipped_steps();
   const std::int64_t steps_per_seq = config.seq_len > 0 ? config.seq_len : model_config.context;
   const double peak = peak_tflops(device, config.precision) * world.size();
@@ -288,7 +314,7 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
                saved_where.empty() ? "nothing saved (no --checkpoint-dir)" : ("last good state in " + saved_where).c_str());
       return exit_diverged;
     }
-    if (const loom::train::StopRequest stop = stops.poll(dp.comm.get())) {
+    if (const loom::train::StopRequest stop = stops.poll(dp.world)) {
       const auto start = std::chrono::steady_clock::now();
       save(false);
       const double save_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -99,6 +99,10 @@ void RunConfig::add_to(CLI::App& app) {
   app.add_option("--keep-gathered", keep_gathered, "ZeRO-3: release a unit's gathered values after each use (none), "
                  "keep them from forward to backward (backward), or across the step's micro-batches too (step)")
       ->check(CLI::IsMember({"none", "backward", "step"}));
+  app.add_option("--tp", tensor_parallel, "tensor parallelism: split every layer over groups of this many ranks "
+                 "(consecutive ranks, one host); the data-parallel degree is the ranks / this")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--tp-across-hosts", tensor_across_hosts, "allow a tensor group to span hosts (otherwise refused)");
   app.add_option("--algo", algo, "data-parallel collectives: flat, hier (inside hosts, then across) or auto (planner)")
       ->check(CLI::IsMember({"flat", "hier", "auto"}));
 }

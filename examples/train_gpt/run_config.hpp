@@ -45,6 +45,8 @@ struct RunConfig {
   double bucket_mb = 25;                // gradient bucket size; 0: the topology planner's recommendation
   std::string algo = "auto";            // gradient all-reduce: flat, hier, or auto (the planner's choice)
   int zero = 0;                         // 0: DDP; 1: optimizer state sharded; 2: gradients too; 3: parameters too
+  int tensor_parallel = 1;              // ranks per tensor group (the layers split over them); data = world / this
+  bool tensor_across_hosts = false;     // allow a tensor group to span hosts (slow: every layer all-reduces)
   std::string keep_gathered = "none";   // ZeRO-3: none, backward, step
 
   void add_to(CLI::App& app);

@@ -172,6 +172,8 @@ std::string save_checkpoint(const std::string& run_dir, const model::Model& mode
   }
   require(comm != nullptr || !optimizer.sharded(), "save_checkpoint: the optimizer holds one rank's shard; pass the "
           "data-parallel communicator so the state can be gathered");
+  require(model.tensor_ranks() == 1, "save_checkpoint: a consolidated checkpoint of a model split over a tensor "
+          "group (", model.tensor_ranks(), " ranks) is not written; save it sharded and consolidate it with loom-ckpt");
   // Every rank takes part in the gather; rank 0 writes.
   const std::vector<optim::StateTensor> state = optim::gather_state(optimizer, comm);
   const std::vector<NamedTensor> weights = gathered_weights(model, comm);
@@ -276,6 +278,8 @@ TrainingProgress load_checkpoint(const std::string& path, model::Model& model, o
     detail::load_sharded(dir, read, model, optimizer);
     return read.progress;
   }
+  require(model.tensor_ranks() == 1, "checkpoint '", dir, "' is consolidated (loom-checkpoint-1), which loads only "
+          "into a model that is not split over a tensor group (this one is over ", model.tensor_ranks(), " ranks)");
   const VerifiedCheckpoint verified = read_verified(dir, std::move(read));
   const detail::CheckpointManifest& manifest = verified.manifest;
   const SafetensorsContents& weights = verified.contents[0];

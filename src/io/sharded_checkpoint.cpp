@@ -264,7 +264,8 @@ void load_sharded(const std::string& dir, const CheckpointManifest& manifest, mo
                   optim::Optimizer& optimizer) {
   const std::vector<std::unique_ptr<PieceFile>> files = open_piece_files(dir, manifest);
   const std::map<std::string, std::vector<StoredRef>> stored = stored_tensors(files);
-  const std::vector<HeldPiece> held = held_pieces(model, optimizer);
+  // (Which other ranks hold the same pieces does not matter to a load.)
+  const std::vector<HeldPiece> held = held_pieces(model, optimizer, 0, model.tensor_ranks());
   // The checkpoint holds exactly this run's tensors, each with its global shape and dtype.
   std::map<std::string, std::pair<Shape, DType>> expected;
   const model::ParameterSpace& space = model.parameter_space();

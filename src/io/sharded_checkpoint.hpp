@@ -32,8 +32,7 @@ struct HeldPiece {
   int replicas = 1;
   int replica = 0;
 };
-std::vector<HeldPiece> held_pieces(const model::Model& model, const optim::Optimizer& optimizer, int rank = 0,
-                                   int world = 1);
+std::vector<HeldPiece> held_pieces(const model::Model& model, const optim::Optimizer& optimizer, int rank, int world);
 
 // The pieces this rank writes: its own pieces, and 1/replicas of each replicated one (elements
 // [n k / replicas, n (k + 1) / replicas) for replica k), so every element is written exactly once.

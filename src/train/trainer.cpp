@@ -86,6 +86,10 @@ Trainer::Trainer(model::Model& model, data::BatchSource& data, const TrainerOpti
       groups_(checked_groups(groups)),
       comm_(groups_.data),
       scaler_(scaler_options(model.precision())) {
+  const int tensor_ranks = groups_.tensor != nullptr ? groups_.tensor->size() : 1;
+  require(model.tensor_ranks() == tensor_ranks, "trainer: the model is split over a tensor group of ",
+          model.tensor_ranks(), " rank(s) but the trainer was given one of ", tensor_ranks,
+          " (pass the model's tensor group as ParallelGroups::tensor)");
   model::ParameterSpace& space = model.parameter_space();
   const bool built_sharded = space.value_mode() == model::ValueMode::sharded;
   if (comm_ != nullptr) {
@@ -305,19 +309,12 @@ void Trainer::restore(const io::TrainingProgress& progress) {
   skipped_steps_ = progress.skipped_steps;
 }
 
-namespace {
-
-void require_no_tensor_parallelism(const ParallelGroups& groups, const char* what) {
-  require(groups.tensor == nullptr || groups.tensor->size() == 1, "trainer: ", what, " with tensor parallelism (a "
-          "tensor group of ", groups.tensor != nullptr ? groups.tensor->size() : 1, " ranks) is not built yet");
-}
-
-}  // namespace
-
 io::CheckpointWriter& Trainer::checkpoint_writer() {
-  require_no_tensor_parallelism(groups_, "saving a checkpoint");
-  // Built at the first save, which every rank makes at the same step: building it is collective.
-  if (!writer_) writer_ = std::make_unique<io::CheckpointWriter>(model_, *optimizer_, comm_, options_.checkpoint);
+  // Built at the first save, which every rank makes at the same step: building it is collective
+  // over the world (under tensor parallelism each rank of a data group writes other blocks).
+  if (!writer_) {
+    writer_ = std::make_unique<io::CheckpointWriter>(model_, *optimizer_, groups_.world, options_.checkpoint);
+  }
   return *writer_;
 }
 
@@ -334,7 +331,7 @@ std::vector<io::SaveReport> Trainer::finished_saves() {
 }
 
 Trainer::ResumeOutcome Trainer::resume(const std::string& path) {
-  require_no_tensor_parallelism(groups_, "resuming from a checkpoint");
+  comm::Communicator* const world = groups_.world;  // every rank reads its own part
   ResumeOutcome outcome;
   std::exception_ptr failure;
   try {
@@ -343,13 +340,13 @@ Trainer::ResumeOutcome Trainer::resume(const std::string& path) {
     if (writer_) writer_->wait();
     bool checkpoint_dir = std::filesystem::exists(std::filesystem::path(path) / "state.json");
     // Rank 0's view decides for every rank, which then all take the same (collective) path.
-    if (comm_ != nullptr) checkpoint_dir = comm::broadcast_values(*comm_, {checkpoint_dir ? 1 : 0}, 0).at(0) != 0;
+    if (world != nullptr) checkpoint_dir = comm::broadcast_values(*world, {checkpoint_dir ? 1 : 0}, 0).at(0) != 0;
     if (checkpoint_dir) {
       outcome.checkpoint = path;
     } else {
       // The ranks verify the candidates together, each reading its share of the files.
       io::CheckpointSearch search =
-          comm_ != nullptr ? io::find_resumable_checkpoint(path, *comm_) : io::find_resumable_checkpoint(path);
+          world != nullptr ? io::find_resumable_checkpoint(path, *world) : io::find_resumable_checkpoint(path);
       outcome.skipped = std::move(search.skipped);
       if (search.any && !search.chosen) {
         std::string reasons;
@@ -366,12 +363,12 @@ Trainer::ResumeOutcome Trainer::resume(const std::string& path) {
       sync_->values_changed();  // no unit gathered before the load is used after it
     }
   } catch (...) {
-    if (comm_ == nullptr) throw;
+    if (world == nullptr) throw;
     failure = std::current_exception();
   }
-  if (comm_ != nullptr) {
-    comm::throw_if_any_failed(*comm_, failure, "resuming from a checkpoint");  // every rank must have found the same checkpoint
-    ddp::verify_same_value(*comm_, steps_done_,
+  if (world != nullptr) {
+    comm::throw_if_any_failed(*world, failure, "resuming from a checkpoint");  // every rank must have found the same checkpoint
+    ddp::verify_same_value(*world, steps_done_,
                            "the step this job resumes at (is the checkpoint directory on a file system every rank sees?)");
   }
   return outcome;

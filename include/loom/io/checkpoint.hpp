@@ -42,7 +42,9 @@ struct TrainingProgress {
 //                 tensors, gathered to rank 0, which writes them: what other tools read.
 enum class CheckpointLayout { sharded, consolidated };
 
-// Returns the new checkpoint's directory. comm: the data-parallel group, or null for one process.
+// Returns the new checkpoint's directory. comm: every rank of the job (the data-parallel group, or
+// with tensor parallelism the world: model.tensor_ranks() tells which ranks hold the same blocks),
+// or null for one process.
 // With a communicator it is a collective, and a failure on any rank fails the save on every rank
 // (the previous checkpoint stays the one `latest` names).
 std::string save_checkpoint(const std::string& run_dir, const model::Model& model, const optim::Optimizer& optimizer,
