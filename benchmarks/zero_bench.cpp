@@ -12,9 +12,17 @@
 //   build/benchmarks/zero_bench --json zero.json           # launches mpirun -np 1..4 itself
 //   mpirun -np 8 build/benchmarks/zero_bench --device cuda  # one job, as launched
 //
+// With --tp it measures each configuration under tensor parallelism too (issue 28): the ranks form
+// a data x tensor mesh of TP ranks per tensor group (each TP that divides the rank count), the
+// layers split over the tensor group and ZeRO over the data group; the global batch stays
+// batch x ranks (a data rank takes batch x TP sequences), so tokens/s compare with DDP's on the
+// same ranks. Its compute baseline is the whole model's step on a data rank's batch without
+// communication divided by TP: what a perfect split would take.
+//
 // Like ddp_bench it starts one `mpirun -np N` job per rank count (threads = cores / ranks), each
 // measuring every configuration. Targets: ZeRO-2's step within 1.15x DDP's at 2 ranks (issue 14);
-// ZeRO-3's within 1.2x, with at least (L-1)/L of its gathers prefetched (issue 25).
+// ZeRO-3's within 1.2x, with at least (L-1)/L of its gathers prefetched (issue 25); TP = 2 at
+// least 0.7x DDP's tokens/s at 2 ranks (issue 28).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -32,6 +40,7 @@
 #include "loom/core/build_info.hpp"
 #include "loom/core/error.hpp"
 #include "loom/loom.hpp"
+#include "loom/topo/mesh.hpp"
 #include "loom/train/trainer.hpp"
 #include "repeat_batch.hpp"
 #include "self_launch.hpp"
@@ -41,6 +50,7 @@ namespace {
 struct Options {
   std::vector<int> ranks{1, 2, 3, 4};
   std::vector<std::string> configs{"ddp", "zero1", "zero2", "zero3", "zero3-keep", "zero3-bf16"};
+  std::vector<int> tensor{1};  // tensor-parallel degrees (each that divides a rank count is measured)
   int cores = static_cast<int>(std::thread::hardware_concurrency());
   int steps = 20, warmup = 3;
   std::int64_t layers = 4, channels = 128, batch = 8;
@@ -67,19 +77,26 @@ loom::train::TrainerOptions trainer_options(const std::string& config) {
 
 double mib(std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
-nlohmann::json measure_config(const Options& o, loom::World& world, const std::string& name) {
+nlohmann::json measure_config(const Options& o, loom::World& world, const std::string& name, int tp) {
   const int stage = trainer_options(name).zero;
   const loom::nn::GPTConfig config = model_config(o);
   const loom::model::Precision precision = loom::model::Precision::parse(o.precision);
-  std::mt19937 rng(static_cast<std::uint32_t>(1 + world.rank()));
-  loom::bench::RepeatBatch data(loom::bench::random_batch(o.batch, config.context, config.vocab_size, rng),
+  // The mesh first (its splits allocate a little): data x tensor, tensor innermost.
+  std::unique_ptr<loom::topo::DeviceMesh> mesh;
+  if (tp > 1) mesh = std::make_unique<loom::topo::DeviceMesh>(world.comm(), loom::topo::MeshOptions{.tensor = tp});
+  const int data_rank = mesh ? mesh->coords().data : world.rank();
+  const std::int64_t rows = o.batch * tp;  // a data rank's share of the global batch (batch x ranks)
+  std::mt19937 rng(static_cast<std::uint32_t>(1 + data_rank));
+  loom::bench::RepeatBatch data(loom::bench::random_batch(rows, config.context, config.vocab_size, rng),
                                 config.vocab_size);
   const std::int64_t live_before = loom::cpu_memory_stats().live_bytes;
   loom::reset_cpu_memory_peak();
-  loom::comm::Communicator* comm = world.size() > 1 || stage > 0 ? &world.comm() : nullptr;
+  loom::comm::Communicator* world_comm = world.size() > 1 || stage > 0 ? &world.comm() : nullptr;
+  loom::comm::Communicator* comm = mesh ? &mesh->data() : world_comm;
+  loom::comm::Communicator* tensor = mesh ? &mesh->tensor() : nullptr;
   // Built in the layout its stage trains in (what train_gpt does): no full copy on the way.
-  loom::nn::GPT model(config, precision, world.device(), 1337, loom::shard::space_layout(stage, comm));
-  loom::train::Trainer trainer(model, data, trainer_options(name), comm);
+  loom::nn::GPT model(config, precision, world.device(), 1337, loom::shard::space_layout(stage, comm), tensor);
+  loom::train::Trainer trainer(model, data, trainer_options(name), {world_comm, comm, tensor});
   const std::int64_t state_measured = loom::cpu_memory_stats().live_bytes - live_before;
   // The peak while the model and trainer were built (the state they keep, plus initialisation's
   // scratch of one parameter's part at a time).
@@ -105,14 +122,18 @@ nlohmann::json measure_config(const Options& o, loom::World& world, const std::s
   const bool cpu = world.device().is_cpu();  // the CPU allocator sees only CPU memory
   const loom::shard::GatherReport gathers = zero != nullptr ? zero->gather_report() : loom::shard::GatherReport{};
   const double gathered = static_cast<double>(std::max<std::int64_t>(1, gathers.gathers));
+  // Under tensor parallelism a perfect split would take 1/TP of the whole model's step.
+  const double ideal_s = compute_s / tp;
   return {{"ranks", world.size()},
+          {"tensor_parallel", tp},
+          {"data_parallel", world.size() / tp},
           {"config", name},
           {"stage", stage},
           {"units", model.parameter_space().units().size()},
           {"parameters", model.parameter_space().parameter_elements()},
           {"step_ms", step_s * 1e3},
-          {"compute_ms", compute_s * 1e3},
-          {"exposed_comm_ms", (step_s - compute_s) * 1e3},
+          {"compute_ms", ideal_s * 1e3},
+          {"exposed_comm_ms", (step_s - ideal_s) * 1e3},
           {"synchronize_wait_ms", loom::bench::median(wait) * 1e3},
           {"tokens_per_s", static_cast<double>(o.batch * config.context * world.size()) / step_s},
           {"state_bytes_measured", cpu ? state_measured : held.persistent()},
@@ -135,9 +156,12 @@ int run_worker(const Options& o, loom::InitOptions init, int argc, char** argv) 
   if (!init.device_type) init.device_type = loom::Device::parse(o.device).type();
   const std::unique_ptr<loom::World> world = loom::init(argc, argv, init);
   nlohmann::json rows = nlohmann::json::array();
-  for (const std::string& name : o.configs) {
-    nlohmann::json row = measure_config(o, *world, name);
-    if (world->rank() == 0) rows.push_back(row);
+  for (const int tp : o.tensor) {
+    if (world->size() % tp != 0) continue;
+    for (const std::string& name : o.configs) {
+      nlohmann::json row = measure_config(o, *world, name, tp);
+      if (world->rank() == 0) rows.push_back(row);
+    }
   }
   if (world->rank() == 0 && !o.worker_json.empty()) loom::bench::write_json(o.worker_json, rows);
   if (world->rank() == 0 && o.worker_json.empty()) std::printf("%s\n", rows.dump(2).c_str());
@@ -145,13 +169,15 @@ int run_worker(const Options& o, loom::InitOptions init, int argc, char** argv) 
 }
 
 void print_table(const nlohmann::json& rows) {
-  std::printf("\n%5s %7s %11s %9s %10s %10s %9s %8s %10s %10s %10s %10s %9s %9s %10s %8s %9s\n", "ranks", "threads",
-              "config", "step ms", "compute ms", "exposed ms", "sync wait", "vs DDP", "state MiB", "predicted", "buffers",
-              "predicted", "optim MiB", "peak MiB", "build peak", "prefetch", "tok/s");
+  std::printf("\n%5s %3s %7s %11s %9s %10s %10s %9s %8s %10s %10s %10s %10s %9s %9s %10s %8s %9s\n", "ranks", "tp",
+              "threads", "config", "step ms", "compute ms", "exposed ms", "sync wait", "vs DDP", "state MiB", "predicted",
+              "buffers", "predicted", "optim MiB", "peak MiB", "build peak", "prefetch", "tok/s");
   for (const auto& r : rows) {
-    double ddp_step = 0;
+    double ddp_step = 0;  // DDP without tensor parallelism on the same ranks: the baseline
     for (const auto& d : rows) {
-      if (d["ranks"] == r["ranks"] && d["config"] == "ddp") ddp_step = d["step_ms"].get<double>();
+      if (d["ranks"] == r["ranks"] && d["config"] == "ddp" && d.value("tensor_parallel", 1) == 1) {
+        ddp_step = d["step_ms"].get<double>();
+      }
     }
     char versus[32] = "-";
     if (ddp_step > 0) std::snprintf(versus, sizeof(versus), "%.2fx", r["step_ms"].get<double>() / ddp_step);
@@ -159,8 +185,8 @@ void print_table(const nlohmann::json& rows) {
     if (r["gathers_per_step"].get<double>() > 0) {
       std::snprintf(prefetch, sizeof(prefetch), "%.2f", r["prefetched_fraction"].get<double>());
     }
-    std::printf("%5d %7d %11s %9.2f %10.2f %10.3f %9.3f %8s %10.3f %10.3f %10.3f %10.3f %9.3f %9.2f %10.2f %8s %9.0f\n",
-                r["ranks"].get<int>(), r["threads_per_rank"].get<int>(), r["config"].get<std::string>().c_str(),
+    std::printf("%5d %3d %7d %11s %9.2f %10.2f %10.3f %9.3f %8s %10.3f %10.3f %10.3f %10.3f %9.3f %9.2f %10.2f %8s %9.0f\n",
+                r["ranks"].get<int>(), r.value("tensor_parallel", 1), r["threads_per_rank"].get<int>(), r["config"].get<std::string>().c_str(),
                 r["step_ms"].get<double>(), r["compute_ms"].get<double>(), r["exposed_comm_ms"].get<double>(),
                 r["synchronize_wait_ms"].get<double>(), versus, mib(r["state_bytes_measured"].get<std::int64_t>()),
                 mib(r["state_bytes_predicted"].get<std::int64_t>()), mib(r["buffer_bytes_measured"].get<std::int64_t>()),
@@ -179,12 +205,14 @@ int run_orchestrator(const Options& o) {
   nlohmann::json rows = nlohmann::json::array();
   std::ostringstream configs;
   for (std::size_t i = 0; i < o.configs.size(); ++i) configs << (i ? "," : "") << o.configs[i];
+  std::ostringstream tensor;
+  for (std::size_t i = 0; i < o.tensor.size(); ++i) tensor << (i ? "," : "") << o.tensor[i];
   for (const int ranks : o.ranks) {
     if (!loom::comm::mpi_built() && ranks > 1) continue;
     const int threads = std::max(1, o.cores / ranks);
     std::printf("  %d rank(s) x %d thread(s)...\n", ranks, threads);
     std::ostringstream arguments;
-    arguments << "--configs " << configs.str() << " --steps " << o.steps << " --warmup " << o.warmup << " --layers "
+    arguments << "--configs " << configs.str() << " --tp " << tensor.str() << " --steps " << o.steps << " --warmup " << o.warmup << " --layers "
               << o.layers << " --channels " << o.channels << " --batch " << o.batch << " --device " << o.device
               << " --precision " << o.precision;
     for (auto& row : loom::bench::launch_self_job("zero_bench", ranks, threads, arguments.str())) rows.push_back(row);
@@ -193,7 +221,9 @@ int run_orchestrator(const Options& o) {
   nlohmann::json record = loom::bench::make_record(
       "zero_bench", {{"cores", o.cores}, {"steps", o.steps}, {"warmup", o.warmup}, {"layers", o.layers},
                      {"channels", o.channels}, {"batch", o.batch}, {"device", o.device}, {"precision", o.precision},
-                     {"baseline", "DDP (stage 0) at the same rank count, and the same step without communication"},
+                     {"tensor_parallel", o.tensor},
+                     {"baseline", "DDP (stage 0, TP 1) at the same rank count, and the same step without communication "
+                                  "(under TP: the whole model's step on a data rank's batch, divided by TP)"},
                      {"state_bytes_measured", "live CPU bytes that building the model and trainer added (before any step)"},
                      {"buffer_bytes_measured", "ZeRO's unit buffers after the timed steps (gradient pool + gathered values)"}});
   record["rows"] = rows;
@@ -210,6 +240,9 @@ int main(int argc, char** argv) {
   app.add_option("--configs", o.configs, "what to measure: ddp, zero1, zero2, zero3, zero3-keep, zero3-bf16")
       ->delimiter(',')
       ->check(CLI::IsMember(known_configs));
+  app.add_option("--tp", o.tensor, "tensor-parallel degrees, e.g. 1,2,4 (those dividing a rank count run)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
   app.add_option("--cores", o.cores, "cores to share among each job's ranks")->check(CLI::PositiveNumber);
   app.add_option("--steps", o.steps, "timed steps (medians reported)")->check(CLI::PositiveNumber);
   app.add_option("--warmup", o.warmup)->check(CLI::NonNegativeNumber);
