@@ -166,12 +166,22 @@ std::string save_checkpoint(const std::string& run_dir, const model::Model& mode
                             const TrainingProgress& progress, comm::Communicator* comm, CheckpointLayout layout) {
   if (layout == CheckpointLayout::sharded) {
     require(comm != nullptr || (!optimizer.sharded() && model.parameter_space().value_mode() == model::ValueMode::full),
-            "save_checkpoint: the model or optimizer holds one rank's shard; pass the data-parallel communicator");
+            "save_checkpoint: the model or optimizer holds one rank's shard; pass the job's communicator (every rank)");
     const int rank = comm != nullptr ? comm->rank() : 0, world = comm != nullptr ? comm->size() : 1;
-    return detail::write_and_commit(run_dir, detail::sharded_save(model, optimizer, progress, rank, world), comm);
+    // Listing the pieces checks this rank's place; agreed, so that no rank is left in the commit.
+    detail::ShardedSave save;
+    std::exception_ptr failure;
+    try {
+      save = detail::sharded_save(model, optimizer, progress, rank, world);
+    } catch (...) {
+      if (comm == nullptr) throw;
+      failure = std::current_exception();
+    }
+    if (comm != nullptr) comm::throw_if_any_failed(*comm, failure, "listing a checkpoint's pieces");
+    return detail::write_and_commit(run_dir, save, comm);
   }
   require(comm != nullptr || !optimizer.sharded(), "save_checkpoint: the optimizer holds one rank's shard; pass the "
-          "data-parallel communicator so the state can be gathered");
+          "job's communicator so the state can be gathered");
   require(model.tensor_ranks() == 1, "save_checkpoint: a consolidated checkpoint of a model split over a tensor "
           "group (", model.tensor_ranks(), " ranks) is not written; save it sharded and consolidate it with loom-ckpt");
   // Every rank takes part in the gather; rank 0 writes.

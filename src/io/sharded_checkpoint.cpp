@@ -34,6 +34,15 @@ MeshPlace mesh_place(const model::Model& model, int rank, int world) {
   const int tensor = model.tensor_ranks();
   require(tensor >= 1 && world % tensor == 0, "checkpoint: the model is split over a tensor group of ", tensor,
           " ranks, which does not divide the ", world, " ranks saving it (pass the world communicator)");
+  require(rank % tensor == model.tensor_rank(), "checkpoint: rank ", rank, " of the ", world, " saving ranks holds "
+          "tensor rank ", model.tensor_rank(), " of its model, not ", rank % tensor, " (save over the world "
+          "communicator, whose ranks a data x tensor mesh orders: world rank = data rank x ", tensor, " + tensor rank)");
+  if (tensor == 1) {
+    for (const model::Parameter* p : model.parameter_space().parameters()) {
+      require(p->partition().replicated, "checkpoint: parameter '", p->name(), "' is one rank's block of a split "
+              "tensor, but the model reports no tensor group (Model::tensor_ranks() is 1): override it");
+    }
+  }
   return {rank / tensor, world / tensor, rank % tensor, tensor};
 }
 
@@ -265,7 +274,7 @@ void load_sharded(const std::string& dir, const CheckpointManifest& manifest, mo
   const std::vector<std::unique_ptr<PieceFile>> files = open_piece_files(dir, manifest);
   const std::map<std::string, std::vector<StoredRef>> stored = stored_tensors(files);
   // (Which other ranks hold the same pieces does not matter to a load.)
-  const std::vector<HeldPiece> held = held_pieces(model, optimizer, 0, model.tensor_ranks());
+  const std::vector<HeldPiece> held = held_pieces(model, optimizer, model.tensor_rank(), model.tensor_ranks());
   // The checkpoint holds exactly this run's tensors, each with its global shape and dtype.
   std::map<std::string, std::pair<Shape, DType>> expected;
   const model::ParameterSpace& space = model.parameter_space();

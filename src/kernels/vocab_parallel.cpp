@@ -112,7 +112,7 @@ void vocab_parallel_backward(const Tensor& logits, const Tensor& targets, const 
 }
 
 void vocab_parallel_embedding_forward(const Tensor& tokens, const Tensor& wte_shard, const Tensor& wpe,
-                                      const Tensor& out, const VocabShard& shard, StreamRef stream) {
+                                      const Tensor& out, const VocabShard& shard, StreamRef stream, IndexCheck check) {
   const char* kernel = "vocab_parallel_embedding_forward";
   const Device device = detail::common_device(kernel, {{"tokens", tokens}, {"wte_shard", wte_shard}, {"out", out}});
   if (wpe.defined()) check_positions(kernel, "wpe", wpe, tokens, wte_shard, device);
@@ -126,7 +126,9 @@ void vocab_parallel_embedding_forward(const Tensor& tokens, const Tensor& wte_sh
   const std::int64_t valid = valid_width(kernel, shard, wte_shard.size(0));
   detail::dispatch(kernel, device, stream, [&] { cpu::vocab_parallel_embedding_forward(tokens, wte_shard, wpe, out, shard, valid); },
                    [&](void* s) {
-                     cuda::check_index_range(tokens, shard.vocab_size, std::nullopt, "vocab_parallel_embedding: token", s);
+                     if (check == IndexCheck::checked) {
+                       cuda::check_index_range(tokens, shard.vocab_size, std::nullopt, "vocab_parallel_embedding: token", s);
+                     }
                      cuda::vocab_parallel_embedding_forward(tokens, wte_shard, wpe, out, shard, valid, s);
                    });
 }

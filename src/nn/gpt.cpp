@@ -211,8 +211,10 @@ void GPT::forward_into(const Tensor& tokens, const Tensor& targets, const Tensor
   require(targets.defined(), "GPT: forward_into needs targets (the loss is what it adds)");
   run_forward(tokens, targets, stream);
   if (split_loss_) {
+    // The caller's targets: a host batch is counted there without waiting, a device one is read in
+    // stream order by the loss itself.
     const std::int64_t rows = tokens_.numel();
-    split_loss_->forward_into(logits_.view({rows, vocab_.rows}), targets_.view({rows}), loss_sum, stream);
+    split_loss_->forward_into(logits_.view({rows, vocab_.rows}), targets.view({rows}), loss_sum, stream);
     return;
   }
   // The mean over counted positions (ignored ones hold loss 0), summed in double.
@@ -231,7 +233,8 @@ void GPT::embed(StreamRef stream, bool tokens_checked) {
   // the group is the whole lookup plus wpe, rounded once as embedding_forward rounds it.
   const kernels::VocabShard shard{.first = vocab_.first, .valid = vocab_.valid, .vocab_size = config_.vocab_size};
   kernels::vocab_parallel_embedding_forward(tokens_, wte_.value(), tensor_->rank() == 0 ? wpe_.value() : Tensor(),
-                                            embedded_, shard, stream);
+                                            embedded_, shard, stream,
+                                            tokens_checked ? kernels::IndexCheck::trusted : kernels::IndexCheck::checked);
   tensor_->all_reduce(embedded_, embedded_, comm::ReduceOp::sum, stream).wait_on(stream);
 }
 

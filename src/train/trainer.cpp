@@ -98,9 +98,10 @@ Trainer::Trainer(model::Model& model, data::BatchSource& data, const TrainerOpti
   }
   // Values nobody set are zeros, which train poorly or not at all, silently: refused by name. Under
   // data parallelism rank 0's values are the ones every rank gets, so its verdict is everyone's.
+  // (Agreed over the world: under tensor parallelism every data group's rank 0 speaks for its group.)
   bool unset = space.value_origin().empty();
   if (comm_ != nullptr) {
-    unset = comm::all_reduce_values(*comm_, {static_cast<std::int64_t>(comm_->rank() == 0 && unset)},
+    unset = comm::all_reduce_values(*groups_.world, {static_cast<std::int64_t>(comm_->rank() == 0 && unset)},
                                     comm::ReduceOp::max)[0] != 0;
   }
   require(!unset, "trainer: the model's parameter values were never set (", comm_ != nullptr ? "on rank 0, " : "",
@@ -129,10 +130,11 @@ Trainer::Trainer(model::Model& model, data::BatchSource& data, const TrainerOpti
     if (comm_ == nullptr) throw;
     failure = std::current_exception();
   }
-  // One rank out of memory for its optimizer state must not leave the others waiting in step 1.
+  // One rank out of memory for its optimizer state must not leave the others waiting in step 1
+  // (agreed over the world: other data groups would wait in their tensor groups' calls).
   if (comm_ == nullptr) return;
   try {
-    comm::throw_if_any_failed(*comm_, failure, "building the optimizer");
+    comm::throw_if_any_failed(*groups_.world, failure, "building the optimizer");
   } catch (...) {
     // Every rank is here: give a ZeRO-3 model that came whole its values back before the engine
     // goes (one built sharded stays so: it may not fit whole).
@@ -173,6 +175,8 @@ void Trainer::fail_job(const std::exception_ptr& error, const char* where) noexc
         loom::detail::concat("failed in ", where, " of step ", steps_done_ + 1, ": ", message_of(error));
     comm_->abort(reason);
     if (groups_.world != comm_) groups_.world->abort(reason);  // ranks outside this data group, too
+    // The tensor group is a communicator of its own: its peers may wait in a layer's all-reduce.
+    if (groups_.tensor != nullptr && groups_.tensor->size() > 1) groups_.tensor->abort(reason);
   } catch (...) {  // the communicator is broken already: its peers fail anyway
   }
 }

@@ -20,6 +20,7 @@
 
 #include "loom/core/stream.hpp"
 #include "loom/core/tensor.hpp"
+#include "loom/kernels/indices.hpp"
 
 namespace loom::kernels {
 
@@ -48,9 +49,11 @@ void vocab_parallel_backward(const Tensor& logits, const Tensor& targets, const 
 // zeros for the others (the all-reduce sum over the group then gives every rank the full lookup).
 // With wpe ([maxT, C], the position embedding; one rank of the group passes it, so that the sum
 // holds it once) each row adds wpe[t, :], the sum rounded once as embedding_forward rounds it.
-// tokens: [B, T] i32 in [0, vocab_size); wte_shard: [Vl, C]; out: [B, T, C], wte's dtype.
+// tokens: [B, T] i32 in [0, vocab_size); wte_shard: [Vl, C]; out: [B, T, C], wte's dtype. On a GPU
+// the tokens are range-checked (which waits for the device) unless `check` says they were.
 void vocab_parallel_embedding_forward(const Tensor& tokens, const Tensor& wte_shard, const Tensor& wpe,
-                                      const Tensor& out, const VocabShard& shard, StreamRef stream = {});
+                                      const Tensor& out, const VocabShard& shard, StreamRef stream = {},
+                                      IndexCheck check = IndexCheck::checked);
 // dwte_shard[v - first] += sum of dout[b, t] over the positions holding token v, for this rank's
 // tokens; with dwpe (f32 [maxT, C]), dwpe[t] += sum over b of dout[b, t] too. In a fixed order
 // (deterministic): on the CPU the same additions as embedding_backward. dwte_shard: f32.

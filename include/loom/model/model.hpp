@@ -63,6 +63,8 @@ class Model {
   // use it to tell which ranks hold the same pieces: in a data x tensor mesh world rank w is
   // tensor rank w % tensor_ranks() of data rank w / tensor_ranks() (topo/mesh.hpp).
   virtual int tensor_ranks() const noexcept { return 1; }
+  // This rank's place in that group (0 when not split).
+  virtual int tensor_rank() const noexcept { return 0; }
 
   // Units used across the whole of forward and of backward (see above); none by default.
   virtual std::vector<std::size_t> root_units() const { return {}; }

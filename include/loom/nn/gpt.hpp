@@ -85,6 +85,7 @@ class GPT final : public model::Model {
   const VocabBlock& vocab_block() const noexcept { return vocab_; }
   comm::Communicator* tensor_group() const noexcept { return tensor_; }
   int tensor_ranks() const noexcept override { return tensor_ != nullptr ? tensor_->size() : 1; }
+  int tensor_rank() const noexcept override { return tensor_ != nullptr ? tensor_->rank() : 0; }
   const GPTConfig& config() const noexcept { return config_; }
   const Precision& precision() const noexcept override { return precision_; }
   Device device() const noexcept override { return device_; }

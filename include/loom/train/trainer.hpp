@@ -65,7 +65,8 @@ struct TrainerOptions {
 //   data:   the ranks that split the batch and hold the same model (or its ZeRO shards): the
 //           gradient synchronisation, the loss and token counts, the data position, the norm and
 //           the loss scaler's agreement.
-//   tensor: the ranks that split each layer (tensor parallelism): size 1 until it is built.
+//   tensor: the ranks that split each layer (tensor parallelism: the model's layers talk over it;
+//           the norm and the loss scaler's verdict are agreed over it too, and a failure aborts it).
 // data x tensor must be world: with tensor of size 1, data is the world itself. A null world is
 // one process (data and tensor must be null too); a null data group is the world; a null tensor
 // group has size 1.
@@ -116,7 +117,7 @@ class Trainer {
   // any number of ranks resumes here as long as its consumed batches divide over this job's ranks.
   void restore(const io::TrainingProgress& progress);
   // Checkpoints of this step in run_dir (loom-checkpoint-2, io/checkpoint_writer.hpp), collective
-  // when data-parallel: every rank writes its own part. save() returns once the checkpoint is
+  // over the world: every rank writes its own part (under tensor parallelism its own blocks). save() returns once the checkpoint is
   // committed. save_async() returns once this rank's part is copied to host memory, and a
   // background thread writes and commits it while the next steps run; a new save waits for the
   // one in flight, and so do resume() and the destructor. wait_for_save() blocks until none is in

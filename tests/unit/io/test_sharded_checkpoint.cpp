@@ -323,3 +323,20 @@ TEST_CASE("a checkpoint saved at TP 2 x DP 2 loads at TP 1 x DP 1 and TP 1 x DP 
     CHECK(consolidated(root / load.to, std::string(load.to) + ".whole") == want);
   }
 }
+
+TEST_CASE("saving a tensor-parallel model over its data group instead of the world is refused by name on every rank",
+          "[io][sharded][tensor_parallel]") {
+  const fs::path run = fresh_dir("tensor_parallel_wrong_group");
+  std::vector<std::string> errors(4);
+  loom::comm::run_in_process(4, [&](loom::comm::Communicator& world) {
+    const loom::topo::DeviceMesh mesh(world, {.tensor = 2});
+    loom::nn::GPT model(loom::test::tiny_gpt(37, 8), loom::nn::Precision::fp32(), loom::Device::cpu(), 5, {},
+                        &mesh.tensor());
+    loom::optim::AdamW optimizer(model.parameter_space(), {});
+    errors[static_cast<std::size_t>(world.rank())] = loom::test::error_message([&] {
+      loom::io::save_checkpoint(run.string(), model, optimizer, {}, &mesh.data());
+    });
+  });
+  for (const std::string& e : errors) CHECK_THAT(e, Catch::Contains("save over the world communicator"));
+  CHECK_FALSE(loom::io::latest_checkpoint(run.string()));
+}

@@ -52,7 +52,8 @@ class RegressionSlice final : public loom::data::BatchSource {
 // The MLP, either of nn::Linear (tensor == nullptr) or tensor-parallel over `tensor`.
 class Mlp final : public loom::model::Model {
  public:
-  explicit Mlp(loom::comm::Communicator* tensor) : tensor_ranks_(tensor != nullptr ? tensor->size() : 1) {
+  explicit Mlp(loom::comm::Communicator* tensor)
+      : tensor_ranks_(tensor != nullptr ? tensor->size() : 1), tensor_rank_(tensor != nullptr ? tensor->rank() : 0) {
     std::vector<loom::model::UnitSpec> units{{"hidden", {}}, {"out", {}}};
     if (tensor == nullptr) {
       hidden_ = std::make_unique<loom::nn::Linear>("hidden", features, hidden, loom::nn::LinearOptions{.bias = true, .gelu = true},
@@ -101,12 +102,13 @@ class Mlp final : public loom::model::Model {
   const loom::model::Precision& precision() const noexcept override { return precision_; }
   std::string architecture_name() const override { return "tp_mlp"; }
   int tensor_ranks() const noexcept override { return tensor_ranks_; }
+  int tensor_rank() const noexcept override { return tensor_rank_; }
   std::vector<std::pair<std::string, std::int64_t>> architecture() const override { return {{"hidden", hidden}}; }
 
  private:
   loom::model::Precision precision_ = loom::model::Precision::fp32();
   std::unique_ptr<loom::nn::Linear> hidden_, out_;
-  int tensor_ranks_;
+  int tensor_ranks_, tensor_rank_;
   std::unique_ptr<loom::nn::ColumnParallelLinear> tp_hidden_;
   std::unique_ptr<loom::nn::RowParallelLinear> tp_out_;
   loom::nn::MseLoss loss_;
