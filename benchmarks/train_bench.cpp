@@ -5,6 +5,11 @@
 // On the CPU it also runs PyTorch's step on the same model, batch and thread count
 // (benchmarks/peers/torch_gpt.py, when python3-torch is installed; --peer), in rounds alternating
 // with loom's timed steps, and reports loom's tokens/s against it.
+//
+// --activation-checkpointing none,full also measures each mode on its own model in the same run
+// (their steps alternating): tokens/s, the step time against `none`, and on the CPU the
+// allocator's peak over a step beyond what the model and optimizer keep, against `none` (issue
+// 29's targets: full costs <= 35% of the step and removes >= 70% of the activation memory).
 #include <CLI/CLI.hpp>
 #include <omp.h>
 
@@ -19,8 +24,73 @@
 #include "torch_peer.hpp"
 #include "loom/kernels/cpu_isa.hpp"
 #include "loom/data/addition_task.hpp"
+#include "loom/core/allocator.hpp"
 #include "loom/kernels/gemm.hpp"
 #include "loom/loom.hpp"
+
+namespace {
+
+// One Trainer per activation-checkpointing mode, stepped in turn (so that every mode sees the same
+// machine); the median step and, on the CPU, the peak bytes a step adds over what stays live.
+nlohmann::json compare_checkpointing(loom::nn::GPTConfig config, const loom::nn::Precision& precision,
+                                     loom::Device device, std::int64_t batch, int steps, int warmup,
+                                     const std::vector<std::string>& modes) {
+  struct Run {
+    std::unique_ptr<loom::nn::GPT> model;
+    std::unique_ptr<loom::bench::RepeatBatch> data;
+    std::unique_ptr<loom::train::Trainer> trainer;
+    std::vector<double> seconds;
+    std::int64_t peak = 0;         // the step's peak: model state, optimizer state and activations
+    std::int64_t model_state = 0;  // values, gradients and optimizer state (Trainer::held_model_state)
+  };
+  std::vector<Run> runs(modes.size());
+  std::mt19937 rng(1);
+  const loom::data::Batch batch_data = loom::bench::random_batch(batch, config.context, config.vocab_size, rng);
+  loom::train::TrainerOptions options;
+  options.schedule = {.max_lr = 1e-4f, .min_lr = 1e-5f, .warmup = 0, .total = steps + warmup + 1};
+  for (std::size_t m = 0; m < modes.size(); ++m) {
+    // Everything this mode's model and trainer allocate, at the peak of a step after warm-up: the
+    // earlier modes' bytes are live throughout, so they cancel.
+    const std::int64_t before = loom::cpu_memory_stats().live_bytes;
+    config.checkpointing = loom::nn::parse_activation_checkpointing(modes[m]);
+    runs[m].model = std::make_unique<loom::nn::GPT>(config, precision, device);
+    runs[m].data = std::make_unique<loom::bench::RepeatBatch>(batch_data, config.vocab_size);
+    runs[m].trainer = std::make_unique<loom::train::Trainer>(*runs[m].model, *runs[m].data, options);
+    for (int i = 0; i < warmup; ++i) runs[m].trainer->step();
+    loom::reset_cpu_memory_peak();
+    runs[m].trainer->step();
+    runs[m].peak = loom::cpu_memory_stats().peak_bytes - before;
+    runs[m].model_state = runs[m].trainer->held_model_state().persistent();
+  }
+  for (int i = 0; i < steps; ++i) {
+    for (Run& run : runs) run.seconds.push_back(run.trainer->step().seconds);
+  }
+  const double tokens = static_cast<double>(batch * config.context);
+  const double base_step = loom::bench::median(runs.front().seconds);
+  auto activations = [](const Run& run) { return static_cast<double>(std::max<std::int64_t>(1, run.peak - run.model_state)); };
+  const double base_activations = activations(runs.front());
+  const bool cpu = device.is_cpu();
+  std::printf("\nactivation checkpointing (same run, steps alternating; memory: the CPU allocator's peak over a "
+              "step, and that less the model state)\n");
+  std::printf("%-10s %10s %10s %12s %12s %16s %10s\n", "mode", "step ms", "vs first", "tokens/s", "peak MiB",
+              "activations MiB", "vs first");
+  nlohmann::json rows = nlohmann::json::array();
+  for (std::size_t m = 0; m < runs.size(); ++m) {
+    const double step = loom::bench::median(runs[m].seconds);
+    const double act = activations(runs[m]);
+    std::printf("%-10s %10.2f %9.2fx %12.0f %12.2f %16.2f %9.2fx\n", modes[m].c_str(), step * 1e3, step / base_step,
+                tokens / step, cpu ? static_cast<double>(runs[m].peak) / (1 << 20) : 0.0,
+                cpu ? act / (1 << 20) : 0.0, cpu ? act / base_activations : 0.0);
+    rows.push_back({{"mode", modes[m]}, {"step_ms", step * 1e3}, {"step_vs_first", step / base_step},
+                    {"tokens_per_s", tokens / step}, {"step_peak_bytes", cpu ? runs[m].peak : 0},
+                    {"model_state_bytes", runs[m].model_state},
+                    {"activation_bytes", cpu ? runs[m].peak - runs[m].model_state : 0},
+                    {"activations_vs_first", cpu ? act / base_activations : 0.0}});
+  }
+  return rows;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app("train_bench: tokens/s and MFU of loom's GPT training step");
@@ -31,6 +101,7 @@ int main(int argc, char** argv) {
   config.heads = 4;
   config.channels = 128;
   std::string precision_name = "fp32", device_name = "cpu", json_path, peer = "auto", attention = "auto";
+  std::vector<std::string> checkpointing_modes{"none"};
   std::int64_t batch = 8, peak_shape = 1024;
   int steps = 20, warmup = 3, rounds = 3;
   app.add_option("--layers", config.layers)->check(CLI::PositiveNumber);
@@ -47,6 +118,10 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "write the JSON record here");
   app.add_option("--attention", attention, "attention kernel: auto (stored unless a layer's probabilities "
                  "exceed 512 MiB), stored (keeps the T x T probabilities) or fused")->check(CLI::IsMember({"auto", "stored", "fused"}));
+  app.add_option("--activation-checkpointing", checkpointing_modes, "modes to compare in the same run, e.g. "
+                 "none,full (the first is the baseline; the main step uses it)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"none", "full"}));
   app.add_option("--peer", peer, "PyTorch's step on the same model in the same run: auto (on the CPU when "
                  "python3-torch is installed), torch (required) or none")->check(CLI::IsMember({"auto", "torch", "none"}));
   app.add_option("--rounds", rounds, "with a peer: rounds of loom's timed steps alternating with the peer's runs")
@@ -58,6 +133,7 @@ int main(int argc, char** argv) {
     const loom::nn::Precision precision = loom::nn::Precision::parse(precision_name);
     config.attention = loom::nn::resolve(loom::nn::parse_attention_kernel(attention), batch, config.heads,
                                          config.context, precision.storage);
+    config.checkpointing = loom::nn::parse_activation_checkpointing(checkpointing_modes.front());
     std::mt19937 rng(1);
     loom::nn::GPT model(config, precision, device);
     loom::bench::RepeatBatch data(loom::bench::random_batch(batch, config.context, config.vocab_size, rng), config.vocab_size);
@@ -133,6 +209,11 @@ int main(int argc, char** argv) {
       record["rows"][0]["vs_torch"] = tokens / step_seconds / peer_tokens_per_s;
       record["peer"] = *peer_record;
       record["peer"]["tokens_per_s_rounds"] = peer_tokens;
+    }
+    if (checkpointing_modes.size() > 1) {
+      record["config"]["activation_checkpointing"] = checkpointing_modes;
+      record["activation_checkpointing"] =
+          compare_checkpointing(config, precision, device, batch, steps, warmup, checkpointing_modes);
     }
     if (!json_path.empty()) loom::bench::write_json(json_path, record);
     return 0;

@@ -210,6 +210,8 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
   const loom::Device device = world.size() == 1 ? loom::Device::parse(config.device) : world.device();
   loom::nn::GPTConfig model_config = config.model;
   if (config.data == "addition" || config.data.starts_with("text:")) model_config.vocab_size = 256;
+  model_config.checkpointing = loom::nn::parse_activation_checkpointing(config.activation_checkpointing);
+  model_config.checkpoint_every = config.recompute_every;
   const DataParallel dp = make_data_parallel(config, world);
   loom::train::TrainerOptions options = config.trainer_options();
   options.reducer = dp.reducer;
@@ -221,11 +223,18 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
   train_gpt::RunData data(config, {.rank = dp.data_rank, .world = dp.data_ranks});
   loom::train::Trainer trainer(model, data.train(), options, {dp.world, dp.comm.get(), dp.tensor});
   log.line("%s\n", loom::to_string(loom::build_info()).c_str());
-  log.line("model: %lld layers, %lld heads, width %lld, context %lld, vocab %lld (%lld parameters), %s on %s\n",
+  const std::string recompute =
+      model_config.checkpointing == loom::nn::ActivationCheckpointing::none
+          ? std::string()
+          : ", activation checkpointing " + loom::nn::to_string(model_config.checkpointing) +
+                (model_config.checkpoint_every > 1 ? " every " + std::to_string(model_config.checkpoint_every) +
+                                                         " blocks"
+                                                   : " (every block)");
+  log.line("model: %lld layers, %lld heads, width %lld, context %lld, vocab %lld (%lld parameters), %s on %s%s\n",
            static_cast<long long>(model_config.layers), static_cast<long long>(model_config.heads),
            static_cast<long long>(model_config.channels), static_cast<long long>(model_config.context),
            static_cast<long long>(model_config.vocab_size), static_cast<long long>(model_config.parameter_count()),
-           config.precision.c_str(), device.to_string().c_str());
+           config.precision.c_str(), device.to_string().c_str(), recompute.c_str());
   log.line("training: %s\n", loom::train::describe(options).c_str());
   if (dp.mesh) log.line("%s\n", dp.mesh->describe().c_str());
   if (dp.comm) {

@@ -14,6 +14,8 @@ namespace train_gpt {
 struct RunConfig {
   loom::nn::GPTConfig model{};
   std::string precision = "fp32";
+  std::string activation_checkpointing = "none";  // none | full (recompute each block's forward in backward)
+  std::int64_t recompute_every = 1;               // ... for every k-th block
   std::string device = "cpu";
   std::int64_t batch = 8;
   std::int64_t seq_len = 0;  // 0: the model's context

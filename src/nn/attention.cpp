@@ -60,6 +60,13 @@ void CausalSelfAttention::collect_parameters(std::vector<Parameter*>& out) {
   proj_.collect_parameters(out);
 }
 
+void CausalSelfAttention::release_activations() {
+  qkv_.release_activations();
+  proj_.release_activations();
+  qkv_out_ = Tensor();  // (a handle on the QKV layer's buffer, which it releases)
+  for (Tensor* t : {&att_, &lse_, &heads_out_, &dqkv_}) detail::release(*t);
+}
+
 Tensor CausalSelfAttention::forward(const Tensor& x, StreamRef stream) {
   require(x.defined() && x.shape().rank() == 3, "attention: input must be [B, T, C], got ",
           x);

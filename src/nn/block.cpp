@@ -1,9 +1,19 @@
 #include "loom/nn/block.hpp"
 
+#include "loom/core/error.hpp"
 #include "loom/kernels/elementwise.hpp"
 #include "src/nn/buffer.hpp"
 
 namespace loom::nn {
+
+std::string to_string(ActivationCheckpointing mode) { return mode == ActivationCheckpointing::full ? "full" : "none"; }
+
+ActivationCheckpointing parse_activation_checkpointing(const std::string& text) {
+  if (text == "none") return ActivationCheckpointing::none;
+  if (text == "full") return ActivationCheckpointing::full;
+  fail(ErrorCategory::invalid_argument, "activation checkpointing '", text, "' is not one of none, full",
+       text == "selective" ? " (selective recomputation is not built yet)" : "");
+}
 
 TransformerBlock::TransformerBlock(const std::string& name, std::int64_t channels, std::int64_t heads,
                                    const Precision& precision, Device device, AttentionKernel attention,
@@ -23,7 +33,23 @@ void TransformerBlock::collect_parameters(std::vector<Parameter*>& out) {
   fc_proj_.collect_parameters(out);
 }
 
+void TransformerBlock::release_activations() {
+  ln1_.release_activations();
+  attn_.release_activations();
+  ln2_.release_activations();
+  fc_.release_activations();
+  fc_proj_.release_activations();
+  for (Tensor* t : {&hidden_, &dhidden_, &dx_}) detail::release(*t);
+}
+
+void TransformerBlock::recompute(StreamRef stream) {
+  require(input_.defined(), "transformer block: recompute before any forward");
+  const Tensor input = input_;  // (forward takes it by reference and keeps it again)
+  forward(input, stream);
+}
+
 Tensor TransformerBlock::forward(const Tensor& x, StreamRef stream) {
+  input_ = x;
   detail::ensure_buffer(hidden_, x.shape(), precision_.storage, x.device());
   detail::ensure_buffer(output_, x.shape(), precision_.storage, x.device());
   // hidden = x + attn(ln1(x)), and ln2(hidden), in one pass.

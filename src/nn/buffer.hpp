@@ -13,10 +13,69 @@
 
 namespace loom::nn::detail {
 
+// Buffers that activation checkpointing released, for the next layer of the same shape to take
+// instead of allocating: the blocks of a checkpointed model run one at a time, so one block's
+// worth of buffers serves them all. (Freeing and allocating them instead cost more than the
+// recomputation on the CPU, where a large block goes back to the system and comes back
+// page-faulted.) A model owns its pool and makes it current for its thread while it runs
+// (PoolScope); layers reach it through ensure_buffer and release.
+class BufferPool {
+ public:
+  void give(Tensor& t) {
+    if (t.defined()) free_.push_back(std::move(t));
+    t = Tensor();
+  }
+  // A pooled tensor of exactly (shape, dtype, device) that nothing else refers to, or undefined.
+  Tensor take(const Shape& shape, DType dtype, Device device) {
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->shape() == shape && it->dtype() == dtype && it->device() == device && it->sole_owner()) {
+        Tensor t = std::move(*it);
+        free_.erase(it);
+        return t;
+      }
+    }
+    return Tensor();
+  }
+
+ private:
+  std::vector<Tensor> free_;
+};
+
+inline BufferPool*& current_pool() {
+  thread_local BufferPool* pool = nullptr;
+  return pool;
+}
+
+class PoolScope {
+ public:
+  explicit PoolScope(BufferPool* pool) : previous_(current_pool()) { current_pool() = pool; }
+  ~PoolScope() { current_pool() = previous_; }
+  PoolScope(const PoolScope&) = delete;
+  PoolScope& operator=(const PoolScope&) = delete;
+
+ private:
+  BufferPool* previous_;
+};
+
+// Drops a layer's buffer: into the current pool when there is one.
+inline void release(Tensor& buffer) {
+  if (BufferPool* pool = current_pool(); pool != nullptr) {
+    pool->give(buffer);
+  } else {
+    buffer = Tensor();
+  }
+}
+
 // buffer holds a tensor of exactly (shape, dtype, device) afterwards; its contents are undefined
 // when it had to be (re)allocated.
 inline const Tensor& ensure_buffer(Tensor& buffer, const Shape& shape, DType dtype, Device device) {
   if (!buffer.defined() || buffer.shape() != shape || buffer.dtype() != dtype || buffer.device() != device) {
+    if (BufferPool* pool = current_pool(); pool != nullptr) {
+      if (Tensor pooled = pool->take(shape, dtype, device); pooled.defined()) {
+        buffer = std::move(pooled);
+        return buffer;
+      }
+    }
     buffer = Tensor::empty(shape, dtype, device);
   }
   return buffer;

@@ -29,6 +29,7 @@ void GPTConfig::validate() const {
   positive("heads", heads);
   positive("channels", channels);
   require(channels % heads == 0, "GPT config: channels ", channels, " must be a multiple of heads ", heads);
+  positive("checkpoint_every", checkpoint_every);
 }
 
 std::int64_t GPTConfig::parameter_count() const {
@@ -74,6 +75,7 @@ GPT::GPT(const GPTConfig& config, const Precision& precision, Device device, std
     wte_.set_partition({Shape{config.padded_vocab(), config.channels}, {vocab_.first, 0}, false});
     split_loss_ = std::make_unique<VocabParallelCrossEntropy>(config.vocab_size, vocab_, *tensor_);
   }
+  if (config_.checkpointing != ActivationCheckpointing::none) pool_ = std::make_unique<detail::BufferPool>();
   parameters_ = {&wte_, &wpe_};
   for (std::int64_t l = 0; l < config.layers; ++l) {
     std::string name = "h";  // (not "h" + to_string: GCC 12 warns falsely about that, -Wrestrict)
@@ -96,6 +98,8 @@ GPT::GPT(const GPTConfig& config, const Precision& precision, Device device, std
   space_ = std::make_unique<model::ParameterSpace>(std::move(units), layout);
   initialize(seed);
 }
+
+GPT::~GPT() = default;
 
 std::vector<std::pair<std::string, std::int64_t>> GPT::architecture() const {
   return {{"vocab_size", config_.vocab_size}, {"context", config_.context}, {"layers", config_.layers},
@@ -158,6 +162,7 @@ void GPT::run_forward(const Tensor& tokens, const Tensor& targets, StreamRef str
                                          "target");
   tokens_ = detail::on_device(tokens, staged_tokens_, device_, stream);
   const std::int64_t c = config_.channels, vp = vocab_.rows, rows = batch * steps;
+  const detail::PoolScope pooled(pool_.get());  // (null without checkpointing: layers allocate as before)
   detail::ensure_buffer(embedded_, {batch, steps, c}, precision_.storage, device_);
   before_forward(0, stream);
   embed(stream, tokens_checked);
@@ -165,6 +170,7 @@ void GPT::run_forward(const Tensor& tokens, const Tensor& targets, StreamRef str
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
     before_forward(1 + l, stream);
     x = blocks_[l]->forward(x, stream);
+    if (config_.checkpointed(static_cast<std::int64_t>(l))) blocks_[l]->release_activations();
     after_forward(1 + l, stream);
   }
   final_norm_ = ln_f_.forward(x, stream);
@@ -240,6 +246,7 @@ void GPT::embed(StreamRef stream, bool tokens_checked) {
 
 void GPT::backward(float loss_scale, StreamRef stream) {
   require(targets_.defined(), "GPT: backward needs a forward with targets first");
+  const detail::PoolScope pooled(pool_.get());
   before_backward(0, stream);
   detail::require_grad_storage(wte_);
   const std::int64_t rows = tokens_.numel(), vp = vocab_.rows;
@@ -258,8 +265,11 @@ void GPT::backward(float loss_scale, StreamRef stream) {
   }
   Tensor d = ln_f_.backward(dresidual_, stream);
   for (std::size_t l = blocks_.size(); l-- > 0;) {
-    before_backward(1 + l, stream);
+    before_backward(1 + l, stream);  // (under ZeRO-3 this gathers the values the recomputation needs)
+    const bool checkpointed = config_.checkpointed(static_cast<std::int64_t>(l));
+    if (checkpointed) blocks_[l]->recompute(stream);
     d = blocks_[l]->backward(d, stream);
+    if (checkpointed) blocks_[l]->release_activations();
     after_backward(1 + l, stream);
   }
   if (tensor_ == nullptr) {

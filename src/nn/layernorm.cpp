@@ -23,6 +23,11 @@ void LayerNorm::collect_parameters(std::vector<Parameter*>& out) {
   out.push_back(&bias_);
 }
 
+void LayerNorm::release_activations() {
+  input_ = Tensor();  // (a handle on the layer before's buffer: dropped, not pooled)
+  for (Tensor* t : {&output_, &mean_, &rstd_, &dx_}) detail::release(*t);
+}
+
 void LayerNorm::prepare_forward(const Tensor& input_rows) {
   detail::require_storage(weight_);
   detail::require_storage(bias_);

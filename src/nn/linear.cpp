@@ -34,6 +34,11 @@ void Linear::collect_parameters(std::vector<Parameter*>& out) {
   if (bias_) out.push_back(bias_.get());
 }
 
+void Linear::release_activations() {
+  input_ = Tensor();  // (a handle on the layer before's buffer: dropped, not pooled)
+  for (Tensor* t : {&output_, &pre_activation_, &dx_, &dpre_, &bias_grad_scratch_}) detail::release(*t);
+}
+
 Tensor Linear::forward(const Tensor& x, StreamRef stream) {
   require(x.defined() && x.shape().rank() >= 1 && x.shape()[-1] == in_, "Linear '", weight_.name(),
           "': input must end in ", in_, " features, got ", x);

@@ -90,6 +90,12 @@ void RowParallelLinear::collect_parameters(std::vector<Parameter*>& out) {
   if (bias_) out.push_back(bias_.get());
 }
 
+void RowParallelLinear::release_activations() {
+  if (single_) single_->release_activations();
+  input_ = Tensor();  // (a handle on the layer before's buffer: dropped, not pooled)
+  for (Tensor* t : {&output_, &ones_, &dx_, &bias_grad_scratch_}) detail::release(*t);
+}
+
 Tensor RowParallelLinear::forward(const Tensor& x, StreamRef stream) {
   if (single_) return single_->forward(x, stream);
   const std::int64_t local_in = in_ / ranks_;

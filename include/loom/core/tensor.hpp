@@ -123,6 +123,8 @@ class Tensor {
   bool shares_storage_with(const Tensor& other) const noexcept {
     return storage_ != nullptr && storage_ == other.storage_;
   }
+  // Whether this handle is the only one on its storage (no copy or view of it exists elsewhere).
+  bool sole_owner() const noexcept { return storage_ != nullptr && storage_.use_count() == 1; }
   // "Tensor(f32, (2, 3), cpu)"
   std::string description() const;
 

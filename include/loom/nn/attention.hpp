@@ -45,6 +45,9 @@ class CausalSelfAttention {
   ColumnParallelLinear& qkv() noexcept { return qkv_; }
   RowParallelLinear& proj() noexcept { return proj_; }
   void collect_parameters(std::vector<Parameter*>& out);
+  // Drops the buffers of the last forward and backward (activation checkpointing frees them between
+  // a unit's forward and its recomputation in backward); the next forward allocates them again.
+  void release_activations();
   AttentionKernel kernel() const noexcept { return kernel_; }
   // The kernel the last forward ran (never automatic; automatic before any forward).
   AttentionKernel last_kernel() const noexcept { return last_kernel_; }

@@ -14,6 +14,15 @@
 
 namespace loom::nn {
 
+// What a block keeps between its forward and backward. `none`: every activation (its layers'
+// buffers). `full`: only its input and output; the forward runs again inside backward (about one
+// more forward's compute, the same gradients bit for bit). Megatron-LM's `selective` (keeping the
+// GEMM outputs) is not built.
+enum class ActivationCheckpointing { none, full };
+std::string to_string(ActivationCheckpointing mode);
+// "none" or "full"; anything else is an invalid_argument Error naming the value.
+ActivationCheckpointing parse_activation_checkpointing(const std::string& text);
+
 class TransformerBlock {
  public:
   // tensor: the tensor group (null: none).
@@ -31,6 +40,13 @@ class TransformerBlock {
   RowParallelLinear& fc_proj() noexcept { return fc_proj_; }
   void collect_parameters(std::vector<Parameter*>& out);
 
+  // Activation checkpointing (full recomputation): release_activations() drops every buffer of the
+  // last forward and backward but the block's output (the next block's input, kept) and a handle to
+  // its input; recompute() runs that forward again from the input, inside backward, giving the
+  // same bits (every kernel is deterministic), so the backward that follows is unchanged.
+  void release_activations();
+  void recompute(StreamRef stream = {});
+
  private:
   Precision precision_;
   LayerNorm ln1_;
@@ -38,7 +54,7 @@ class TransformerBlock {
   LayerNorm ln2_;
   ColumnParallelLinear fc_;
   RowParallelLinear fc_proj_;
-  Tensor hidden_, output_, dhidden_, dx_;
+  Tensor input_, hidden_, output_, dhidden_, dx_;
 };
 
 }  // namespace loom::nn

@@ -27,6 +27,10 @@
 
 namespace loom::nn {
 
+namespace detail {
+class BufferPool;  // src/nn/buffer.hpp
+}
+
 struct GPTConfig {
   std::int64_t vocab_size = 256;
   std::int64_t context = 128;  // the longest sequence (rows of the position embedding)
@@ -36,6 +40,13 @@ struct GPTConfig {
   // How the blocks run attention: an execution choice, not part of the architecture (checkpoints
   // do not record it; either kernel trains the same model).
   AttentionKernel attention = AttentionKernel::automatic;
+  // Activation checkpointing, also an execution choice: blocks l with l % checkpoint_every == 0
+  // use `checkpointing` (every block by default), the others keep their activations.
+  ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
+  std::int64_t checkpoint_every = 1;
+  bool checkpointed(std::int64_t block) const noexcept {
+    return checkpointing != ActivationCheckpointing::none && block % checkpoint_every == 0;
+  }
   // The token embedding has padded_vocab() rows (a multiple of 64, for GEMM-friendly shapes);
   // the padded logits never take part in the loss. It does not depend on tensor parallelism (a
   // checkpoint's table has one shape at any TP): a tensor group of N ranks takes padded / N rows
@@ -61,6 +72,7 @@ class GPT final : public model::Model {
       const model::SpaceLayout& layout = {}, comm::Communicator* tensor = nullptr);
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
+  ~GPT() override;
 
   // tokens: [B, T] i32 with T <= context. Computes the logits [B, T, padded_vocab] (a buffer of
   // the model) and, when targets ([B, T] i32, -1 = ignore) are given, the mean cross-entropy over
@@ -111,6 +123,7 @@ class GPT final : public model::Model {
   comm::Communicator* tensor_;
   VocabBlock vocab_;
   std::unique_ptr<VocabParallelCrossEntropy> split_loss_;  // under tensor parallelism
+  std::unique_ptr<detail::BufferPool> pool_;  // the checkpointed blocks' buffers, shared between them
   Parameter wte_, wpe_;
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;
   LayerNorm ln_f_;

@@ -28,6 +28,9 @@ class LayerNorm {
   Parameter& weight() noexcept { return weight_; }
   Parameter& bias() noexcept { return bias_; }
   void collect_parameters(std::vector<Parameter*>& out);
+  // Drops the buffers of the last forward and backward (activation checkpointing frees them between
+  // a unit's forward and its recomputation in backward); the next forward allocates them again.
+  void release_activations();
 
  private:
   // Keeps input_rows ([rows, C]) for backward and sizes the output and statistics buffers.

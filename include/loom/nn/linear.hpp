@@ -37,6 +37,9 @@ class Linear {
   Parameter& weight() noexcept { return weight_; }
   Parameter* bias() noexcept { return bias_.get(); }
   void collect_parameters(std::vector<Parameter*>& out);
+  // Drops the buffers of the last forward and backward (activation checkpointing frees them between
+  // a unit's forward and its recomputation in backward); the next forward allocates them again.
+  void release_activations();
 
  private:
   std::int64_t in_, out_;

@@ -55,6 +55,7 @@ class ColumnParallelLinear {
   Parameter& weight() noexcept { return local_.weight(); }
   Parameter* bias() noexcept { return local_.bias(); }
   void collect_parameters(std::vector<Parameter*>& out) { local_.collect_parameters(out); }
+  void release_activations() { local_.release_activations(); }  // (see Linear)
   std::int64_t local_out_features() const noexcept { return out_ / ranks_; }
 
  private:
@@ -78,6 +79,7 @@ class RowParallelLinear {
   Parameter& weight() noexcept { return single_ ? single_->weight() : *weight_; }
   Parameter* bias() noexcept { return single_ ? single_->bias() : bias_.get(); }
   void collect_parameters(std::vector<Parameter*>& out);
+  void release_activations();  // (see Linear)
   std::int64_t local_in_features() const noexcept { return in_ / ranks_; }
 
  private:
