@@ -306,6 +306,11 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
       log.line("step %5lld/%lld | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s", static_cast<long long>(r.step),
                static_cast<long long>(config.steps), r.loss, r.lr, r.grad_norm, r.seconds * 1e3, tokens_per_second);
       if (peak > 0) log.line(" | MFU %.1f%%", 100.0 * tokens_per_second * flops_per_token / (peak * 1e12));
+      if (r.memory_peak_total > 0) {  // host memory, by category (the process's)
+        const auto [category, bytes] = loom::train::largest_category(r);
+        log.line(" | mem %.1f MiB (%s %.1f)", static_cast<double>(r.memory_peak_total) / (1 << 20),
+                 std::string(loom::to_string(category)).c_str(), static_cast<double>(bytes) / (1 << 20));
+      }
       if (r.skipped) log.line(" | skipped (non-finite gradient; loss scale %g)", trainer.loss_scaler().scale());
       log.line("\n");
     }

@@ -1,5 +1,6 @@
 #include "loom/core/allocator.hpp"
 
+#include <array>
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
@@ -16,38 +17,62 @@ class CpuAllocator final : public Allocator {
  public:
   Device device() const noexcept override { return Device::cpu(); }
 
-  // Each block starts with one alignment unit that records its size (for the live count).
+  // Each block starts with one alignment unit that records its size and category (for the live
+  // counts).
   void* allocate(std::size_t bytes, StreamRef stream) override {
     require(stream.device().is_cpu(), "the CPU allocator was given a stream on ", stream.device());
     if (bytes == 0) return nullptr;
     auto* base = static_cast<unsigned char*>(::operator new(bytes + cpu_alignment, std::align_val_t(cpu_alignment),
                                                             std::nothrow));
-    if (base == nullptr) fail(ErrorCategory::out_of_memory, "cannot allocate ", bytes, " bytes on the CPU");
+    if (base == nullptr) {
+      fail(ErrorCategory::out_of_memory, "cannot allocate ", bytes, " bytes on the CPU for ",
+           to_string(current_memory_category()), " (", live_.load(), " bytes live)");
+    }
+    const MemoryCategory category = current_memory_category();
     *reinterpret_cast<std::size_t*>(base) = bytes;
-    count(static_cast<std::int64_t>(bytes));
+    base[sizeof(std::size_t)] = static_cast<unsigned char>(category);
+    count(static_cast<std::int64_t>(bytes), category);
     return base + cpu_alignment;
   }
 
   void deallocate(void* ptr) override {
     if (ptr == nullptr) return;
     auto* base = static_cast<unsigned char*>(ptr) - cpu_alignment;
-    count(-static_cast<std::int64_t>(*reinterpret_cast<std::size_t*>(base)));
+    count(-static_cast<std::int64_t>(*reinterpret_cast<std::size_t*>(base)),
+          static_cast<MemoryCategory>(base[sizeof(std::size_t)]));
     ::operator delete(base, std::align_val_t(cpu_alignment));
   }
 
   // Host memory from elsewhere (pinned) counts too: the statistics are the process's host memory.
-  void count(std::int64_t delta) noexcept {
-    const std::int64_t live = live_.fetch_add(delta) + delta;
-    std::int64_t peak = peak_.load();
-    while (live > peak && !peak_.compare_exchange_weak(peak, live)) {
+  void count(std::int64_t delta, MemoryCategory category) noexcept {
+    raise(live_, peak_, delta);
+    const auto c = static_cast<std::size_t>(category);
+    raise(live_by_category_[c], peak_by_category_[c], delta);
+  }
+
+  CpuMemoryStats stats() const noexcept {
+    CpuMemoryStats s{live_.load(), peak_.load(), {}, {}};
+    for (std::size_t c = 0; c < memory_category_count; ++c) {
+      s.live_by_category[c] = live_by_category_[c].load();
+      s.peak_by_category[c] = peak_by_category_[c].load();
+    }
+    return s;
+  }
+  void reset_peak() noexcept {
+    peak_.store(live_.load());
+    for (std::size_t c = 0; c < memory_category_count; ++c) peak_by_category_[c].store(live_by_category_[c].load());
+  }
+
+ private:
+  static void raise(std::atomic<std::int64_t>& live, std::atomic<std::int64_t>& peak, std::int64_t delta) noexcept {
+    const std::int64_t now = live.fetch_add(delta) + delta;
+    std::int64_t seen = peak.load();
+    while (now > seen && !peak.compare_exchange_weak(seen, now)) {
     }
   }
 
-  CpuMemoryStats stats() const noexcept { return {live_.load(), peak_.load()}; }
-  void reset_peak() noexcept { peak_.store(live_.load()); }
-
- private:
   std::atomic<std::int64_t> live_{0}, peak_{0};
+  std::array<std::atomic<std::int64_t>, memory_category_count> live_by_category_{}, peak_by_category_{};
 };
 
 std::shared_ptr<CpuAllocator> shared_cpu_allocator() {
@@ -96,30 +121,35 @@ class PinnedHostAllocator final : public Allocator {
     if (bytes == 0) return nullptr;
     void* ptr = detail::cuda_rt::host_alloc(device_index_, bytes);
     if (ptr == nullptr) fail(ErrorCategory::out_of_memory, "cudaHostAlloc of ", bytes, " bytes (pinned host memory)");
+    const MemoryCategory category = current_memory_category();
     const std::lock_guard lock(mutex_);
-    sizes_[ptr] = bytes;
-    shared_cpu_allocator()->count(static_cast<std::int64_t>(bytes));
+    sizes_[ptr] = {bytes, category};
+    shared_cpu_allocator()->count(static_cast<std::int64_t>(bytes), category);
     return ptr;
   }
 
   void deallocate(void* ptr) override {
     if (ptr == nullptr) return;
-    std::size_t bytes = 0;
+    Held held;
     {
       const std::lock_guard lock(mutex_);
       const auto it = sizes_.find(ptr);
       require(it != sizes_.end(), "the pinned host allocator was given memory it did not allocate");
-      bytes = it->second;
+      held = it->second;
       sizes_.erase(it);
     }
     detail::cuda_rt::host_free(device_index_, ptr);
-    shared_cpu_allocator()->count(-static_cast<std::int64_t>(bytes));
+    shared_cpu_allocator()->count(-static_cast<std::int64_t>(held.bytes), held.category);
   }
 
  private:
+  struct Held {
+    std::size_t bytes = 0;
+    MemoryCategory category = MemoryCategory::other;
+  };
   int device_index_;
   std::mutex mutex_;
-  std::unordered_map<void*, std::size_t> sizes_;
+  std::unordered_map<void*, Held> sizes_;
 };
 
 }  // namespace

@@ -73,8 +73,9 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamRef stream) {
   } else {
     ptr = allocate_from_backing(size);
   }
+  const MemoryCategory category = current_memory_category();
   try {
-    live_.emplace(ptr, Block{size, stream.native_handle()});
+    live_.emplace(ptr, Block{size, stream.native_handle(), category});
   } catch (...) {
     cache_[CacheKey(stream.native_handle(), size)].push_back(ptr);  // keep the books whole
     throw;
@@ -82,6 +83,9 @@ void* CachingAllocator::allocate(std::size_t bytes, StreamRef stream) {
   ++stats_.allocation_count;
   stats_.allocated_bytes += size;
   stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+  const auto c = static_cast<std::size_t>(category);
+  stats_.allocated_by_category[c] += static_cast<std::int64_t>(size);
+  stats_.peak_by_category[c] = std::max(stats_.peak_by_category[c], stats_.allocated_by_category[c]);
   return ptr;
 }
 
@@ -114,6 +118,7 @@ void CachingAllocator::deallocate(void* ptr) {
   live_.erase(live);
   ++stats_.free_count;
   stats_.allocated_bytes -= block.size;
+  stats_.allocated_by_category[static_cast<std::size_t>(block.category)] -= static_cast<std::int64_t>(block.size);
 }
 
 void CachingAllocator::release_cache() {
@@ -136,6 +141,7 @@ void CachingAllocator::reset_peak_stats() {
   std::lock_guard lock(mutex_);
   stats_.peak_allocated_bytes = stats_.allocated_bytes;
   stats_.peak_reserved_bytes = stats_.reserved_bytes;
+  stats_.peak_by_category = stats_.allocated_by_category;
 }
 
 void CachingAllocator::empty_cache() {

@@ -2,6 +2,7 @@
 #include <memory>
 #include <mutex>
 
+#include "loom/core/memory_category.hpp"
 #include "loom/core/error.hpp"
 #include "loom/ddp/comm_hook.hpp"
 #include "loom/kernels/cast.hpp"
@@ -25,6 +26,7 @@ class WireBuffers {
     Tensor& buffer = buffers_[bucket.index];
     if (!buffer.defined() || buffer.numel() != bucket.gradients.numel() ||
         buffer.device() != bucket.gradients.device()) {
+      const MemoryCategoryScope memory(MemoryCategory::communication);
       buffer = Tensor::empty(bucket.gradients.shape(), wire_, bucket.gradients.device());
     }
     return buffer;

@@ -5,6 +5,7 @@
 #include <vector>
 #include <utility>
 
+#include "loom/core/memory_category.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/tensor_ops.hpp"
 #include "loom/kernels/cast.hpp"
@@ -50,7 +51,10 @@ ParameterSpace::ParameterSpace(std::vector<UnitSpec> units, const SpaceLayout& l
   if (layout.values == ValueMode::sharded && described) {
     // Nothing to copy: only this rank's slices are ever allocated.
     for (const Slot& slot : slots_) slot.parameter->bind(Tensor(), Tensor());
-    shard_values_ = Tensor::zeros({shard_elements()}, storage_, device_);
+    {
+      const MemoryCategoryScope memory(MemoryCategory::parameters);
+      shard_values_ = Tensor::zeros({shard_elements()}, storage_, device_);
+    }
     value_rank_ = layout.rank;
     mode_ = ValueMode::sharded;
     bound_.assign(units_.size(), Tensor());
@@ -58,8 +62,14 @@ ParameterSpace::ParameterSpace(std::vector<UnitSpec> units, const SpaceLayout& l
     if (layout.grads) allocate_grads();
     return;
   }
-  const Tensor values = Tensor::zeros({elements_}, storage_, device_);
-  const Tensor grads = layout.grads ? Tensor::zeros({elements_}, DType::f32, device_) : Tensor();
+  const Tensor values = [&] {
+    const MemoryCategoryScope memory(MemoryCategory::parameters);
+    return Tensor::zeros({elements_}, storage_, device_);
+  }();
+  const Tensor grads = [&] {
+    const MemoryCategoryScope memory(MemoryCategory::gradients);
+    return layout.grads ? Tensor::zeros({elements_}, DType::f32, device_) : Tensor();
+  }();
   rebind(values, grads);
   if (layout.values == ValueMode::sharded) shard_values(layout.rank);
 }
@@ -116,8 +126,14 @@ void ParameterSpace::repartition(int ranks) {
   const std::uint64_t old_version = layout_version_;
   lay_out(ranks);
   try {
-    const Tensor values = Tensor::zeros({elements_}, storage(), device());
-    const Tensor grads = Tensor::zeros({elements_}, DType::f32, device());
+    const Tensor values = [&] {
+      const MemoryCategoryScope memory(MemoryCategory::parameters);
+      return Tensor::zeros({elements_}, storage(), device());
+    }();
+    const Tensor grads = [&] {
+      const MemoryCategoryScope memory(MemoryCategory::gradients);
+      return Tensor::zeros({elements_}, DType::f32, device());
+    }();
     rebind(values, grads);
   } catch (...) {
     lay_out(old_ranks);  // rebind binds nothing unless every copy succeeded: all still point here
@@ -200,6 +216,7 @@ void ParameterSpace::shard_values(int rank, Tensor into) {
     require(into.numel() == shard_elements() && into.dtype() == storage_ && into.device() == device_,
             "parameter space: a shard needs ", shard_elements(), " ", storage_, " elements on ", device_, ", got ", into);
   }
+  const MemoryCategoryScope memory(MemoryCategory::parameters);
   const Tensor shard = into.defined() ? into : Tensor::empty({shard_elements()}, storage_, device_);
   for (std::size_t u = 0; u < units_.size(); ++u) {
     const auto [local, size] = packed_slice(units_, u, ranks_);
@@ -260,6 +277,7 @@ void ParameterSpace::release_grads() {
 
 void ParameterSpace::allocate_grads() {
   if (grads_allocated()) return;
+  const MemoryCategoryScope memory(MemoryCategory::gradients);
   const Tensor grads = Tensor::zeros({elements_}, DType::f32, device());
   for (const Slot& slot : slots_) {
     Parameter& p = *slot.parameter;

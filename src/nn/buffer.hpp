@@ -8,6 +8,7 @@
 #include "loom/core/stream.hpp"
 #include "loom/core/tensor.hpp"
 #include "loom/core/error.hpp"
+#include "loom/core/memory_category.hpp"
 #include "loom/core/tensor_ops.hpp"
 #include "loom/model/parameter.hpp"
 
@@ -76,6 +77,7 @@ inline const Tensor& ensure_buffer(Tensor& buffer, const Shape& shape, DType dty
         return buffer;
       }
     }
+    const MemoryCategoryScope memory(MemoryCategory::activations);
     buffer = Tensor::empty(shape, dtype, device);
   }
   return buffer;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "loom/core/memory_category.hpp"
 #include "loom/core/error.hpp"
 #include "loom/kernels/cast.hpp"
 
@@ -43,6 +44,7 @@ void Optimizer::add_masters() {
 
 Tensor Optimizer::add_state(std::string kind) {
   kinds_.push_back(std::move(kind));
+  const MemoryCategoryScope memory(MemoryCategory::optimizer);
   states_.push_back(Tensor::zeros({local_elements_}, DType::f32, space_.device()));
   return states_.back();
 }

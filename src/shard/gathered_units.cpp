@@ -1,5 +1,6 @@
 #include "src/shard/gathered_units.hpp"
 
+#include "loom/core/memory_category.hpp"
 #include "loom/core/error.hpp"
 
 namespace loom::shard::detail {
@@ -32,6 +33,7 @@ Tensor GatheredUnits::take_buffer(std::int64_t elements) {
     --allocated_;
   }
   free_.clear();
+  const MemoryCategoryScope memory(MemoryCategory::parameters);  // (a unit's gathered values)
   Tensor buffer = Tensor::empty({elements}, space_.storage(), space_.device());
   ++allocated_;
   bytes_ += static_cast<std::int64_t>(buffer.nbytes());

@@ -4,6 +4,7 @@
 #include <exception>
 #include <utility>
 
+#include "loom/core/memory_category.hpp"
 #include "loom/comm/agreement.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/tensor_ops.hpp"
@@ -90,8 +91,12 @@ ZeroEngine::ZeroEngine(comm::Communicator& comm, model::Model& model, int stage,
   std::exception_ptr failure;
   Tensor value_shard;
   try {
-    shard_grads_ = Tensor::zeros({space_.shard_elements()}, DType::f32, space_.device());
+    {
+      const MemoryCategoryScope memory(MemoryCategory::gradients);
+      shard_grads_ = Tensor::zeros({space_.shard_elements()}, DType::f32, space_.device());
+    }
     if (stage_ == 3 && !values_sharded()) {
+      const MemoryCategoryScope memory(MemoryCategory::parameters);
       value_shard = Tensor::empty({space_.shard_elements()}, space_.storage(), space_.device());
     }
   } catch (...) {
@@ -183,6 +188,7 @@ void ZeroEngine::unshard_values(StreamRef stream) {
   std::exception_ptr failure;
   Tensor full;
   try {
+    const MemoryCategoryScope memory(MemoryCategory::parameters);
     full = Tensor::zeros({space_.elements()}, space_.storage(), space_.device());
   } catch (...) {
     failure = std::current_exception();
@@ -246,6 +252,7 @@ ddp::PendingReduction ZeroEngine::start(const ddp::ScheduledBucket& bucket, Stre
     // unit's f32 buffer is free by then) and is added into the fp32 shard.
     // The bf16 copy lives until its finish step has used it, not until synchronize(): held here
     // and dropped by the finish, so at most the units in flight have one.
+    const MemoryCategoryScope memory(MemoryCategory::communication);
     auto compact = std::make_shared<Tensor>(Tensor::empty({gradients.numel()}, DType::bf16, gradients.device()));
     kernels::cast(gradients, *compact, {}, stream);
     comm::Work work = comm_.reduce_scatter(*compact, compact->slice(comm_.rank() * n, (comm_.rank() + 1) * n),
@@ -273,7 +280,10 @@ ddp::PendingReduction ZeroEngine::stand_in(const ddp::ScheduledBucket& bucket, S
     gradients = options_.reduction == DType::f32 ? unit_gradients(bucket.unit) : Tensor();
   } catch (...) {
   }
-  if (!gradients.defined()) gradients = Tensor::zeros({bucket.end - bucket.begin}, options_.reduction, comm_.device());
+  if (!gradients.defined()) {
+    const MemoryCategoryScope memory(MemoryCategory::communication);
+    gradients = Tensor::zeros({bucket.end - bucket.begin}, options_.reduction, comm_.device());
+  }
   const std::int64_t n = gradients.numel() / comm_.size();
   return ddp::PendingReduction{comm_.reduce_scatter(gradients, gradients.slice(comm_.rank() * n, (comm_.rank() + 1) * n),
                                                     comm::ReduceOp::avg, stream),
@@ -299,6 +309,7 @@ void ZeroEngine::bind_buffer(std::size_t unit, StreamRef stream) {
     buffer = std::move(*fit);
     free_.erase(fit);
   } else {
+    const MemoryCategoryScope memory(MemoryCategory::gradients);  // (a unit's gradients while its backward runs)
     buffer = Tensor::empty({needed}, DType::f32, space_.device());
     ++pool_allocated_;
     pool_bytes_ += static_cast<std::int64_t>(buffer.nbytes());

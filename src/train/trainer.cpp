@@ -206,8 +206,18 @@ void Trainer::run_micro_batches(StepResult& result, double& loss_sum, StreamRef 
   loss_sum = device_loss_sum.to(Device::cpu()).item<float>();
 }
 
+std::pair<MemoryCategory, std::int64_t> largest_category(const StepResult& result) {
+  std::size_t largest = 0;
+  for (std::size_t c = 1; c < memory_category_count; ++c) {
+    if (result.memory_peak[c] > result.memory_peak[largest]) largest = c;
+  }
+  return {static_cast<MemoryCategory>(largest), result.memory_peak[largest]};
+}
+
 StepResult Trainer::step(StreamRef stream) {
   const auto start = std::chrono::steady_clock::now();
+  const bool host_memory = model_.device().is_cpu();
+  if (host_memory) reset_cpu_memory_peak();
   StepResult result;
   result.step = steps_done_ + 1;
   double loss_sum = 0;
@@ -261,6 +271,12 @@ StepResult Trainer::step(StreamRef stream) {
   }
   ++steps_done_;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (host_memory) {
+    const CpuMemoryStats memory = cpu_memory_stats();
+    result.memory_live = memory.live_by_category;
+    result.memory_peak = memory.peak_by_category;
+    result.memory_peak_total = memory.peak_bytes;
+  }
   return result;
 }
 

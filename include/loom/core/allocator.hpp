@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "loom/core/device.hpp"
+#include "loom/core/memory_category.hpp"
 #include "loom/core/stream.hpp"
 
 namespace loom {
@@ -33,6 +34,10 @@ std::shared_ptr<Allocator> cpu_allocator();
 struct CpuMemoryStats {
   std::int64_t live_bytes = 0;  // allocated and not yet released, over the whole process
   std::int64_t peak_bytes = 0;  // the most live bytes since the start or reset_cpu_memory_peak()
+  // The same by MemoryCategory (index: the enum's value). The live bytes add up to live_bytes;
+  // each category's peak is its own (they need not have peaked together).
+  CategoryBytes live_by_category{};
+  CategoryBytes peak_by_category{};
 };
 CpuMemoryStats cpu_memory_stats() noexcept;
 void reset_cpu_memory_peak() noexcept;  // peak := live

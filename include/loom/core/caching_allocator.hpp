@@ -49,6 +49,10 @@ struct AllocatorStats {
   std::uint64_t backing_allocation_count = 0;
   std::uint64_t backing_free_count = 0;
   std::uint64_t oom_retry_count = 0;       // times the cache was released to satisfy a request
+  // allocated_bytes by the MemoryCategory each block was handed out under (they add up to it), and
+  // each category's own peak.
+  CategoryBytes allocated_by_category{};
+  CategoryBytes peak_by_category{};
 };
 
 class CachingAllocator final : public Allocator {
@@ -74,6 +78,7 @@ class CachingAllocator final : public Allocator {
   struct Block {
     std::size_t size;
     void* stream;
+    MemoryCategory category;
   };
   using CacheKey = std::pair<void*, std::size_t>;  // (stream, size class)
 

@@ -21,6 +21,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/comm/communicator.hpp"
@@ -30,6 +31,7 @@
 #include "loom/io/checkpoint.hpp"
 #include "loom/io/checkpoint_writer.hpp"
 #include "loom/model/model.hpp"
+#include "loom/core/memory_category.hpp"
 #include "loom/optim/adamw.hpp"
 #include "loom/optim/loss_scaler.hpp"
 #include "loom/optim/schedule.hpp"
@@ -89,7 +91,15 @@ struct StepResult {
   bool skipped = false;    // a non-finite gradient (fp16 overflow, or inf/NaN anywhere): no update
   std::int64_t tokens = 0; // elements of the inputs of every micro-batch, on every rank
   double seconds = 0;      // wall time of the step, synchronized
+  // Host memory during the step, by loom::MemoryCategory (the CPU allocator's counts: the whole
+  // process's, so in-process ranks count each other too; zeros for a model on a GPU, whose default
+  // allocator does not count yet): live at the end, and each category's peak in the step.
+  CategoryBytes memory_live{};
+  CategoryBytes memory_peak{};
+  std::int64_t memory_peak_total = 0;  // the most bytes live at once during the step
 };
+// The category with the largest peak in a step, and those bytes.
+std::pair<MemoryCategory, std::int64_t> largest_category(const StepResult& result);
 
 class Trainer {
  public:

@@ -239,3 +239,40 @@ TEST_CASE("concurrent allocation and release keep the books balanced", "[allocat
   CHECK(s.reserved_bytes == f.ledger->in_use);
   CHECK(s.cache_hit_count + s.backing_allocation_count == 4000);
 }
+
+TEST_CASE("the caching allocator counts each block under the category it was handed out in", "[allocator]") {
+  using loom::MemoryCategory;
+  Fixture f;
+  const StreamRef s = fake_stream(1);
+  void* a = nullptr;
+  void* b = nullptr;
+  {
+    const loom::MemoryCategoryScope activations(MemoryCategory::activations);
+    a = f.allocator->allocate(3 * KiB, s);
+    {
+      const loom::MemoryCategoryScope gradients(MemoryCategory::gradients);  // nested: the inner wins
+      b = f.allocator->allocate(MiB, s);
+    }
+  }
+  void* c = f.allocator->allocate(512, s);  // outside every scope: other
+  AllocatorStats st = f.allocator->stats();
+  CHECK(st.allocated_by_category[static_cast<std::size_t>(MemoryCategory::activations)] == 3 * KiB);
+  CHECK(st.allocated_by_category[static_cast<std::size_t>(MemoryCategory::gradients)] == MiB);
+  CHECK(st.allocated_by_category[static_cast<std::size_t>(MemoryCategory::other)] == 512);
+  std::int64_t sum = 0;
+  for (const std::int64_t bytes : st.allocated_by_category) sum += bytes;
+  CHECK(sum == static_cast<std::int64_t>(st.allocated_bytes));
+  f.allocator->deallocate(b);  // the gradients block leaves its category, its peak stays
+  {
+    const loom::MemoryCategoryScope optimizer(MemoryCategory::optimizer);
+    b = f.allocator->allocate(MiB, s);  // the cached block, now counted as optimizer state
+  }
+  st = f.allocator->stats();
+  CHECK(st.allocated_by_category[static_cast<std::size_t>(MemoryCategory::gradients)] == 0);
+  CHECK(st.peak_by_category[static_cast<std::size_t>(MemoryCategory::gradients)] == MiB);
+  CHECK(st.allocated_by_category[static_cast<std::size_t>(MemoryCategory::optimizer)] == MiB);
+  for (void* p : {a, b, c}) f.allocator->deallocate(p);
+  st = f.allocator->stats();
+  for (const std::int64_t bytes : st.allocated_by_category) CHECK(bytes == 0);
+  CHECK(loom::current_memory_category() == MemoryCategory::other);
+}
