@@ -299,6 +299,7 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
   };
   const loom::train::StopRequests stops(config.time_limit);
   while (trainer.steps_done() < config.steps) {
+    if (device.is_cpu()) loom::reset_cpu_memory_peak();  // (this process's: the step line gives this step's peak)
     const loom::train::StepResult r = trainer.step();
     if (r.step == first_step + 1 && dp.comm) log.line("after the first step: %s\n", model_state_line(trainer).c_str());
     if (r.step % config.log_every == 0 || r.step == config.steps) {

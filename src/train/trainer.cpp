@@ -217,7 +217,6 @@ std::pair<MemoryCategory, std::int64_t> largest_category(const StepResult& resul
 StepResult Trainer::step(StreamRef stream) {
   const auto start = std::chrono::steady_clock::now();
   const bool host_memory = model_.device().is_cpu();
-  if (host_memory) reset_cpu_memory_peak();
   StepResult result;
   result.step = steps_done_ + 1;
   double loss_sum = 0;

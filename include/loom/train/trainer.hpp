@@ -91,12 +91,13 @@ struct StepResult {
   bool skipped = false;    // a non-finite gradient (fp16 overflow, or inf/NaN anywhere): no update
   std::int64_t tokens = 0; // elements of the inputs of every micro-batch, on every rank
   double seconds = 0;      // wall time of the step, synchronized
-  // Host memory during the step, by loom::MemoryCategory (the CPU allocator's counts: the whole
-  // process's, so in-process ranks count each other too; zeros for a model on a GPU, whose default
-  // allocator does not count yet): live at the end, and each category's peak in the step.
+  // Host memory by loom::MemoryCategory at the end of the step (the CPU allocator's counts: the
+  // whole process's, so in-process ranks count each other too; zeros for a model on a GPU, whose
+  // default allocator does not count yet): live bytes, and each category's high-water mark since
+  // the process started or last called reset_cpu_memory_peak() (before each step: that step's).
   CategoryBytes memory_live{};
   CategoryBytes memory_peak{};
-  std::int64_t memory_peak_total = 0;  // the most bytes live at once during the step
+  std::int64_t memory_peak_total = 0;  // the most bytes live at once over the same span
 };
 // The category with the largest peak in a step, and those bytes.
 std::pair<MemoryCategory, std::int64_t> largest_category(const StepResult& result);
