@@ -13,6 +13,8 @@ namespace loom {
 
 namespace {
 
+static_assert(cpu_alignment >= sizeof(std::size_t) + 1, "the block header holds a size and a category byte");
+
 class CpuAllocator final : public Allocator {
  public:
   Device device() const noexcept override { return Device::cpu(); }

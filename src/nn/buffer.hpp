@@ -38,6 +38,9 @@ class BufferPool {
     return Tensor();
   }
 
+  // Drops every pooled buffer (a forward of another shape would never take them).
+  void clear() noexcept { free_.clear(); }
+
  private:
   std::vector<Tensor> free_;
 };

@@ -163,6 +163,12 @@ void GPT::run_forward(const Tensor& tokens, const Tensor& targets, StreamRef str
   tokens_ = detail::on_device(tokens, staged_tokens_, device_, stream);
   const std::int64_t c = config_.channels, vp = vocab_.rows, rows = batch * steps;
   const detail::PoolScope pooled(pool_.get());  // (null without checkpointing: layers allocate as before)
+  if (pool_ && tokens.shape() != pooled_shape_) {
+    // Buffers of another batch shape (generate's growing window, an evaluation batch) would never
+    // be taken again: let them go rather than keep one block's worth per shape.
+    pool_->clear();
+    pooled_shape_ = tokens.shape();
+  }
   detail::ensure_buffer(embedded_, {batch, steps, c}, precision_.storage, device_);
   before_forward(0, stream);
   embed(stream, tokens_checked);

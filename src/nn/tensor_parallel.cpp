@@ -93,7 +93,7 @@ void RowParallelLinear::collect_parameters(std::vector<Parameter*>& out) {
 void RowParallelLinear::release_activations() {
   if (single_) single_->release_activations();
   input_ = Tensor();  // (a handle on the layer before's buffer: dropped, not pooled)
-  for (Tensor* t : {&output_, &ones_, &dx_, &bias_grad_scratch_}) detail::release(*t);
+  for (Tensor* t : {&output_, &dx_, &bias_grad_scratch_}) detail::release(*t);  // (ones_: a tiny constant, kept)
 }
 
 Tensor RowParallelLinear::forward(const Tensor& x, StreamRef stream) {

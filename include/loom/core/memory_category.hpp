@@ -18,8 +18,9 @@ enum class MemoryCategory : std::uint8_t {
   gradients,      // parameter gradients
   optimizer,      // optimizer state (AdamW's moments and master weights, SGD's momentum)
   activations,    // the layers' buffers: activations kept for backward and their gradients
-  communication,  // gradient buckets, ZeRO's gradient pool and gathered values, staging for collectives
-  workspace,      // scratch of kernels and libraries
+  communication,  // copies made to communicate: compressed gradient buckets, bf16 reduce-scatter inputs
+                  // (ZeRO's gradient pool counts as gradients, its gathered values as parameters)
+  workspace,      // reserved for kernel and library scratch: nothing sets it yet (it counts as other)
 };
 inline constexpr std::size_t memory_category_count = 7;
 using CategoryBytes = std::array<std::int64_t, memory_category_count>;

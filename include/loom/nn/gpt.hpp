@@ -77,7 +77,7 @@ class GPT final : public model::Model {
   // tokens: [B, T] i32 with T <= context. Computes the logits [B, T, padded_vocab] (a buffer of
   // the model) and, when targets ([B, T] i32, -1 = ignore) are given, the mean cross-entropy over
   // the counted positions, which it returns (NaN without targets). Activations are kept for
-  // backward.
+  // backward (a checkpointed block keeps only its input and output, and is recomputed).
   float forward(const Tensor& tokens, const Tensor& targets = {}, StreamRef stream = {}) override;
   // The same without waiting: the mean loss is added to loss_sum[0] on the stream. Host batches are
   // range-checked on the host, so on a GPU nothing in the forward waits for the device.
@@ -124,6 +124,7 @@ class GPT final : public model::Model {
   VocabBlock vocab_;
   std::unique_ptr<VocabParallelCrossEntropy> split_loss_;  // under tensor parallelism
   std::unique_ptr<detail::BufferPool> pool_;  // the checkpointed blocks' buffers, shared between them
+  Shape pooled_shape_;                         // the token shape the pooled buffers were made for
   Parameter wte_, wpe_;
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;
   LayerNorm ln_f_;
