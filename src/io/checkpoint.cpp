@@ -167,18 +167,7 @@ std::string save_checkpoint(const std::string& run_dir, const model::Model& mode
   if (layout == CheckpointLayout::sharded) {
     require(comm != nullptr || (!optimizer.sharded() && model.parameter_space().value_mode() == model::ValueMode::full),
             "save_checkpoint: the model or optimizer holds one rank's shard; pass the job's communicator (every rank)");
-    const int rank = comm != nullptr ? comm->rank() : 0, world = comm != nullptr ? comm->size() : 1;
-    // Listing the pieces checks this rank's place; agreed, so that no rank is left in the commit.
-    detail::ShardedSave save;
-    std::exception_ptr failure;
-    try {
-      save = detail::sharded_save(model, optimizer, progress, rank, world);
-    } catch (...) {
-      if (comm == nullptr) throw;
-      failure = std::current_exception();
-    }
-    if (comm != nullptr) comm::throw_if_any_failed(*comm, failure, "listing a checkpoint's pieces");
-    return detail::write_and_commit(run_dir, save, comm);
+    return detail::write_and_commit(run_dir, detail::agreed_sharded_save(model, optimizer, progress, comm), comm);
   }
   require(comm != nullptr || !optimizer.sharded(), "save_checkpoint: the optimizer holds one rank's shard; pass the "
           "job's communicator so the state can be gathered");

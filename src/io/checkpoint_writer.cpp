@@ -48,15 +48,8 @@ CheckpointWriter::CheckpointWriter(const model::Model& model, const optim::Optim
   require(comm_ != nullptr ||
               (!optimizer.sharded() && model.parameter_space().value_mode() == model::ValueMode::full),
           "checkpoint writer: the model or optimizer holds one rank's shard; pass the job's communicator (every rank)");
-  const int rank = comm_ != nullptr ? comm_->rank() : 0, world = comm_ != nullptr ? comm_->size() : 1;
-  std::exception_ptr failure;
-  try {  // (agreed: a rank whose place is wrong must not leave the others in the all-reduce below)
-    bytes_ = detail::sharded_save(model_, optimizer_, {}, rank, world).data_bytes();
-  } catch (...) {
-    if (comm_ == nullptr) throw;
-    failure = std::current_exception();
-  }
-  if (comm_ != nullptr) comm::throw_if_any_failed(*comm_, failure, "listing a checkpoint's pieces");
+  // (agreed: a rank whose place is wrong must not leave the others in the all-reduce below)
+  bytes_ = detail::agreed_sharded_save(model_, optimizer_, {}, comm_).data_bytes();
   // This rank's write at the slowest rate expected (a rate limit below it is slower still); the
   // job's deadline is the longest of the ranks'.
   double rate = options_.min_write_bytes_per_second;

@@ -145,6 +145,20 @@ ShardedSave sharded_save(const model::Model& model, const optim::Optimizer& opti
   return save;
 }
 
+ShardedSave agreed_sharded_save(const model::Model& model, const optim::Optimizer& optimizer,
+                                const TrainingProgress& progress, comm::Communicator* comm) {
+  if (comm == nullptr) return sharded_save(model, optimizer, progress, 0, 1);
+  ShardedSave save;
+  std::exception_ptr failure;
+  try {
+    save = sharded_save(model, optimizer, progress, comm->rank(), comm->size());
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  comm::throw_if_any_failed(*comm, failure, "listing a checkpoint's pieces");
+  return save;
+}
+
 std::string write_and_commit(const std::string& run_dir, const ShardedSave& save, comm::Communicator* comm,
                              double max_bytes_per_second) {
   require(comm == nullptr ? save.world == 1 && save.rank == 0 : save.world == comm->size() && save.rank == comm->rank(),

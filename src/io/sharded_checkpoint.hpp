@@ -50,6 +50,11 @@ struct ShardedSave {
 };
 ShardedSave sharded_save(const model::Model& model, const optim::Optimizer& optimizer, const TrainingProgress& progress,
                          int rank, int world);
+// The same as rank comm->rank() of comm->size() (null: one process), agreed: listing the pieces
+// checks this rank's place, and a rank that fails there fails every rank before any collective
+// that would wait for it.
+ShardedSave agreed_sharded_save(const model::Model& model, const optim::Optimizer& optimizer,
+                                const TrainingProgress& progress, comm::Communicator* comm);
 
 // Writes the save: rank 0 prepares <run>/.step_<N>.tmp/, every rank writes and fsyncs its file
 // there, the files' sizes and CRC-32s are summed over the ranks, and rank 0 commits (state.json,

@@ -51,8 +51,7 @@ comm::Communicator* split_over(comm::Communicator* tensor) {
   return tensor != nullptr && tensor->size() > 1 ? tensor : nullptr;
 }
 
-VocabBlock block_of(const GPTConfig& config, const comm::Communicator* tensor) {
-  config.validate();
+VocabBlock block_of(const GPTConfig& config, const comm::Communicator* tensor) {  // (config validated)
   return tensor == nullptr ? VocabBlock{0, config.padded_vocab(), config.vocab_size}
                            : vocab_block(config.vocab_size, config.padded_vocab(), tensor->rank(), tensor->size());
 }
