@@ -6,7 +6,7 @@
 // (benchmarks/peers/torch_gpt.py, when python3-torch is installed; --peer), in rounds alternating
 // with loom's timed steps, and reports loom's tokens/s against it.
 //
-// --activation-checkpointing none,full also measures each mode on its own model in the same run
+// --activation-checkpointing none,selective,full also measures each mode on its own model in the same run
 // (their steps alternating): tokens/s, the step time against `none`, and on the CPU the
 // allocator's peak over a step beyond what the model and optimizer keep, against `none` (issue
 // 29's targets: full costs <= 35% of the step and removes >= 70% of the activation memory).
@@ -119,9 +119,9 @@ int main(int argc, char** argv) {
   app.add_option("--attention", attention, "attention kernel: auto (stored unless a layer's probabilities "
                  "exceed 512 MiB), stored (keeps the T x T probabilities) or fused")->check(CLI::IsMember({"auto", "stored", "fused"}));
   app.add_option("--activation-checkpointing", checkpointing_modes, "modes to compare in the same run, e.g. "
-                 "none,full (the first is the baseline; the main step uses it)")
+                 "none,selective,full (the first is the baseline; the main step uses it)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"none", "full"}));
+      ->check(CLI::IsMember({"none", "selective", "full"}));
   app.add_option("--peer", peer, "PyTorch's step on the same model in the same run: auto (on the CPU when "
                  "python3-torch is installed), torch (required) or none")->check(CLI::IsMember({"auto", "torch", "none"}));
   app.add_option("--rounds", rounds, "with a peer: rounds of loom's timed steps alternating with the peer's runs")

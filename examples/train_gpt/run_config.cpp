@@ -42,9 +42,10 @@ void RunConfig::add_to(CLI::App& app) {
   app.add_option("--context", model.context, "longest sequence")->check(positive);
   app.add_option("--vocab", model.vocab_size, "vocabulary size (256 for bytes; 50257 for GPT-2 shards)")
       ->check(positive);
-  app.add_option("--activation-checkpointing", activation_checkpointing, "none, or full: keep only each block's "
-                 "input and output and recompute its forward in backward (less memory, about one more forward)")
-      ->check(CLI::IsMember({"none", "full"}));
+  app.add_option("--activation-checkpointing", activation_checkpointing, "none; selective: keep the GEMM outputs and "
+                 "recompute LayerNorm, attention probabilities and GELU in backward; full: keep only each block's "
+                 "input and output and recompute its forward in backward (least memory, about one more forward)")
+      ->check(CLI::IsMember({"none", "selective", "full"}));
   app.add_option("--activation-checkpointing-every", recompute_every, "checkpoint every k-th block (1: all)")
       ->check(positive);
   app.add_option("--precision", precision, "fp32, tf32, fp16 or bf16")

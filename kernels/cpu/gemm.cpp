@@ -96,6 +96,7 @@ void epilogue_rows(const EpilogueArgs& args, const float* product, std::int64_t 
   std::vector<float> bias(e.bias.defined() ? static_cast<std::size_t>(n) : 0);
   if (!bias.empty()) visit_float_dtype(e.bias.dtype(), [&]<class T>() { to_f32(e.bias.data<T>(), bias.data(), n); });
   float* row_scratch = f32 ? nullptr : scratch(1, 3 * n).data();
+  std::vector<TOut> rounded(!f32 && e.activation == Activation::gelu ? static_cast<std::size_t>(n) : 0);
   const CpuKernels& kernels = cpu_kernels();
   const bool gelu = e.activation == Activation::gelu;
   for (std::int64_t i = row_begin; i < row_end; ++i) {
@@ -111,11 +112,23 @@ void epilogue_rows(const EpilogueArgs& args, const float* product, std::int64_t 
         to_f32(c_data + i * c->ld, row_scratch, n);
         row.c = row_scratch;
       }
-      row.pre = gelu && pre ? row_scratch + n : nullptr;
-      row.out = row_scratch + 2 * n;
+      if (!gelu) {
+        row.out = row_scratch + 2 * n;
+        kernels.epilogue_row(row);
+        from_f32(row.out, out + i * d.ld, n);
+        continue;
+      }
+      // GELU of the pre-activation rounded to D's dtype: the value gelu_backward differentiates,
+      // and what gelu_forward of the stored pre-activation recomputes bit for bit (selective
+      // activation checkpointing, nn/block.hpp).
+      row.gelu = false;
+      row.out = row_scratch + n;
       kernels.epilogue_row(row);
-      from_f32(row.out, out + i * d.ld, n);
-      if (row.pre) from_f32(row.pre, pre + i * n, n);
+      from_f32(row.out, rounded.data(), n);
+      if (pre) std::copy(rounded.begin(), rounded.end(), pre + i * n);
+      to_f32(rounded.data(), row.out, n);
+      kernels.gelu_forward(row.out, row_scratch + 2 * n, n);
+      from_f32(row_scratch + 2 * n, out + i * d.ld, n);
     }
   }
 }

@@ -67,6 +67,22 @@ void CausalSelfAttention::release_activations() {
   for (Tensor* t : {&att_, &lse_, &heads_out_, &dqkv_}) detail::release(*t);
 }
 
+void CausalSelfAttention::release_recomputable() {
+  proj_.release_output();
+  detail::release(att_);
+}
+
+void CausalSelfAttention::recompute_probabilities(StreamRef stream) {
+  require(qkv_out_.defined(), "attention: recompute before forward");
+  if (last_kernel_ != AttentionKernel::stored) return;
+  const std::int64_t batch = qkv_out_.shape()[0], steps = qkv_out_.shape()[1];
+  detail::ensure_buffer(att_, {batch, heads_, steps, steps}, precision_.storage, qkv_out_.device());
+  kernels::AttentionOptions options;
+  options.num_heads = heads_;
+  options.precision = precision_.gemm;
+  kernels::attention_forward(qkv_out_, heads_out_, att_, options, stream);
+}
+
 Tensor CausalSelfAttention::forward(const Tensor& x, StreamRef stream) {
   require(x.defined() && x.shape().rank() == 3, "attention: input must be [B, T, C], got ",
           x);

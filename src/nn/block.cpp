@@ -6,13 +6,21 @@
 
 namespace loom::nn {
 
-std::string to_string(ActivationCheckpointing mode) { return mode == ActivationCheckpointing::full ? "full" : "none"; }
+std::string to_string(ActivationCheckpointing mode) {
+  switch (mode) {
+    case ActivationCheckpointing::none: return "none";
+    case ActivationCheckpointing::selective: return "selective";
+    case ActivationCheckpointing::full: return "full";
+  }
+  return "unknown";
+}
 
 ActivationCheckpointing parse_activation_checkpointing(const std::string& text) {
-  if (text == "none") return ActivationCheckpointing::none;
-  if (text == "full") return ActivationCheckpointing::full;
-  fail(ErrorCategory::invalid_argument, "activation checkpointing '", text, "' is not one of none, full",
-       text == "selective" ? " (selective recomputation is not built yet)" : "");
+  for (const ActivationCheckpointing mode :
+       {ActivationCheckpointing::none, ActivationCheckpointing::selective, ActivationCheckpointing::full}) {
+    if (text == to_string(mode)) return mode;
+  }
+  fail(ErrorCategory::invalid_argument, "activation checkpointing '", text, "' is not one of none, selective, full");
 }
 
 TransformerBlock::TransformerBlock(const std::string& name, std::int64_t channels, std::int64_t heads,
@@ -33,7 +41,22 @@ void TransformerBlock::collect_parameters(std::vector<Parameter*>& out) {
   fc_proj_.collect_parameters(out);
 }
 
-void TransformerBlock::release_activations() {
+void TransformerBlock::release_activations(ActivationCheckpointing mode) {
+  if (mode == ActivationCheckpointing::none) return;
+  if (mode == ActivationCheckpointing::selective) {
+    // Each dropped buffer together with its consumer's handle on it (else it would not be free).
+    ln1_.release_output();
+    attn_.qkv().release_input();
+    attn_.release_recomputable();
+    ln2_.release_output();
+    fc_.release_input();
+    if (fc_.gelu_recomputable()) {
+      fc_.release_gelu_output();
+      fc_proj_.release_input();
+    }
+    fc_proj_.release_output();
+    return;
+  }
   ln1_.release_activations();
   attn_.release_activations();
   ln2_.release_activations();
@@ -42,8 +65,16 @@ void TransformerBlock::release_activations() {
   for (Tensor* t : {&hidden_, &dhidden_, &dx_}) detail::release(*t);
 }
 
-void TransformerBlock::recompute(StreamRef stream) {
+void TransformerBlock::recompute(ActivationCheckpointing mode, StreamRef stream) {
+  if (mode == ActivationCheckpointing::none) return;
   require(input_.defined(), "transformer block: recompute before any forward");
+  if (mode == ActivationCheckpointing::selective) {
+    attn_.qkv().restore_input(ln1_.recompute_output(stream));
+    attn_.recompute_probabilities(stream);
+    fc_.restore_input(ln2_.recompute_output(stream));  // (ln2's input is the kept residual stream)
+    if (fc_.gelu_recomputable()) fc_proj_.restore_input(fc_.recompute_gelu_output(stream));
+    return;
+  }
   const Tensor input = input_;  // (forward takes it by reference and keeps it again)
   forward(input, stream);
 }

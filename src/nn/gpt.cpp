@@ -175,7 +175,7 @@ void GPT::run_forward(const Tensor& tokens, const Tensor& targets, StreamRef str
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
     before_forward(1 + l, stream);
     x = blocks_[l]->forward(x, stream);
-    if (config_.checkpointed(static_cast<std::int64_t>(l))) blocks_[l]->release_activations();
+    blocks_[l]->release_activations(config_.checkpointing_of(static_cast<std::int64_t>(l)));
     after_forward(1 + l, stream);
   }
   final_norm_ = ln_f_.forward(x, stream);
@@ -271,10 +271,11 @@ void GPT::backward(float loss_scale, StreamRef stream) {
   Tensor d = ln_f_.backward(dresidual_, stream);
   for (std::size_t l = blocks_.size(); l-- > 0;) {
     before_backward(1 + l, stream);  // (under ZeRO-3 this gathers the values the recomputation needs)
-    const bool checkpointed = config_.checkpointed(static_cast<std::int64_t>(l));
-    if (checkpointed) blocks_[l]->recompute(stream);
+    const ActivationCheckpointing mode = config_.checkpointing_of(static_cast<std::int64_t>(l));
+    blocks_[l]->recompute(mode, stream);
     d = blocks_[l]->backward(d, stream);
-    if (checkpointed) blocks_[l]->release_activations();
+    // (its dx, which d still holds, stays out of the pool until the block before has read it)
+    if (mode != ActivationCheckpointing::none) blocks_[l]->release_activations(ActivationCheckpointing::full);
     after_backward(1 + l, stream);
   }
   if (tensor_ == nullptr) {

@@ -28,6 +28,17 @@ void LayerNorm::release_activations() {
   for (Tensor* t : {&output_, &mean_, &rstd_, &dx_}) detail::release(*t);
 }
 
+void LayerNorm::release_output() { detail::release(output_); }
+
+Tensor LayerNorm::recompute_output(StreamRef stream) {
+  require(input_.defined(), "LayerNorm '", weight_.name(), "': recompute before forward");
+  detail::require_storage(weight_);
+  detail::require_storage(bias_);
+  detail::ensure_buffer(output_, input_.shape(), precision_.storage, weight_.device());
+  kernels::layernorm_forward(input_, weight_.value(), bias_.value(), output_, mean_, rstd_, eps_, stream);
+  return output_;
+}
+
 void LayerNorm::prepare_forward(const Tensor& input_rows) {
   detail::require_storage(weight_);
   detail::require_storage(bias_);

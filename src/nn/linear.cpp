@@ -39,6 +39,30 @@ void Linear::release_activations() {
   for (Tensor* t : {&output_, &pre_activation_, &dx_, &dpre_, &bias_grad_scratch_}) detail::release(*t);
 }
 
+void Linear::release_output() { detail::release(output_); }
+
+void Linear::restore_input(const Tensor& x) {
+  require(x.defined() && x.shape()[-1] == in_, "Linear '", weight_.name(), "': restored input must end in ", in_,
+          " features, got ", x);
+  input_ = detail::as_rows(x);
+}
+
+bool Linear::gelu_recomputable() const noexcept { return options_.gelu && weight_.device().is_cpu(); }
+
+void Linear::release_gelu_output() {
+  require(gelu_recomputable(), "Linear '", weight_.name(), "': its GELU output cannot be recomputed here");
+  detail::release(output_);
+}
+
+Tensor Linear::recompute_gelu_output(StreamRef stream) {
+  require(gelu_recomputable() && pre_activation_.defined(), "Linear '", weight_.name(),
+          "': no kept pre-activation to recompute the GELU output from");
+  detail::ensure_buffer(output_, pre_activation_.shape(), precision_.storage, weight_.device());
+  // The same operations as the CPU epilogue's GELU on the same stored pre-activation: the same bits.
+  kernels::gelu_forward(pre_activation_, output_, stream);
+  return output_;
+}
+
 Tensor Linear::forward(const Tensor& x, StreamRef stream) {
   require(x.defined() && x.shape().rank() >= 1 && x.shape()[-1] == in_, "Linear '", weight_.name(),
           "': input must end in ", in_, " features, got ", x);

@@ -96,6 +96,26 @@ void RowParallelLinear::release_activations() {
   for (Tensor* t : {&output_, &dx_, &bias_grad_scratch_}) detail::release(*t);  // (ones_: a tiny constant, kept)
 }
 
+void RowParallelLinear::release_output() {
+  if (single_) single_->release_output();
+  detail::release(output_);
+}
+
+void RowParallelLinear::release_input() {
+  if (single_) single_->release_input();
+  input_ = Tensor();
+}
+
+void RowParallelLinear::restore_input(const Tensor& x) {
+  if (single_) {
+    single_->restore_input(x);
+    return;
+  }
+  require(x.defined() && x.shape()[-1] == in_ / ranks_, "RowParallelLinear '", weight_->name(),
+          "': restored input must end in ", in_ / ranks_, " features, got ", x);
+  input_ = detail::as_rows(x);
+}
+
 Tensor RowParallelLinear::forward(const Tensor& x, StreamRef stream) {
   if (single_) return single_->forward(x, stream);
   const std::int64_t local_in = in_ / ranks_;

@@ -29,6 +29,9 @@ struct GemmEpilogue {
   Tensor bias;                    // [N], added to every row (f32 or the input dtype); optional
   Activation activation = Activation::none;
   Tensor pre_activation;          // [batch, M, N] like D: receives the value before GELU; optional
+  // With a 16-bit D the CPU applies GELU to the pre-activation rounded to D's dtype (so gelu_forward
+  // of the stored pre-activation gives D's bits); CUDA's epilogues may apply it before rounding
+  // (cuBLASLt's GELU_AUX), one rounding apart.
   // Backward helper: bias_grad[i] = sum_k op(A)[i, k] over every batch ([M], f32); for
   // dW = dY^T X this is the bias gradient, sum over rows of dY. Optional.
   Tensor bias_grad;

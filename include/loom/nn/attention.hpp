@@ -48,6 +48,12 @@ class CausalSelfAttention {
   // Drops the buffers of the last forward and backward (activation checkpointing frees them between
   // a unit's forward and its recomputation in backward); the next forward allocates them again.
   void release_activations();
+  // Selective recomputation (nn/block.hpp): release_recomputable() drops the stored kernel's
+  // probabilities [B, NH, T, T] and the output projection's output (which the block has added to the
+  // residual stream); recompute_probabilities() runs the stored kernel again over the kept qkv,
+  // rewriting the kept heads' output with the same bits. The fused kernel keeps nothing to drop.
+  void release_recomputable();
+  void recompute_probabilities(StreamRef stream = {});
   AttentionKernel kernel() const noexcept { return kernel_; }
   // The kernel the last forward ran (never automatic; automatic before any forward).
   AttentionKernel last_kernel() const noexcept { return last_kernel_; }

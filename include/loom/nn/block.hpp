@@ -16,11 +16,16 @@ namespace loom::nn {
 
 // What a block keeps between its forward and backward. `none`: every activation (its layers'
 // buffers). `full`: only its input and output; the forward runs again inside backward (about one
-// more forward's compute, the same gradients bit for bit). Megatron-LM's `selective` (keeping the
-// GEMM outputs) is not built.
-enum class ActivationCheckpointing { none, full };
+// more forward's compute). `selective` (Megatron-LM's): the GEMMs' outputs (QKV, the attention's
+// heads, the MLP's pre-activation) and the residual stream; the LayerNorms' outputs, the attention
+// probabilities, the GELU output (on the CPU; see Linear) and the projections' outputs are dropped,
+// and the cheap ones recomputed before backward. Every mode gives the same gradients bit for bit:
+// every kernel is deterministic and a recomputation runs the forward's kernel on the forward's
+// inputs. After a checkpointed block's backward (either mode) its buffers go back to the model's
+// pool for the next block.
+enum class ActivationCheckpointing { none, selective, full };
 std::string to_string(ActivationCheckpointing mode);
-// "none" or "full"; anything else is an invalid_argument Error naming the value.
+// "none", "selective" or "full"; anything else is an invalid_argument Error naming the value.
 ActivationCheckpointing parse_activation_checkpointing(const std::string& text);
 
 class TransformerBlock {
@@ -40,12 +45,13 @@ class TransformerBlock {
   RowParallelLinear& fc_proj() noexcept { return fc_proj_; }
   void collect_parameters(std::vector<Parameter*>& out);
 
-  // Activation checkpointing (full recomputation): release_activations() drops every buffer of the
-  // last forward and backward but the block's output (the next block's input, kept) and a handle to
-  // its input; recompute() runs that forward again from the input, inside backward, giving the
-  // same bits (every kernel is deterministic), so the backward that follows is unchanged.
-  void release_activations();
-  void recompute(StreamRef stream = {});
+  // Activation checkpointing. After forward, release_activations(mode) drops what `mode` does not
+  // keep (full: every buffer but the block's output, the next block's input, and a handle on its
+  // input); before backward, recompute(mode) makes it again from what was kept, with the forward's
+  // bits, so the backward that follows is unchanged. release_activations(full) after backward
+  // hands every buffer back. `none` does nothing.
+  void release_activations(ActivationCheckpointing mode = ActivationCheckpointing::full);
+  void recompute(ActivationCheckpointing mode = ActivationCheckpointing::full, StreamRef stream = {});
 
  private:
   Precision precision_;

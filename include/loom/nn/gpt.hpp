@@ -47,6 +47,9 @@ struct GPTConfig {
   bool checkpointed(std::int64_t block) const noexcept {
     return checkpointing != ActivationCheckpointing::none && block % checkpoint_every == 0;
   }
+  ActivationCheckpointing checkpointing_of(std::int64_t block) const noexcept {
+    return checkpointed(block) ? checkpointing : ActivationCheckpointing::none;
+  }
   // The token embedding has padded_vocab() rows (a multiple of 64, for GEMM-friendly shapes);
   // the padded logits never take part in the loss. It does not depend on tensor parallelism (a
   // checkpoint's table has one shape at any TP): a tensor group of N ranks takes padded / N rows
@@ -77,7 +80,7 @@ class GPT final : public model::Model {
   // tokens: [B, T] i32 with T <= context. Computes the logits [B, T, padded_vocab] (a buffer of
   // the model) and, when targets ([B, T] i32, -1 = ignore) are given, the mean cross-entropy over
   // the counted positions, which it returns (NaN without targets). Activations are kept for
-  // backward (a checkpointed block keeps only its input and output, and is recomputed).
+  // backward (a checkpointed block keeps less, and recomputes the rest: nn/block.hpp).
   float forward(const Tensor& tokens, const Tensor& targets = {}, StreamRef stream = {}) override;
   // The same without waiting: the mean loss is added to loss_sum[0] on the stream. Host batches are
   // range-checked on the host, so on a GPU nothing in the forward waits for the device.

@@ -31,6 +31,12 @@ class LayerNorm {
   // Drops the buffers of the last forward and backward (activation checkpointing frees them between
   // a unit's forward and its recomputation in backward); the next forward allocates them again.
   void release_activations();
+  // Selective recomputation (nn/block.hpp): release_output() drops the normalised output, keeping
+  // the input handle and the statistics; recompute_output() normalises the kept input again into a
+  // buffer and returns it as rows [rows, C]: the forward's bits (forward_residual's normalisation
+  // is the same as forward of the sum).
+  void release_output();
+  Tensor recompute_output(StreamRef stream = {});
 
  private:
   // Keeps input_rows ([rows, C]) for backward and sizes the output and statistics buffers.

@@ -41,6 +41,21 @@ class Linear {
   // a unit's forward and its recomputation in backward); the next forward allocates them again.
   void release_activations();
 
+  // Selective recomputation (nn/block.hpp) keeps what the GEMMs made and recomputes the cheap rest:
+  // release_output() drops the output buffer (of a layer whose output backward never reads: its
+  // consumer copied it into the residual stream); release_input() drops the handle on the input
+  // (another layer's buffer, which that layer recomputes) and restore_input(x) gives backward the
+  // recomputed one. A GELU layer's output can be recomputed from its kept pre-activation where that
+  // gives the forward's bits (gelu_recomputable(): the CPU, whose epilogue applies GELU to the
+  // stored pre-activation; on CUDA the cuBLASLt epilogue rounds after GELU, so it stays kept);
+  // release_gelu_output() then drops it and recompute_gelu_output() returns it, recomputed.
+  void release_output();
+  void release_input() { input_ = Tensor(); }
+  void restore_input(const Tensor& x);
+  bool gelu_recomputable() const noexcept;
+  void release_gelu_output();
+  Tensor recompute_gelu_output(StreamRef stream = {});
+
  private:
   std::int64_t in_, out_;
   LinearOptions options_;

@@ -56,6 +56,12 @@ class ColumnParallelLinear {
   Parameter* bias() noexcept { return local_.bias(); }
   void collect_parameters(std::vector<Parameter*>& out) { local_.collect_parameters(out); }
   void release_activations() { local_.release_activations(); }  // (see Linear)
+  // Selective recomputation (see Linear): nothing here needs the group.
+  void release_input() { local_.release_input(); }
+  void restore_input(const Tensor& x) { local_.restore_input(x); }
+  bool gelu_recomputable() const noexcept { return local_.gelu_recomputable(); }
+  void release_gelu_output() { local_.release_gelu_output(); }
+  Tensor recompute_gelu_output(StreamRef stream = {}) { return local_.recompute_gelu_output(stream); }
   std::int64_t local_out_features() const noexcept { return out_ / ranks_; }
 
  private:
@@ -80,6 +86,9 @@ class RowParallelLinear {
   Parameter* bias() noexcept { return single_ ? single_->bias() : bias_.get(); }
   void collect_parameters(std::vector<Parameter*>& out);
   void release_activations();  // (see Linear)
+  void release_output();       // selective recomputation (see Linear)
+  void release_input();
+  void restore_input(const Tensor& x);
   std::int64_t local_in_features() const noexcept { return in_ / ranks_; }
 
  private:
