@@ -160,13 +160,19 @@ std::int64_t ParameterSpace::elements_at(int ranks) const {
   return total;
 }
 
-std::vector<std::int64_t> ParameterSpace::unit_elements_at(int ranks) const {
+std::int64_t padded_unit_elements(std::span<const std::int64_t> parameter_elements, int ranks) {
   require(ranks >= 1, "parameter space: ranks must be >= 1, got ", ranks);
+  std::int64_t used = 0;
+  for (const std::int64_t numel : parameter_elements) used = round_up(used + numel, space_alignment_elements);
+  return round_up(used, space_alignment_elements * ranks);
+}
+
+std::vector<std::int64_t> ParameterSpace::unit_elements_at(int ranks) const {
   std::vector<std::int64_t> out;
   for (const Unit& unit : units_) {
-    std::int64_t used = 0;
-    for (const std::size_t s : unit.slots) used = round_up(used + slots_[s].numel, space_alignment_elements);
-    out.push_back(round_up(used, space_alignment_elements * ranks));
+    std::vector<std::int64_t> numels;
+    for (const std::size_t s : unit.slots) numels.push_back(slots_[s].numel);
+    out.push_back(padded_unit_elements(numels, ranks));
   }
   return out;
 }

@@ -11,7 +11,7 @@ namespace loom::shard {
 namespace {
 
 // The bytes of a pool holding the root units' buffers and the `others` largest other units'.
-std::int64_t pool_bytes(const std::vector<std::int64_t>& unit_elements, std::span<const std::size_t> roots,
+std::int64_t pool_bytes(std::span<const std::int64_t> unit_elements, std::span<const std::size_t> roots,
                         std::size_t others, std::int64_t element_bytes) {
   std::vector<bool> is_root(unit_elements.size(), false);
   std::int64_t elements = 0;
@@ -50,8 +50,15 @@ ModelStateBytes model_state_bytes(std::int64_t elements, DType storage, optim::O
 
 ModelStateBytes model_state_bytes(const model::ParameterSpace& space, DType storage, optim::OptimizerKind optimizer,
                                   int stage, int ranks, std::span<const std::size_t> root_units, bool keep_gathered) {
-  ModelStateBytes bytes = model_state_bytes(space.elements_at(ranks), storage, optimizer, stage, ranks);
   const std::vector<std::int64_t> units = space.unit_elements_at(ranks);
+  return model_state_bytes(units, storage, optimizer, stage, ranks, root_units, keep_gathered);
+}
+
+ModelStateBytes model_state_bytes(std::span<const std::int64_t> units, DType storage, optim::OptimizerKind optimizer,
+                                  int stage, int ranks, std::span<const std::size_t> root_units, bool keep_gathered) {
+  std::int64_t elements = 0;
+  for (const std::int64_t u : units) elements += u;
+  ModelStateBytes bytes = model_state_bytes(elements, storage, optimizer, stage, ranks);
   // The gradient pool holds three buffers: the roots take their places first.
   if (stage >= 2) {
     const std::size_t roots = std::min<std::size_t>(root_units.size(), 3);

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,11 @@ namespace loom::model {
 
 // Every parameter offset and every shard boundary is a multiple of this many elements.
 inline constexpr std::int64_t space_alignment_elements = 64;
+
+// The padded size of a unit whose parameters have these element counts, laid out for `ranks`:
+// each parameter rounded up to the alignment, the unit to a multiple of alignment x ranks. The
+// layout rule itself, for planning a model that is never built (plan/).
+std::int64_t padded_unit_elements(std::span<const std::int64_t> parameter_elements, int ranks);
 
 struct UnitSpec {
   std::string name;

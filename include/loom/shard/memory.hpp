@@ -48,5 +48,10 @@ ModelStateBytes model_state_bytes(const model::ParameterSpace& space, DType stor
                                   bool keep_gathered = false);
 ModelStateBytes model_state_bytes(const model::Model& model, optim::OptimizerKind optimizer, int stage, int ranks,
                                   bool keep_gathered = false);
+// The same from the units' padded element counts at `ranks` (model::padded_unit_elements): for a
+// model that is planned, not built (plan/).
+ModelStateBytes model_state_bytes(std::span<const std::int64_t> unit_elements, DType storage,
+                                  optim::OptimizerKind optimizer, int stage, int ranks,
+                                  std::span<const std::size_t> root_units = {}, bool keep_gathered = false);
 
 }  // namespace loom::shard
