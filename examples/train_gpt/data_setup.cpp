@@ -29,7 +29,10 @@ constexpr std::uint64_t held_out_seed_offset = 0x5eed0fe1a1ull;
 // Exact-match accuracy of greedy answers on 200 problems from the evaluation stream, and a few of
 // them as a sample. The stream is separate from training, but with few digits the problems are
 // not unseen (2 digits: 10^4 problems, all met in training); use --digits 4 or more for that.
-double addition_accuracy(loom::nn::GPT& model, const loom::data::AdditionTask& task, std::string& sample) {
+// Generates in chunks of the training micro-batch, so that evaluation needs no more activation
+// memory than a step (--batch auto sized the micro-batch to the memory).
+double addition_accuracy(loom::nn::GPT& model, const loom::data::AdditionTask& task, std::int64_t chunk,
+                         std::string& sample) {
   const int problems = 200;
   std::vector<std::vector<std::int32_t>> prompts;
   std::vector<loom::data::AdditionProblem> cases;
@@ -39,7 +42,12 @@ double addition_accuracy(loom::nn::GPT& model, const loom::data::AdditionTask& t
     prompts.push_back(bytes.encode(cases.back().prompt));
   }
   const std::int64_t answer_length = static_cast<std::int64_t>(cases.front().answer.size());
-  const auto answers = loom::nn::generate(model, prompts, {.max_new_tokens = answer_length});
+  std::vector<std::vector<std::int32_t>> answers;
+  for (std::size_t first = 0; first < prompts.size(); first += static_cast<std::size_t>(chunk)) {
+    const auto last = prompts.begin() + static_cast<std::ptrdiff_t>(std::min(prompts.size(), first + static_cast<std::size_t>(chunk)));
+    const std::vector<std::vector<std::int32_t>> some(prompts.begin() + static_cast<std::ptrdiff_t>(first), last);
+    for (auto& answer : loom::nn::generate(model, some, {.max_new_tokens = answer_length})) answers.push_back(std::move(answer));
+  }
   int correct = 0;
   std::ostringstream shown;
   for (int i = 0; i < problems; ++i) {
@@ -104,7 +112,7 @@ Evaluation RunData::evaluate(loom::nn::GPT& model, bool with_sample) {
   e.loss = sum / static_cast<double>(config_.eval_batches);
   if (auto* task = dynamic_cast<loom::data::AdditionTask*>(held_out_.get())) {
     e.metric_name = "exact-match accuracy";
-    e.metric = addition_accuracy(model, *task, e.sample);
+    e.metric = addition_accuracy(model, *task, config_.batch, e.sample);
   } else if (with_sample) {
     const loom::data::ByteTokenizer bytes;
     const auto out = loom::nn::generate(model, {bytes.encode("\n")}, {.max_new_tokens = 200, .temperature = 0.8f});

@@ -28,6 +28,7 @@
 #include <memory>
 #include <string>
 
+#include "run_plan.hpp"
 #include "data_setup.hpp"
 #include "loom/comm/agreement.hpp"
 #include "loom/core/error.hpp"
@@ -219,8 +220,25 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
   // tensor parallelism each rank makes its blocks of every split layer.
   loom::nn::GPT model(model_config, loom::nn::Precision::parse(config.precision), device, config.seed,
                       loom::shard::space_layout(options.zero, dp.comm.get()), dp.tensor);
+  // --batch auto sizes the micro-batch now that the model exists, before the data and trainer
+  // allocate anything for it.
+  train_gpt::RunConfig sized = config;
+  std::string batch_line;
+  const train_gpt::RunShape shape{.seq_len = config.seq_len, .zero = options.zero, .data_ranks = dp.data_ranks,
+                                  .tensor_ranks = config.tensor_parallel, .optimizer = options.optimizer};
+  if (config.batch_auto) {
+    const train_gpt::BatchChoice choice = train_gpt::choose_batch(model, shape, config.batch_per_step, dp.world);
+    sized.batch = choice.micro_batch;
+    sized.grad_accumulation = options.grad_accumulation = choice.grad_accumulation;
+    batch_line = choice.line;
+  }
+  const train_gpt::RunMemory planned = train_gpt::predict_run_memory(model, shape, sized.batch);
+  if (config.plan_only) {
+    log.line("%s", train_gpt::plan_report(model, shape, sized.batch, sized.grad_accumulation, config.precision).c_str());
+    return 0;
+  }
   // The ranks of a tensor group read the same batches: the data is split over the data group.
-  train_gpt::RunData data(config, {.rank = dp.data_rank, .world = dp.data_ranks});
+  train_gpt::RunData data(sized, {.rank = dp.data_rank, .world = dp.data_ranks});
   loom::train::Trainer trainer(model, data.train(), options, {dp.world, dp.comm.get(), dp.tensor});
   log.line("%s\n", loom::to_string(loom::build_info()).c_str());
   const std::string recompute =
@@ -235,14 +253,16 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
            static_cast<long long>(model_config.channels), static_cast<long long>(model_config.context),
            static_cast<long long>(model_config.vocab_size), static_cast<long long>(model_config.parameter_count()),
            config.precision.c_str(), device.to_string().c_str(), recompute.c_str());
+  if (!batch_line.empty()) log.line("%s\n", batch_line.c_str());
+  log.line("%s\n", train_gpt::plan_line(planned).c_str());
   log.line("training: %s\n", loom::train::describe(options).c_str());
   if (dp.mesh) log.line("%s\n", dp.mesh->describe().c_str());
   if (dp.comm) {
     log.line("data-parallel: %d ranks (%s), %lld sequences per step (%lld per rank x %lld micro-batches), %d gradient "
              "buckets, %s reduction; %s\n",
              dp.data_ranks, std::string(world.comm().backend()).c_str(),
-             static_cast<long long>(config.batch * config.grad_accumulation * dp.data_ranks),
-             static_cast<long long>(config.batch), static_cast<long long>(config.grad_accumulation),
+             static_cast<long long>(sized.batch * sized.grad_accumulation * dp.data_ranks),
+             static_cast<long long>(sized.batch), static_cast<long long>(sized.grad_accumulation),
              static_cast<int>(trainer.gradient_sync().bucket_layout().size()), config.grad_reduction.c_str(), dp.summary.c_str());
   }
   log.line("%s\n", model_state_line(trainer).c_str());

@@ -17,6 +17,16 @@ const CLI::Validator positive([](std::string& text) -> std::string {
   }
   return "must be a positive number, got '" + text + "'";
 }, "POSITIVE");
+// --batch: a whole number of sequences, or auto.
+const CLI::Validator positive_count_or_auto([](std::string& text) -> std::string {
+  if (text == "auto") return {};
+  try {
+    std::size_t used = 0;
+    if (std::stoll(text, &used) > 0 && used == text.size()) return {};
+  } catch (const std::exception&) {
+  }
+  return "must be a positive number or auto, got '" + text + "'";
+}, "POSITIVE|auto");
 const CLI::Validator non_negative([](std::string& text) -> std::string {
   try {
     std::size_t used = 0;
@@ -51,7 +61,16 @@ void RunConfig::add_to(CLI::App& app) {
   app.add_option("--precision", precision, "fp32, tf32, fp16 or bf16")
       ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16"}));
   app.add_option("--device", device, "cpu or cuda:N");
-  app.add_option("--batch", batch, "sequences per micro-batch (per rank when data-parallel)")->check(positive);
+  app.add_option_function<std::string>("--batch", [this](const std::string& text) {
+    batch_auto = text == "auto";
+    if (!batch_auto) batch = std::stoll(text);
+  }, "sequences per micro-batch (per rank when data-parallel), or auto: the largest that the memory model says fits "
+     "(LOOM_MEMORY_LIMIT on the CPU) and a probe step confirms, with micro-batches keeping --batch-per-step")
+      ->check(positive_count_or_auto)->default_str("8");
+  app.add_flag("--plan", plan_only, "print the memory this run needs per rank by category, the other ZeRO stages' and "
+               "checkpointing modes', and on GPUs loom-plan's layouts for this machine; then exit");
+  app.add_option("--batch-per-step", batch_per_step, "with --batch auto: sequences per rank per optimizer step (the "
+                 "micro-batch divides it; the rest is gradient accumulation)")->check(positive);
   app.add_option("--seq-len", seq_len, "tokens per sequence (default: the context)")->check(non_negative);
   app.add_option("--grad-accum", grad_accumulation, "micro-batches per optimizer step")->check(positive);
   app.add_option("--steps", steps, "optimizer steps (in total, also when resuming)")->check(positive);

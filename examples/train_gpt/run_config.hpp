@@ -18,6 +18,9 @@ struct RunConfig {
   std::int64_t recompute_every = 1;               // ... for every k-th block
   std::string device = "cpu";
   std::int64_t batch = 8;
+  bool batch_auto = false;              // --batch auto: the largest micro-batch that fits (batch_auto.hpp)
+  std::int64_t batch_per_step = 64;     // ... dividing this many sequences per rank per step
+  bool plan_only = false;               // --plan: print what the run would need (run_plan.hpp) and exit
   std::int64_t seq_len = 0;  // 0: the model's context
   std::int64_t grad_accumulation = 1;
   std::int64_t steps = 3000;

@@ -2,6 +2,9 @@
 
 #include <array>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <mutex>
 #include <unordered_map>
 #include <new>
@@ -15,6 +18,11 @@ namespace {
 
 static_assert(cpu_alignment >= sizeof(std::size_t) + 1, "the block header holds a size and a category byte");
 
+std::int64_t limit_from_environment() {
+  const char* text = std::getenv("LOOM_MEMORY_LIMIT");
+  return text == nullptr || *text == 0 ? 0 : parse_memory_size(text, "LOOM_MEMORY_LIMIT");
+}
+
 class CpuAllocator final : public Allocator {
  public:
   Device device() const noexcept override { return Device::cpu(); }
@@ -24,6 +32,8 @@ class CpuAllocator final : public Allocator {
   void* allocate(std::size_t bytes, StreamRef stream) override {
     require(stream.device().is_cpu(), "the CPU allocator was given a stream on ", stream.device());
     if (bytes == 0) return nullptr;
+    const std::int64_t limit = limit_.load();
+    if (limit > 0 && live_.load() + static_cast<std::int64_t>(bytes) > limit) over_limit(bytes, limit);
     auto* base = static_cast<unsigned char*>(::operator new(bytes + cpu_alignment, std::align_val_t(cpu_alignment),
                                                             std::nothrow));
     if (base == nullptr) {
@@ -52,6 +62,9 @@ class CpuAllocator final : public Allocator {
     raise(live_by_category_[c], peak_by_category_[c], delta);
   }
 
+  void set_limit(std::int64_t bytes) noexcept { limit_.store(bytes); }
+  std::int64_t limit() const noexcept { return limit_.load(); }
+
   CpuMemoryStats stats() const noexcept {
     CpuMemoryStats s{live_.load(), peak_.load(), {}, {}};
     for (std::size_t c = 0; c < memory_category_count; ++c) {
@@ -73,6 +86,25 @@ class CpuAllocator final : public Allocator {
     }
   }
 
+  [[noreturn]] void over_limit(std::size_t bytes, std::int64_t limit) const {
+    std::string live;
+    for (std::size_t c = 0; c < memory_category_count; ++c) {
+      const std::int64_t b = live_by_category_[c].load();
+      if (b == 0) continue;
+      live += live.empty() ? "" : ", ";
+      live += std::string(to_string(static_cast<MemoryCategory>(c))) + " " + mib(b);
+    }
+    fail(ErrorCategory::out_of_memory, "out of memory: ", mib(static_cast<std::int64_t>(bytes)), " more of ",
+         to_string(current_memory_category()), " would take the CPU's live memory over its limit of ", mib(limit),
+         " (LOOM_MEMORY_LIMIT); live now: ", live.empty() ? "nothing" : live);
+  }
+  static std::string mib(std::int64_t bytes) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+    return text;
+  }
+
+  std::atomic<std::int64_t> limit_{limit_from_environment()};
   std::atomic<std::int64_t> live_{0}, peak_{0};
   std::array<std::atomic<std::int64_t>, memory_category_count> live_by_category_{}, peak_by_category_{};
 };
@@ -163,6 +195,28 @@ std::shared_ptr<Allocator> pinned_host_allocator(int device_index) {
 std::shared_ptr<Allocator> cpu_allocator() { return shared_cpu_allocator(); }
 
 CpuMemoryStats cpu_memory_stats() noexcept { return shared_cpu_allocator()->stats(); }
+
+void set_cpu_memory_limit(std::int64_t bytes) {
+  require(bytes >= 0, "the CPU memory limit must be zero (none) or positive, got ", bytes);
+  shared_cpu_allocator()->set_limit(bytes);
+}
+
+std::int64_t cpu_memory_limit() noexcept { return shared_cpu_allocator()->limit(); }
+
+std::int64_t parse_memory_size(const std::string& text, const std::string& what) {
+  std::size_t used = 0;
+  double value = -1;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = text.substr(used);
+  const double scale = unit.empty() ? 1.0 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0
+                     : unit == "G" ? 1073741824.0 : unit == "T" ? 1099511627776.0 : 0.0;
+  require(used > 0 && scale > 0 && value > 0, what, ": '", text, "' is not a size such as 512M, 2G or a byte count");
+  return static_cast<std::int64_t>(value * scale);
+}
 
 void reset_cpu_memory_peak() noexcept { shared_cpu_allocator()->reset_peak(); }
 

@@ -18,7 +18,7 @@ source "$here/train_gpt_runs.sh"
 # 1. Usage errors exit 2 and name the rule.
 "$train_gpt" --batch 0 > usage.log 2>&1
 code=$?
-if [ $code -eq 2 ] && grep -q "must be a positive number, got '0'" usage.log; then pass "--batch 0: exit 2, named"
+if [ $code -eq 2 ] && grep -q "must be a positive number or auto, got '0'" usage.log; then pass "--batch 0: exit 2, named"
 else fail "--batch 0: exit $code: $(cat usage.log)"; fi
 
 printf '0123456789' > ten.txt

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "loom/core/device.hpp"
 #include "loom/core/memory_category.hpp"
@@ -41,6 +42,17 @@ struct CpuMemoryStats {
 };
 CpuMemoryStats cpu_memory_stats() noexcept;
 void reset_cpu_memory_peak() noexcept;  // peak := live
+
+// A cap on the CPU allocator's live bytes (0: none), read from LOOM_MEMORY_LIMIT at start-up
+// ("512M", "2G", "1073741824"; K, M, G and T are powers of 1024): an allocation that would take
+// the live bytes over it throws an out_of_memory Error naming its category, the limit and the
+// live bytes by category, instead of the process being killed. It stands in for a device's memory
+// when sizing a run on the CPU (train_gpt --batch auto). Checked when each request is made, so
+// threads allocating at once can pass it together by their last requests.
+void set_cpu_memory_limit(std::int64_t bytes);
+std::int64_t cpu_memory_limit() noexcept;
+// "512M" and the like as above; an invalid_argument Error naming `what` otherwise.
+std::int64_t parse_memory_size(const std::string& text, const std::string& what);
 
 // Page-locked host memory for copies to and from GPU device_index (cudaHostAlloc, no caching):
 // tensors on Device::cpu(), counted in cpu_memory_stats(). A cuda Error without CUDA.

@@ -2,7 +2,7 @@
 // keeps only its input and output and recomputes its forward inside backward (full), or keeps the
 // GEMM outputs and recomputes the LayerNorms, attention probabilities and GELU (selective), gives the
 // same gradients, bit for bit, as one that keeps everything, in fp32 and bf16, for every block or
-// every second one; under the Trainer with DDP, ZeRO-2 and ZeRO-3 at 2 in-process ranks and with tensor
+// every second one; under the Trainer (fp32 and bf16) with DDP, ZeRO-2 and ZeRO-3 at 2 in-process ranks and with tensor
 // parallelism, the weights after 2 steps are the same bits. The CPU allocator's peak over a forward
 // and backward of a 4-layer GPT shows what it saves, and generate's forwards of other lengths leave
 // no buffers behind.
@@ -125,8 +125,9 @@ TEST_CASE("activation checkpointing under DDP, ZeRO-2, ZeRO-3 and tensor paralle
   struct Layout {
     int tensor, zero;
   };
+  for (const auto& precision : {loom::nn::Precision::fp32(), loom::nn::Precision::bf16()})
   for (const Layout layout : {Layout{1, 0}, Layout{1, 2}, Layout{1, 3}, Layout{2, 0}}) {
-    INFO("2 ranks, tensor " << layout.tensor << ", ZeRO-" << layout.zero);
+    INFO(precision.name() << ", 2 ranks, tensor " << layout.tensor << ", ZeRO-" << layout.zero);
     std::vector<std::vector<std::vector<unsigned char>>> weights(3);
     for (const ActivationCheckpointing mode :
          {ActivationCheckpointing::none, ActivationCheckpointing::full, ActivationCheckpointing::selective}) {
@@ -135,8 +136,8 @@ TEST_CASE("activation checkpointing under DDP, ZeRO-2, ZeRO-3 and tensor paralle
         const loom::topo::DeviceMesh mesh(world, {.tensor = layout.tensor});
         loom::nn::GPTConfig c = loom::test::tiny_gpt(32, 8);
         c.checkpointing = mode;
-        loom::nn::GPT model(c, loom::nn::Precision::fp32(), loom::Device::cpu(), 3,
-                            loom::shard::space_layout(layout.zero, &mesh.data()), &mesh.tensor());
+        loom::nn::GPT model(c, precision, loom::Device::cpu(), 3, loom::shard::space_layout(layout.zero, &mesh.data()),
+                            &mesh.tensor());
         const int data_ranks = mesh.shape().data, d = mesh.coords().data;
         loom::test::GlobalBatchSlice data(4, 4 * d / data_ranks, 4 / data_ranks);
         loom::train::Trainer trainer(model, data, loom::test::tiny_trainer_options(layout.zero),
