@@ -224,8 +224,8 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
   // allocate anything for it.
   train_gpt::RunConfig sized = config;
   std::string batch_line;
-  const train_gpt::RunShape shape{.seq_len = config.seq_len, .zero = options.zero, .data_ranks = dp.data_ranks,
-                                  .tensor_ranks = config.tensor_parallel, .optimizer = options.optimizer};
+  const train_gpt::RunShape shape{.seq_len = config.seq_len, .options = options, .data_ranks = dp.data_ranks,
+                                  .tensor_ranks = config.tensor_parallel};
   if (config.batch_auto) {
     const train_gpt::BatchChoice choice = train_gpt::choose_batch(model, shape, config.batch_per_step, dp.world);
     sized.batch = choice.micro_batch;
@@ -408,6 +408,16 @@ int main(int argc, char** argv) {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& error) {
       return app.exit(error) == 0 ? exit_done : exit_usage;  // --help is not an error
+    }
+    if (config.batch_auto && app.count("--grad-accum") > 0) {
+      std::fprintf(stderr, "train_gpt: --grad-accum with --batch auto: auto chooses the accumulation; give the sequences "
+                   "per rank per step with --batch-per-step\n");
+      return exit_usage;
+    }
+    if (!config.batch_auto && app.count("--batch-per-step") > 0) {
+      std::fprintf(stderr, "train_gpt: --batch-per-step goes with --batch auto; without it, the step is --batch x "
+                   "--grad-accum\n");
+      return exit_usage;
     }
     if (!init.device_type) init.device_type = loom::Device::parse(config.device).type();
     const std::unique_ptr<loom::World> world = loom::init(argc, argv, init);

@@ -65,7 +65,8 @@ void RunConfig::add_to(CLI::App& app) {
     batch_auto = text == "auto";
     if (!batch_auto) batch = std::stoll(text);
   }, "sequences per micro-batch (per rank when data-parallel), or auto: the largest that the memory model says fits "
-     "(LOOM_MEMORY_LIMIT on the CPU) and a probe step confirms, with micro-batches keeping --batch-per-step")
+     "(LOOM_MEMORY_LIMIT on the CPU; a probe step confirms it on the CPU under DDP or ZeRO-1), with gradient "
+     "accumulation keeping --batch-per-step")
       ->check(positive_count_or_auto)->default_str("8");
   app.add_flag("--plan", plan_only, "print the memory this run needs per rank by category, the other ZeRO stages' and "
                "checkpointing modes', and on GPUs loom-plan's layouts for this machine; then exit");

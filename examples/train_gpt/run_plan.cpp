@@ -43,8 +43,9 @@ RunMemory predict_run_memory(const loom::nn::GPT& model, const RunShape& shape, 
   RunMemory m;
   const loom::Device device = model.device();
   if (device.is_cuda()) {
-    m.capacity = static_cast<std::int64_t>(loom::cuda_device_properties(device.index()).total_memory_bytes);
-    m.source = device.to_string() + "'s memory";
+    constexpr std::int64_t reserve = 2LL << 30;  // the CUDA context, cuBLAS/cuDNN workspaces (as loom-plan)
+    m.capacity = static_cast<std::int64_t>(loom::cuda_device_properties(device.index()).total_memory_bytes) - reserve;
+    m.source = device.to_string() + "'s memory less 2 GiB reserved,";
   } else if (loom::cpu_memory_limit() > 0) {
     m.capacity = loom::cpu_memory_limit();
     m.source = "LOOM_MEMORY_LIMIT";
@@ -52,7 +53,7 @@ RunMemory predict_run_memory(const loom::nn::GPT& model, const RunShape& shape, 
     m.capacity = static_cast<std::int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
     m.source = "the machine's RAM";
   }
-  m.model_state = loom::shard::model_state_bytes(model, shape.optimizer, shape.zero, shape.data_ranks);
+  m.model_state = loom::train::predict_model_state(model, shape.options, shape.data_ranks);
   // On the CPU the allocator counts the whole process: what it holds now that is not model state
   // or activations (both predicted).
   if (device.is_cpu()) {
@@ -96,14 +97,16 @@ std::string plan_report(const loom::nn::GPT& model, const RunShape& shape, std::
   for (int stage = 0; stage <= (shape.data_ranks > 1 ? 3 : 0); ++stage) {
     for (const loom::nn::ActivationCheckpointing mode : modes) {
       RunMemory m = run;
-      m.model_state = loom::shard::model_state_bytes(model, shape.optimizer, stage, shape.data_ranks);
+      loom::train::TrainerOptions options = shape.options;
+      options.zero = stage;
+      m.model_state = loom::train::predict_model_state(model, options, shape.data_ranks);
       loom::nn::GPTConfig config = model.config();
       config.checkpointing = mode;
       m.activations = loom::plan::predict_activations(
           {.model = config, .batch = micro_batch, .steps = shape.seq_len > 0 ? shape.seq_len : config.context,
            .storage_bytes = static_cast<std::int64_t>(loom::dtype_size(model.precision().storage)),
            .tensor = shape.tensor_ranks, .cpu = model.device().is_cpu()});
-      const bool this_run = stage == shape.zero && mode == model.config().checkpointing;
+      const bool this_run = stage == shape.options.zero && mode == model.config().checkpointing;
       std::snprintf(line, sizeof line, "%-12s %-10s %14.1f %14.1f %12.1f %6s%s\n",
                     stage == 0 ? "DDP" : ("ZeRO-" + std::to_string(stage)).c_str(), loom::nn::to_string(mode).c_str(),
                     mib(m.model_state.total()), mib(m.activations.total()), mib(m.total()),
@@ -115,7 +118,9 @@ std::string plan_report(const loom::nn::GPT& model, const RunShape& shape, std::
     loom::plan::PlanRequest request;
     request.model = model.config();
     request.precision = precision;
-    request.optimizer = shape.optimizer;
+    request.optimizer = shape.options.optimizer != loom::optim::OptimizerKind::adamw && shape.options.sgd.momentum > 0
+                            ? loom::optim::OptimizerKind::sgd_momentum
+                            : shape.options.optimizer;
     request.micro_batch = micro_batch;
     request.grad_accum = grad_accumulation;
     request.topology = loom::topo::detect_topology(nullptr).topology;
@@ -138,11 +143,29 @@ BatchChoice choose_batch(loom::nn::GPT& model, const RunShape& shape, std::int64
   }
   std::size_t pick = 0;
   while (pick < divisors.size() && predict(divisors[pick]).total() > predict(divisors[pick]).usable()) ++pick;
-  const bool can_probe = shape.zero < 3 && shape.tensor_ranks == 1;
-  std::string probed = can_probe ? "a probe step passed" : "no probe step (ZeRO-3 or tensor parallelism)";
-  while (can_probe && pick < divisors.size() && !probe(model, divisors[pick], steps)) {
-    probed = "the probe ran out of memory at " + std::to_string(divisors[pick]) + ", stepped down";
-    ++pick;
+  const bool can_probe = shape.options.zero < 2 && shape.tensor_ranks == 1 && model.device().is_cpu();
+  std::string probed = can_probe ? "a probe step passed" : "no probe step (ZeRO-2/3, tensor parallelism or a GPU)";
+  if (can_probe && pick < divisors.size()) {
+    // The trainer allocates the rest of the model state (the optimizer's) later: the probe runs
+    // under a cap lowered by it, or by 10% of the machine's RAM without one.
+    const loom::CpuMemoryStats now = loom::cpu_memory_stats();
+    std::int64_t held = 0;
+    for (const loom::MemoryCategory c :
+         {loom::MemoryCategory::parameters, loom::MemoryCategory::gradients, loom::MemoryCategory::optimizer}) {
+      held += now.live_by_category[static_cast<std::size_t>(c)];
+    }
+    const RunMemory first = predict(divisors[pick]);
+    const std::int64_t cap = loom::cpu_memory_limit();
+    const std::int64_t lowered = (cap > 0 ? cap : first.capacity) - std::max<std::int64_t>(0, first.model_state.total() - held);
+    struct Restore {  // the cap as it was, whatever the probe throws
+      std::int64_t cap;
+      ~Restore() { loom::set_cpu_memory_limit(cap); }
+    } restore{cap};
+    loom::set_cpu_memory_limit(std::max<std::int64_t>(1, lowered));
+    while (pick < divisors.size() && !probe(model, divisors[pick], steps)) {
+      probed = "the probe ran out of memory at " + std::to_string(divisors[pick]) + ", stepped down";
+      ++pick;
+    }
   }
   std::int64_t chosen = pick < divisors.size() ? divisors[pick] : 0;
   if (world != nullptr) chosen = loom::comm::all_reduce_value(*world, chosen, loom::comm::ReduceOp::min);

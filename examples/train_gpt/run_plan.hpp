@@ -2,17 +2,20 @@
 // by category, the one-line summary a normal start prints, the fuller view --plan prints, and
 // --batch auto.
 //
-// Memory per rank is predicted from loom's own models: the model state by shard::model_state_bytes
-// on the built model, the activations by plan::predict_activations, plus what the process already
-// holds that is neither (data, tokenizer, communication copies; CPU only), against what there is: LOOM_MEMORY_LIMIT
-// on the CPU (or the machine's RAM), the GPU's memory on CUDA; 10% is kept free.
+// Memory per rank is predicted from loom's own models: the model state by train::predict_model_state
+// (shard::model_state_bytes for the trainer's optimizer and ZeRO options) on the built model, the
+// activations by plan::predict_activations, plus what the process holds at that point that is
+// neither (CPU only; the data and the trainer's communication copies come later and are left to
+// the headroom), against what there is: LOOM_MEMORY_LIMIT on the CPU (or the machine's RAM), the
+// GPU's memory less 2 GiB for the CUDA context and library workspaces on CUDA; 10% is kept free.
 //
 // --batch auto (Marian's --mini-batch-fit, from loom's models): the largest divisor of
 // --batch-per-step whose prediction fits is the micro-batch, and gradient accumulation makes up
-// the rest. A probe forward and backward at that size then confirms it, stepping down on an
-// out-of-memory error (not under ZeRO-3 or tensor parallelism, whose forward needs the trainer's
-// gathers or the group's collectives: there the prediction alone decides). The ranks agree on the
-// smallest choice.
+// the rest. On the CPU under DDP or ZeRO-1 a probe forward and backward at that size then confirms
+// it, with the cap lowered by the model state the trainer has yet to allocate (its optimizer
+// state), stepping down on an out-of-memory error; elsewhere the prediction alone decides (ZeRO-2
+// and 3 need the trainer's gradient buffers and gathers, tensor parallelism the group's
+// collectives, and a GPU has no cap to lower). The ranks agree on the smallest choice.
 #pragma once
 
 #include <cstdint>
@@ -23,22 +26,22 @@
 #include "loom/optim/optimizer.hpp"
 #include "loom/plan/activations.hpp"
 #include "loom/shard/memory.hpp"
+#include "loom/train/trainer.hpp"
 
 namespace train_gpt {
 
 struct RunShape {
   std::int64_t seq_len = 0;  // 0: the model's context
-  int zero = 0;
+  loom::train::TrainerOptions options{};  // optimizer, ZeRO stage and options
   int data_ranks = 1;
   int tensor_ranks = 1;
-  loom::optim::OptimizerKind optimizer = loom::optim::OptimizerKind::adamw;
 };
 
 struct RunMemory {
   loom::shard::ModelStateBytes model_state;
   loom::plan::ActivationBytes activations;
   std::int64_t other = 0;     // the process's live bytes now in other categories (CPU)
-  std::int64_t capacity = 0;  // what there is
+  std::int64_t capacity = 0;  // what there is (less the CUDA reserve on a GPU)
   std::string source;         // where that figure comes from ("LOOM_MEMORY_LIMIT", "cuda:0's memory", ...)
   std::int64_t total() const noexcept { return model_state.total() + activations.total() + other; }
   std::int64_t usable() const noexcept { return capacity / 10 * 9; }

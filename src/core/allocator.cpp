@@ -18,9 +18,20 @@ namespace {
 
 static_assert(cpu_alignment >= sizeof(std::size_t) + 1, "the block header holds a size and a category byte");
 
-std::int64_t limit_from_environment() {
+// LOOM_MEMORY_LIMIT, or the reason it is not a size (reported by the first allocation: the
+// allocator is built inside noexcept functions, where it must not throw).
+std::int64_t limit_from_environment(std::string& problem) noexcept {
   const char* text = std::getenv("LOOM_MEMORY_LIMIT");
-  return text == nullptr || *text == 0 ? 0 : parse_memory_size(text, "LOOM_MEMORY_LIMIT");
+  if (text == nullptr || *text == 0) return 0;
+  try {
+    return parse_memory_size(text, "LOOM_MEMORY_LIMIT");
+  } catch (const Error& error) {
+    problem = error.detail();
+    return 0;
+  } catch (const std::exception& error) {
+    problem = error.what();
+    return 0;
+  }
 }
 
 class CpuAllocator final : public Allocator {
@@ -32,6 +43,7 @@ class CpuAllocator final : public Allocator {
   void* allocate(std::size_t bytes, StreamRef stream) override {
     require(stream.device().is_cpu(), "the CPU allocator was given a stream on ", stream.device());
     if (bytes == 0) return nullptr;
+    if (!limit_problem_.empty()) throw Error(ErrorCategory::invalid_argument, limit_problem_);
     const std::int64_t limit = limit_.load();
     if (limit > 0 && live_.load() + static_cast<std::int64_t>(bytes) > limit) over_limit(bytes, limit);
     auto* base = static_cast<unsigned char*>(::operator new(bytes + cpu_alignment, std::align_val_t(cpu_alignment),
@@ -104,7 +116,8 @@ class CpuAllocator final : public Allocator {
     return text;
   }
 
-  std::atomic<std::int64_t> limit_{limit_from_environment()};
+  std::string limit_problem_;
+  std::atomic<std::int64_t> limit_{limit_from_environment(limit_problem_)};
   std::atomic<std::int64_t> live_{0}, peak_{0};
   std::array<std::atomic<std::int64_t>, memory_category_count> live_by_category_{}, peak_by_category_{};
 };
@@ -214,8 +227,10 @@ std::int64_t parse_memory_size(const std::string& text, const std::string& what)
   const std::string unit = text.substr(used);
   const double scale = unit.empty() ? 1.0 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0
                      : unit == "G" ? 1073741824.0 : unit == "T" ? 1099511627776.0 : 0.0;
-  require(used > 0 && scale > 0 && value > 0, what, ": '", text, "' is not a size such as 512M, 2G or a byte count");
-  return static_cast<std::int64_t>(value * scale);
+  const double bytes = value * scale;  // (NaN fails every comparison)
+  require(used > 0 && scale > 0 && bytes >= 1 && bytes < 9.2e18, what, ": '", text,
+          "' is not a size such as 512M, 2G or a byte count (at least 1 byte, under 8 EiB)");
+  return static_cast<std::int64_t>(bytes);
 }
 
 void reset_cpu_memory_peak() noexcept { shared_cpu_allocator()->reset_peak(); }

@@ -169,13 +169,19 @@ PlanResult plan(const PlanRequest& request) {
           layout.data_bytes = data > 1 ? padded * 4 : 0;
         } else {
           const std::int64_t reductions = stage == 1 ? 1 : request.grad_accum;  // ZeRO-2/3 reduce every micro-batch
-          const std::int64_t gathers_per_step = stage == 3 ? 2 * request.grad_accum : 1;
-          for (const std::int64_t u : units) {
+          std::int64_t gathered = 0;  // elements gathered per rank per step
+          for (std::size_t i = 0; i < units.size(); ++i) {
+            const std::int64_t u = units[i];
             reduce += static_cast<double>(reductions) * seconds(dp, topo::Collective::reduce_scatter, u * 4);
-            const double gather = seconds(dp, topo::Collective::all_gather, u * s);
-            (stage == 3 ? gathers : after_optimizer) += static_cast<double>(gathers_per_step) * gather;
+            // ZeRO-3 gathers a unit for its forward and again for its backward, each micro-batch,
+            // except the root unit (0: gathered for both) and the last block (kept from its forward
+            // for backward, which starts with it); ZeRO-1/2 gather every unit once, after the update.
+            const std::int64_t times = stage < 3 ? 1 : (i == 0 || i + 1 == units.size() ? 1 : 2) * request.grad_accum;
+            (stage == 3 ? gathers : after_optimizer) +=
+                static_cast<double>(times) * seconds(dp, topo::Collective::all_gather, u * s);
+            gathered += times * u;
           }
-          layout.data_bytes = data > 1 ? padded * (4 * reductions + s * gathers_per_step) : 0;
+          layout.data_bytes = data > 1 ? padded * 4 * reductions + gathered * s : 0;
         }
         layout.data_seconds = reduce + after_optimizer + gathers;
 
@@ -185,7 +191,9 @@ PlanResult plan(const PlanRequest& request) {
         const double c = static_cast<double>(m.channels), per_block_forward = 24 * c * c + 4 * c * static_cast<double>(steps);
         double flops = m.training_flops_per_token(steps);
         if (mode == nn::ActivationCheckpointing::full) flops += per_block_forward * static_cast<double>(recomputed_blocks);
-        if (mode == nn::ActivationCheckpointing::selective) flops += 4 * c * static_cast<double>(steps * recomputed_blocks);
+        // Selective recomputes the attention scores (Q K^T, 2 C T per token per block; the
+        // heads' output is kept); LayerNorm and GELU are not FLOPs the peak counts.
+        if (mode == nn::ActivationCheckpointing::selective) flops += 2 * c * static_cast<double>(steps * recomputed_blocks);
         const double flop_seconds = static_cast<double>(tokens) / t / (result.peak_tflops * 1e12 * request.efficiency);
         layout.compute_seconds = flops * flop_seconds;
         layout.recompute_seconds = (flops - m.training_flops_per_token(steps)) * flop_seconds;

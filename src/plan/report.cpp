@@ -9,6 +9,10 @@ namespace loom::plan {
 
 namespace {
 
+const char* optimizer_name(optim::OptimizerKind kind) {
+  return kind == optim::OptimizerKind::adamw ? "AdamW" : kind == optim::OptimizerKind::sgd_momentum ? "SGD with momentum" : "SGD";
+}
+
 std::string row(const char* format, auto... values) {
   char text[512];
   std::snprintf(text, sizeof text, format, values...);
@@ -24,7 +28,7 @@ std::string format_plan(const PlanResult& r) {
              static_cast<long long>(q.model.layers), static_cast<long long>(q.model.heads),
              static_cast<long long>(q.model.channels), static_cast<long long>(q.model.context),
              static_cast<long long>(q.model.vocab_size), static_cast<double>(q.model.parameter_count()) / 1e9,
-             q.precision.c_str(), q.optimizer == optim::OptimizerKind::adamw ? "AdamW" : "SGD");
+             q.precision.c_str(), optimizer_name(q.optimizer));
   out += row("batch: %lld sequences per model replica x %lld micro-batch(es); %d ranks, %d per host, %s (%.1f GiB, %.0f TFLOP/s "
              "%s peak x %.2f efficiency), %.0f%% headroom, %.1f GiB reserved per GPU\n",
              static_cast<long long>(q.micro_batch), static_cast<long long>(q.grad_accum), r.ranks, r.ranks_per_host,
@@ -82,7 +86,7 @@ std::string plan_json(const PlanResult& r) {
   nlohmann::json out = {
       {"model", {{"layers", q.model.layers}, {"heads", q.model.heads}, {"channels", q.model.channels},
                  {"context", q.model.context}, {"vocab", q.model.vocab_size}, {"parameters", q.model.parameter_count()}}},
-      {"precision", q.precision}, {"micro_batch", q.micro_batch}, {"grad_accum", q.grad_accum},
+      {"precision", q.precision}, {"optimizer", optimizer_name(q.optimizer)}, {"micro_batch", q.micro_batch}, {"grad_accum", q.grad_accum},
       {"ranks", r.ranks}, {"ranks_per_host", r.ranks_per_host}, {"gpu", r.gpu}, {"peak_tflops", r.peak_tflops},
       {"efficiency", q.efficiency}, {"headroom", q.headroom}, {"reserved_bytes", q.reserved_bytes},
       {"recommended", r.recommended ? nlohmann::json(r.layouts[*r.recommended].name()) : nlohmann::json(nullptr)},

@@ -296,14 +296,16 @@ shard::ModelStateBytes Trainer::held_model_state() const {
   return held;
 }
 
-shard::ModelStateBytes Trainer::predicted_model_state() const {
+shard::ModelStateBytes predict_model_state(const model::Model& model, const TrainerOptions& options, int ranks) {
   optim::OptimizerKind kind = optim::OptimizerKind::adamw;
-  if (options_.optimizer != optim::OptimizerKind::adamw) {
-    kind = options_.sgd.momentum > 0 ? optim::OptimizerKind::sgd_momentum : optim::OptimizerKind::sgd;
+  if (options.optimizer != optim::OptimizerKind::adamw) {
+    kind = options.sgd.momentum > 0 ? optim::OptimizerKind::sgd_momentum : optim::OptimizerKind::sgd;
   }
-  const bool keep = options_.zero_options.keep_gathered_for_backward || options_.zero_options.keep_gathered_across_micro_batches;
-  return shard::model_state_bytes(model_, kind, options_.zero, ranks(), keep);
+  const bool keep = options.zero_options.keep_gathered_for_backward || options.zero_options.keep_gathered_across_micro_batches;
+  return shard::model_state_bytes(model, kind, options.zero, ranks, keep);
 }
+
+shard::ModelStateBytes Trainer::predicted_model_state() const { return predict_model_state(model_, options_, ranks()); }
 
 int Trainer::ranks() const noexcept { return comm_ != nullptr ? comm_->size() : 1; }
 

@@ -3,7 +3,8 @@
 # it picks a micro-batch, says why, and trains exactly as the same micro-batch given by hand; the
 # next larger micro-batch, given by hand under the same cap, stops with an out-of-memory error
 # that names the category that overflowed (so the pick was the largest that fits); a cap too small
-# for one sequence, an invalid cap and an invalid --batch are refused by name. The start-up plan
+# for one sequence, an invalid cap, an invalid --batch and flags that contradict auto are refused
+# by name. The start-up plan
 # line's prediction is within 10% of the step log's measured peak, and --plan prints the plan and
 # exits before training.
 # usage: train_gpt_batch_auto.sh TRAIN_GPT WORK_DIR
@@ -76,6 +77,21 @@ fi
 "$train_gpt" --batch some --steps 1 > some.log 2>&1
 code=$?
 if [ $code -eq 2 ] && grep -q -- "must be a positive number or auto, got 'some'" some.log; then pass "--batch some is refused by name (exit 2)"; else fail "--batch some: exit $code"; fi
+
+"$train_gpt" --batch auto --grad-accum 2 --steps 1 > both.log 2>&1
+code=$?
+if [ $code -eq 2 ] && grep -q -- "--grad-accum with --batch auto: auto chooses the accumulation" both.log; then
+  pass "--grad-accum with --batch auto is refused by name (exit 2)"
+else
+  fail "--grad-accum with --batch auto: exit $code: $(cat both.log)"
+fi
+"$train_gpt" --batch 4 --batch-per-step 8 --steps 1 > per_step.log 2>&1
+code=$?
+if [ $code -eq 2 ] && grep -q -- "--batch-per-step goes with --batch auto" per_step.log; then
+  pass "--batch-per-step without --batch auto is refused by name (exit 2)"
+else
+  fail "--batch-per-step without auto: exit $code: $(cat per_step.log)"
+fi
 
 echo "$failures failure(s)"
 [ $failures -eq 0 ]

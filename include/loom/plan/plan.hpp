@@ -7,17 +7,20 @@
 //             reserve for the CUDA context, library workspaces and allocator slack;
 //   communication per step: the data-parallel collectives (DDP: all-reduce of the fp32 gradients in
 //             the planner's buckets; ZeRO-1/2: reduce-scatter per unit, all-gather of the updated
-//             values; ZeRO-3: a gather per unit in forward and again in backward, reduce-scatter per
+//             values; ZeRO-3: a gather per unit in forward and again in backward (once for the root
+//             unit and for the last block, kept from forward to backward), reduce-scatter per
 //             unit, every micro-batch) and the tensor-parallel all-reduces (2 per block and one for
 //             the embedding, forward and backward, and the recomputed forward's under full
 //             checkpointing), each timed by topo::CostModel's fastest algorithm. The t data groups
 //             of a TP-t layout run at once over the same links: each is timed as a collective of
 //             its message over the whole topology, which moves the same bytes per rank;
-//   compute   training FLOPs (6N + 12LCT per token, plus the recomputed forward) over the GPU's
+//   compute   training FLOPs (6N + 12LCT per token, plus what checkpointing recomputes: a block's
+//             forward under full, the attention scores under selective) over the GPU's
 //             dense peak for the precision times an efficiency the user sets (the MFU to expect);
 //   step      compute + tensor-parallel communication (on the critical path) + the part of the
-//             data-parallel communication that backward (DDP, ZeRO-1/2: the reduction of the last
-//             micro-batch) or the whole step (ZeRO-3's prefetched gathers) does not hide, and
+//             data-parallel communication that backward does not hide (DDP and ZeRO-1 reduce once,
+//             in the last micro-batch's backward; ZeRO-2 every micro-batch's, behind all of the
+//             backward passes), or for ZeRO-3 the whole step (its gathers are prefetched), and
 //             ZeRO-1/2's gather after the optimizer.
 // It recommends the layout with the most tokens per second over the job (micro_batch is per model
 // replica, so the global batch is micro_batch x grad_accum x data ranks) whose memory fits in the

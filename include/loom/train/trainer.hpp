@@ -102,6 +102,11 @@ struct StepResult {
 // The category with the largest peak in a step, and those bytes.
 std::pair<MemoryCategory, std::int64_t> largest_category(const StepResult& result);
 
+// What shard::model_state_bytes predicts for `model` trained with these options over `ranks`
+// data-parallel ranks (the optimizer's state by its kind: SGD with momentum keeps a moment; ZeRO-3's
+// gathered units by keep_gathered), before a Trainer exists (train_gpt --batch auto).
+shard::ModelStateBytes predict_model_state(const model::Model& model, const TrainerOptions& options, int ranks);
+
 class Trainer {
  public:
   // comm: the data-parallel group (null: one process). Building the trainer builds the reducer or

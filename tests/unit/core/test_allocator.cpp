@@ -49,7 +49,7 @@ TEST_CASE("memory sizes parse with binary suffixes and bad ones are named", "[co
   CHECK(loom::parse_memory_size("1.5K", "x") == 1536);
   CHECK(loom::parse_memory_size("4096", "x") == 4096);
   CHECK(loom::parse_memory_size("1T", "x") == 1LL << 40);
-  for (const char* bad : {"", "lots", "12Q", "-1G", "0"}) {
+  for (const char* bad : {"", "lots", "12Q", "-1G", "0", "0.5", "inf", "nan", "1e30"}) {
     CHECK_THROWS_WITH(loom::parse_memory_size(bad, "LOOM_MEMORY_LIMIT"),
                       Catch::Contains("LOOM_MEMORY_LIMIT: '" + std::string(bad) + "' is not a size"));
   }

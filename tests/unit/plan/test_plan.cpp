@@ -111,11 +111,14 @@ TEST_CASE("loom-plan's data-parallel communication is the cost model's for the s
   auto time = [&](topo::Collective c, std::int64_t bytes) { return planner.choose(c, bytes).prediction.seconds; };
   std::int64_t elements = 0;
   double zero1 = 0, zero3 = 0;
-  for (const std::int64_t u : units) {
+  for (std::size_t i = 0; i < units.size(); ++i) {
+    const std::int64_t u = units[i];
     elements += u;
     zero1 += time(topo::Collective::reduce_scatter, 4 * u) + time(topo::Collective::all_gather, 2 * u);
-    // ZeRO-3, 2 micro-batches: a gather in forward and in backward and a reduce-scatter, each.
-    zero3 += 2 * (2 * time(topo::Collective::all_gather, 2 * u) + time(topo::Collective::reduce_scatter, 4 * u));
+    // ZeRO-3, 2 micro-batches: a gather in forward and in backward (one for the root unit, which
+    // stays gathered, and for the last block, kept from forward to backward) and a reduce-scatter.
+    const int gathers = i == 0 || i + 1 == units.size() ? 1 : 2;
+    zero3 += 2 * (gathers * time(topo::Collective::all_gather, 2 * u) + time(topo::Collective::reduce_scatter, 4 * u));
   }
   double ddp = 0;  // the fp32 gradients in the planner's buckets, once per step
   const std::int64_t bucket = planner.recommended_bucket_bytes();
