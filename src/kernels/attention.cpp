@@ -128,10 +128,12 @@ GemmOptions gemm_options(const AttentionOptions& o, bool trans_a, bool trans_b, 
 void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& att, const AttentionOptions& options,
                        StreamRef stream) {
   const char* kernel = "attention_forward";
-  detail::common_device(kernel, {{"qkv", qkv}, {"out", out}, {"att", att}});
+  // Without out, only the probabilities (selective checkpointing rebuilds them; the output is kept).
+  const bool with_out = out.defined();
+  detail::common_device(kernel, {{"qkv", qkv}, {"out", with_out ? out : qkv}, {"att", att}});
   const Dims d = check_attention(kernel, qkv, options);
-  detail::require_same_dtype(kernel, {{"qkv", qkv}, {"out", out}, {"att", att}});
-  detail::require_shape(kernel, {"out", out}, Shape{d.batch, d.steps, d.channels});
+  detail::require_same_dtype(kernel, {{"qkv", qkv}, {"out", with_out ? out : qkv}, {"att", att}});
+  if (with_out) detail::require_shape(kernel, {"out", out}, Shape{d.batch, d.steps, d.channels});
   detail::require_shape(kernel, {"att", att}, Shape{d.batch, d.heads, d.steps, d.steps});
   if (qkv.numel() == 0) return;
   const Route route = route_of(qkv, options);
@@ -145,6 +147,7 @@ void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& att, 
     const StridedMatrix scores = all_scores(att, d);
     gemm(h.group(0), h.group(1), std::nullopt, scores, gemm_options(options, false, true, scale), stream);
     softmax_forward(att, att, stream, /*causal=*/true);
+    if (!with_out) return;
     // out = att v, into q's place (q is not needed any more)
     gemm(scores, h.group(2), std::nullopt, h.group(0), gemm_options(options, false, false, 1.0f), stream);
     merge_heads(h.group_tensor(0), out, d.heads, stream);
@@ -156,7 +159,7 @@ void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& att, 
          gemm_options(options, false, true, scale), stream);
   }
   softmax_forward(att, att, stream, /*causal=*/true);
-  for (std::int64_t b = 0; b < d.batch; ++b) {
+  for (std::int64_t b = 0; with_out && b < d.batch; ++b) {
     gemm(scores_of(att, b, d), heads_of(qkv, b, 2 * d.channels, d), std::nullopt, heads_of(out, b, 0, d),
          gemm_options(options, false, false, 1.0f), stream);
   }

@@ -80,7 +80,7 @@ void CausalSelfAttention::recompute_probabilities(StreamRef stream) {
   kernels::AttentionOptions options;
   options.num_heads = heads_;
   options.precision = precision_.gemm;
-  kernels::attention_forward(qkv_out_, heads_out_, att_, options, stream);
+  kernels::attention_forward(qkv_out_, Tensor(), att_, options, stream);  // (the heads' output is kept)
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x, StreamRef stream) {

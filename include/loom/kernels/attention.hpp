@@ -41,7 +41,8 @@ struct AttentionOptions {
   AttentionPath path = AttentionPath::automatic;
 };
 
-// qkv, out and att share qkv's dtype.
+// qkv, out and att share qkv's dtype. out may be undefined: then only att is computed (the same
+// bits), which is what selective activation checkpointing recomputes.
 void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& att, const AttentionOptions& options,
                        StreamRef stream = {});
 

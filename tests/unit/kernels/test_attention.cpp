@@ -137,6 +137,29 @@ TEST_CASE("the head-major attention path computes the composed path's bits", "[k
   }
 }
 
+TEST_CASE("attention forward without an output computes the probabilities' bits alone", "[kernels][attention]") {
+  // Selective activation checkpointing recomputes only the probabilities; they must be the bits
+  // the full forward made, on every path (automatic: the CPU's own kernel in fp32).
+  std::mt19937 rng(65);
+  const std::int64_t batch = 2, steps = 19, channels = 24, heads = 3;
+  for (auto [precision, dtype] : std::vector<std::pair<GemmPrecision, DType>>{
+           {GemmPrecision::fp32, DType::f32}, {GemmPrecision::bf16, DType::bf16}}) {
+    for (const auto path : {loom::kernels::AttentionPath::automatic, loom::kernels::AttentionPath::composed,
+                            loom::kernels::AttentionPath::head_major}) {
+      INFO(loom::kernels::to_string(precision) << ", path " << static_cast<int>(path));
+      auto qkv = loom::test::random_tensor({batch, steps, 3 * channels}, dtype, rng, 2.0);
+      AttentionOptions options{heads, precision};
+      options.path = path;
+      const Tensor out = Tensor::empty({batch, steps, channels}, dtype);
+      const Tensor full = Tensor::empty({batch, heads, steps, steps}, dtype), alone = Tensor::empty(full.shape(), dtype);
+      for (const Tensor& t : {out, full, alone}) loom::test::poison(t);
+      loom::kernels::attention_forward(qkv.tensor, out, full, options);
+      loom::kernels::attention_forward(qkv.tensor, Tensor(), alone, options);
+      REQUIRE(loom::test::as_doubles(alone) == loom::test::as_doubles(full));
+    }
+  }
+}
+
 TEST_CASE("split_heads and merge_heads move each element to its head-major place and back", "[kernels][attention]") {
   // Element values encode their [b, t, column] position, so every destination is checked exactly.
   const std::int64_t batch = 2, steps = 3, groups = 3, heads = 2, head_size = 5, width = groups * heads * head_size;
