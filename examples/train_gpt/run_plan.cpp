@@ -142,7 +142,11 @@ BatchChoice choose_batch(loom::nn::GPT& model, const RunShape& shape, std::int64
     if (per_step % b == 0) divisors.push_back(b);
   }
   std::size_t pick = 0;
-  while (pick < divisors.size() && predict(divisors[pick]).total() > predict(divisors[pick]).usable()) ++pick;
+  auto fits = [&](std::int64_t batch) {
+    const RunMemory m = predict(batch);
+    return m.total() <= m.usable();
+  };
+  while (pick < divisors.size() && !fits(divisors[pick])) ++pick;
   const bool can_probe = shape.options.zero < 2 && shape.tensor_ranks == 1 && model.device().is_cpu();
   std::string probed = can_probe ? "a probe step passed" : "no probe step (ZeRO-2/3, tensor parallelism or a GPU)";
   if (can_probe && pick < divisors.size()) {
