@@ -8,7 +8,7 @@
 #   5 train         train_bench GPT-2 124M bf16 at B = 8, MFU
 #   6 train_gpt     a short run of the example
 #   7 kernels/comm  attention_bench (composed, head-major, fused at GPT-2's shape), kernel_bench, train_bench
-#                   with stored attention and at B = 16, one-GPU ddp_bench and allreduce_bench, alloc_bench, topology
+#                   with fused attention (B = 8 picks stored) and at B = 16, one-GPU ddp_bench and allreduce_bench, alloc_bench, topology
 #   8 memcheck      compute-sanitizer memcheck on the kernel tests
 # OUTDIR gets one log per step, a JSON per benchmark and summary.txt; the summary (a table of the
 # steps with their status and seconds, then the key lines) is printed on exit whatever happened.
@@ -25,7 +25,8 @@ summary="$out/summary.txt"
 steps="$out/steps.txt"
 : > "$summary"
 : > "$steps"
-export LOOM_COMMIT=$(git -C "$root" rev-parse HEAD 2>/dev/null || head -n1 "$root/.carry/COMMIT" 2>/dev/null || echo unknown)
+# .carry/COMMIT first: the device tool's copy of the tree can carry a .git older than the tree.
+export LOOM_COMMIT=$(head -n1 "$root/.carry/COMMIT" 2>/dev/null || git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
 
 finish() {
   {
@@ -48,7 +49,8 @@ step() {
   local start=$SECONDS rc left=$((deadline - SECONDS - 5))
   if [ $left -lt 20 ]; then skip "$name" "out of time"; status=1; return 1; fi
   [ $limit -gt $left ] && limit=$left
-  timeout --kill-after=10 "$limit" "$@" > "$out/$name.log" 2>&1
+  # Line-buffered, so that a step stopped at its limit still leaves the lines it printed.
+  timeout --kill-after=10 "$limit" stdbuf -oL -eL "$@" > "$out/$name.log" 2>&1
   rc=$?
   local outcome=ok
   [ $rc -eq 124 ] || [ $rc -eq 137 ] && outcome="timeout (${limit}s)"
@@ -107,7 +109,7 @@ if ! step build "${LOOM_GPU_BUILD_SECONDS:-420}" bash -c "$build_script"; then
   exit 1
 fi
 if [ -z "$gpu" ] && [ "${LOOM_GPU_CHECK_REHEARSE:-0}" != 1 ]; then
-  for name in cuda-tests smoke gemm train-b8 train_gpt attention kernels train-b8-stored train-b16 ddp allreduce alloc \
+  for name in cuda-tests smoke gemm train-b8 train_gpt attention kernels train-b8-fused train-b16 ddp allreduce alloc \
       topology memcheck; do
     skip "$name" "no GPU"
   done
@@ -133,7 +135,7 @@ bench() {  # step-name seconds benchmark args...
 }
 gpt2=(--device cuda:0 --precision bf16 --layers 12 --heads 12 --channels 768 --context 1024 --vocab 50257 --steps 10
       --warmup 2 --peak-shape 4096)
-bench gemm 100 gemm_bench --device cuda:0 --repeats 20 --precisions tf32,bf16,fp16 --layouts NN,TN,NT \
+bench gemm 170 gemm_bench --device cuda:0 --repeats 20 --precisions tf32,bf16,fp16 --layouts NN,TN,NT \
   --shapes 4096,8192,8192x2304x768,8192x768x3072,8192x3072x768,768x768x8192
 bench train-b8 75 train_bench "${gpt2[@]}" --batch 8
 
@@ -146,7 +148,7 @@ grep -E "^step|^eval|model state" "$out/train_gpt.log" >> "$summary"
 bench attention 45 attention_bench --device cuda:0 --dtype bf16 --batch 8 --context 1024 --heads 12 --head-size 64 \
   --repeats 10
 bench kernels 45 kernel_bench --device cuda:0 --repeats 20 --rows 16384 --channels 768
-bench train-b8-stored 60 train_bench "${gpt2[@]}" --batch 8 --attention stored
+bench train-b8-fused 60 train_bench "${gpt2[@]}" --batch 8 --attention fused
 bench train-b16 75 train_bench "${gpt2[@]}" --batch 16
 bench ddp 60 ddp_bench --device cuda --precision bf16 --workloads gpt2-124m --ranks 1 --steps 10 --warmup 2
 bench allreduce 45 allreduce_bench -b 1K -e 256M -f 4 -n 20 --rounds 5

@@ -261,6 +261,7 @@ class NcclCommunicator : public Communicator {
       settle(comm_, ncclCommSplit(comm_, color == no_color ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config), what,
              deadline);
       if (child != nullptr) settle(child, ncclInProgress, what, deadline);
+      settle(comm_, ncclInProgress, what, deadline);  // the parent too: NCCL treats a split like a collective on it
     } catch (const Error& e) {
       if (child != nullptr) ncclCommAbort(child);
       abort_locked(e.category(), e.detail());
@@ -318,7 +319,12 @@ class NcclCommunicator : public Communicator {
     const cudaEvent_t started = take_event();
     check(cudaEventRecord(started, stream_), "cudaEventRecord");
     try {
-      settle(comm_, call(stream_), what, Clock::now() + options_.timeout);
+      const auto deadline = Clock::now() + options_.timeout;
+      // A non-blocking communicator can still be in progress after a split or a finalized child
+      // (NCCL then rejects the call, "Attempt to use communicator before the previous operation
+      // returned ncclSuccess", as the one-rank conformance suite saw on an H200): wait for it first.
+      settle(comm_, ncclInProgress, what, deadline);
+      settle(comm_, call(stream_), what, deadline);
     } catch (const Error& e) {
       spare_events_.push_back(started);
       abort_locked(e.category(), e.detail());
