@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "run_plan.hpp"
@@ -37,6 +38,7 @@
 #include "loom/ddp/replicas.hpp"
 #include "loom/io/checkpoint.hpp"
 #include "loom/shard/memory.hpp"
+#include "loom/telemetry/metrics.hpp"
 #include "loom/topo/detect.hpp"
 #include "loom/topo/hierarchical.hpp"
 #include "loom/topo/mesh.hpp"
@@ -317,6 +319,9 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
     for (const loom::io::SaveReport& earlier : trainer.finished_saves()) committed(earlier);
     committed(s);
   };
+  // Rank 0 writes the metrics (its own step; the straggler exchange will add the other ranks').
+  std::optional<loom::telemetry::MetricsFile> metrics;
+  if (log.leader() && !config.metrics_file.empty()) metrics.emplace(config.metrics_file);
   const loom::train::StopRequests stops(config.time_limit);
   while (trainer.steps_done() < config.steps) {
     if (device.is_cpu()) loom::reset_cpu_memory_peak();  // (this process's: the step line gives this step's peak)
@@ -334,6 +339,12 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
       }
       if (r.skipped) log.line(" | skipped (non-finite gradient; loss scale %g)", trainer.loss_scaler().scale());
       log.line("\n");
+      if (log.leader() && (metrics || !config.prometheus_file.empty())) {
+        loom::telemetry::StepMetrics m = loom::train::step_metrics(r, trainer, world.rank());
+        if (peak > 0) m.mfu = tokens_per_second * flops_per_token / (peak * 1e12);
+        if (metrics) metrics->write(m);
+        if (!config.prometheus_file.empty()) loom::telemetry::write_prometheus_file(config.prometheus_file, m);
+      }
     }
     // The loss and the skip count are the same on every rank, so they all decide alike.
     const std::int64_t run_steps = trainer.steps_done() - first_step;

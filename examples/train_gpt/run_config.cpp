@@ -115,6 +115,10 @@ void RunConfig::add_to(CLI::App& app) {
                  "fraction of the run's steps were skipped for non-finite gradients (judged from step 10 on)")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--log-every", log_every, "print a line every N steps")->check(positive);
+  app.add_option("--metrics", metrics_file, "write one JSON line per logged step here: loss, step time, tokens/s, "
+                 "MFU, seconds per phase, memory by category");
+  app.add_option("--prometheus", prometheus_file, "rewrite this file atomically at every logged step with the same "
+                 "numbers in Prometheus' text format (for node_exporter's textfile collector: name it *.prom)");
   app.add_option("--grad-reduction", grad_reduction, "data-parallel gradient averaging: fp32, bf16 or fp16 (compressed)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--bucket-mb", bucket_mb, "data-parallel gradient bucket size in MiB (0: the topology planner's)")

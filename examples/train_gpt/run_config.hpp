@@ -46,6 +46,8 @@ struct RunConfig {
   double time_limit = 0;              // seconds of wall time, then stop as on SIGTERM (0: none)
   double max_skipped_fraction = 0.1;  // more skipped (non-finite) steps than this: the run diverged
   std::int64_t log_every = 1;
+  std::string metrics_file;     // one JSON line per logged step (rank 0's)
+  std::string prometheus_file;  // Prometheus text, rewritten atomically at every logged step
   std::string grad_reduction = "fp32";  // data-parallel gradient averaging: fp32, or compressed to bf16/fp16
   double bucket_mb = 25;                // gradient bucket size; 0: the topology planner's recommendation
   std::string algo = "auto";            // gradient all-reduce: flat, hier, or auto (the planner's choice)

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include "loom/comm/agreement.hpp"
 #include "loom/core/caching_allocator.hpp"
@@ -16,6 +17,10 @@
 namespace loom::train {
 
 namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 std::unique_ptr<optim::Optimizer> make_optimizer(model::ParameterSpace& space, const TrainerOptions& options,
                                                  std::vector<model::ShardRange> ranges) {
@@ -85,7 +90,8 @@ Trainer::Trainer(model::Model& model, data::BatchSource& data, const TrainerOpti
       options_(validated(options, groups.data != nullptr ? groups.data : groups.world)),
       groups_(checked_groups(groups)),
       comm_(groups_.data),
-      scaler_(scaler_options(model.precision())) {
+      scaler_(scaler_options(model.precision())),
+      timer_(model.device()) {
   const int tensor_ranks = groups_.tensor != nullptr ? groups_.tensor->size() : 1;
   require(model.tensor_ranks() == tensor_ranks, "trainer: the model is split over a tensor group of ",
           model.tensor_ranks(), " rank(s) but the trainer was given one of ", tensor_ranks,
@@ -191,15 +197,24 @@ void Trainer::run_micro_batches(StepResult& result, double& loss_sum, StreamRef 
   const float micro = static_cast<float>(options_.grad_accumulation);
   // The micro-batches' losses add up on the device and are read back once, after the last.
   const Tensor device_loss_sum = scratch_zeros({1}, DType::f32, model_.device(), stream);
+  using telemetry::Phase;
   for (std::int64_t i = 0; i < options_.grad_accumulation; ++i) {
+    const auto waited = std::chrono::steady_clock::now();
     const data::Batch batch = data_.next();
+    timer_.add_host_seconds(Phase::data, seconds_since(waited));
     const bool last = i + 1 == options_.grad_accumulation;
     {
       const ddp::NoSync scope = sync_->micro_batch(last);
-      model_.forward_into(batch.inputs, batch.targets, device_loss_sum, stream);
+      {
+        const telemetry::PhaseScope phase(timer_, Phase::forward, stream);
+        model_.forward_into(batch.inputs, batch.targets, device_loss_sum, stream);
+      }
+      const telemetry::PhaseScope phase(timer_, Phase::backward, stream);
       model_.backward(scaler_.scale() / micro, stream);
     }
     result.tokens += batch.inputs.numel();
+    // What backward did not hide: the wait for this micro-batch's reductions.
+    const telemetry::PhaseScope phase(timer_, Phase::communication, stream);
     sync_->after_backward(last, stream);
   }
   loom::synchronize(stream);
@@ -220,6 +235,9 @@ StepResult Trainer::step(StreamRef stream) {
   StepResult result;
   result.step = steps_done_ + 1;
   double loss_sum = 0;
+  using telemetry::Phase;
+  timer_.start_step();
+  timer_.add_host_seconds(Phase::checkpoint, std::exchange(checkpoint_seconds_, 0.0));
   // A rank whose forward, backward or update fails cannot meet its peers' next collectives: it
   // aborts the communicator with its error, so they stop at once with that error instead of
   // waiting out the timeout. (A failure the collectives themselves report is every rank's already.)
@@ -243,6 +261,7 @@ StepResult Trainer::step(StreamRef stream) {
   }
   double loss = loss_sum / static_cast<double>(options_.grad_accumulation);
   if (comm_ != nullptr) {
+    const telemetry::PhaseScope phase(timer_, Phase::communication, stream);
     loss = ddp::mean_across_ranks(*comm_, loss);
     result.tokens *= comm_->size();  // every rank's micro-batches have the same shape
   }
@@ -250,6 +269,7 @@ StepResult Trainer::step(StreamRef stream) {
   result.lr = options_.schedule.at(steps_done_);
   // Under ZeRO each rank holds its slice of the reduced gradient: the verdict and the norm are
   // agreed over the ranks. Under DDP every rank holds the whole average and decides alone, the same.
+  timer_.begin(Phase::optimizer, stream);
   comm::Communicator* const shards = sync_->shard_group();
   const std::vector<Tensor> grads = optimizer_->gradients();
   // Under tensor parallelism each rank of the tensor group holds other blocks: both are agreed over it too.
@@ -261,15 +281,20 @@ StepResult Trainer::step(StreamRef stream) {
   if (!result.skipped) {
     try {
       optimizer_->step(result.lr, optim::clip_factor(result.grad_norm, options_.max_grad_norm), stream);
+      timer_.end(Phase::optimizer, stream);
+      const telemetry::PhaseScope phase(timer_, Phase::communication, stream);
       sync_->after_update(stream);
-      loom::synchronize(stream);
     } catch (...) {
       fail_job(std::current_exception(), "the optimizer step");
       throw;
     }
+  } else {
+    timer_.end(Phase::optimizer, stream);
   }
+  loom::synchronize(stream);  // the step's one wait for the device; the phases' events are read after it
   ++steps_done_;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.phases = timer_.read();
   if (host_memory) {
     const CpuMemoryStats memory = cpu_memory_stats();
     result.memory_live = memory.live_by_category;
@@ -339,9 +364,18 @@ io::CheckpointWriter& Trainer::checkpoint_writer() {
   return *writer_;
 }
 
-io::SaveReport Trainer::save(const std::string& run_dir) { return checkpoint_writer().save(run_dir, progress()); }
+io::SaveReport Trainer::save(const std::string& run_dir) {
+  const auto start = std::chrono::steady_clock::now();
+  io::SaveReport report = checkpoint_writer().save(run_dir, progress());
+  checkpoint_seconds_ += seconds_since(start);
+  return report;
+}
 
-void Trainer::save_async(const std::string& run_dir) { checkpoint_writer().save_async(run_dir, progress()); }
+void Trainer::save_async(const std::string& run_dir) {
+  const auto start = std::chrono::steady_clock::now();
+  checkpoint_writer().save_async(run_dir, progress());
+  checkpoint_seconds_ += seconds_since(start);  // the copy to host and the wait for the previous save
+}
 
 void Trainer::wait_for_save() {
   if (writer_) writer_->wait();
@@ -410,6 +444,27 @@ std::string describe(const TrainerOptions& o) {
   else out << "no clipping";
   out << ", " << o.grad_accumulation << " micro-batch(es) per step, ZeRO stage " << o.zero;
   return out.str();
+}
+
+telemetry::StepMetrics step_metrics(const StepResult& result, const Trainer& trainer, int rank) {
+  telemetry::StepMetrics m;
+  m.step = result.step;
+  m.rank = rank;
+  m.loss = result.loss;
+  m.lr = result.lr;
+  m.grad_norm = result.grad_norm;
+  m.skipped = result.skipped;
+  m.skipped_total = trainer.skipped_steps();
+  m.loss_scale = trainer.loss_scaler().scale();
+  m.seconds = result.seconds;
+  m.tokens_per_second = result.seconds > 0 ? static_cast<double>(result.tokens) / result.seconds : 0.0;
+  m.phases = result.phases;
+  if (result.memory_peak_total > 0) {  // counted (host memory)
+    m.memory_live = result.memory_live;
+    m.memory_peak = result.memory_peak;
+    m.memory_peak_total = result.memory_peak_total;
+  }
+  return m;
 }
 
 }  // namespace loom::train

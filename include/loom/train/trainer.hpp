@@ -38,6 +38,8 @@
 #include "loom/optim/sgd.hpp"
 #include "loom/shard/memory.hpp"
 #include "loom/shard/zero.hpp"
+#include "loom/telemetry/metrics.hpp"
+#include "loom/telemetry/phases.hpp"
 
 namespace loom::train {
 
@@ -98,6 +100,11 @@ struct StepResult {
   CategoryBytes memory_live{};
   CategoryBytes memory_peak{};
   std::int64_t memory_peak_total = 0;  // the most bytes live at once over the same span
+  // This rank's seconds per phase (loom/telemetry/phases.hpp), always measured: the wait for data,
+  // forward, backward, the communication left exposed after backward (the reductions' wait, the
+  // loss's mean, ZeRO's gather after the update), the optimizer (with the loss scaler and the
+  // norm), and the blocking time of the saves made since the previous step.
+  telemetry::PhaseSeconds phases{};
 };
 // The category with the largest peak in a step, and those bytes.
 std::pair<MemoryCategory, std::int64_t> largest_category(const StepResult& result);
@@ -194,7 +201,14 @@ class Trainer {
   optim::DynamicLossScaler scaler_;
   std::int64_t steps_done_ = 0, skipped_steps_ = 0;
   bool audited_ = false;  // the first step checked the model's unit hooks
+  telemetry::PhaseTimer timer_;
+  double checkpoint_seconds_ = 0;  // saves' blocking time since the last step, for its phases
   std::unique_ptr<io::CheckpointWriter> writer_;  // last: a save in flight ends before the rest goes
 };
+
+// A step's numbers for the metrics files (loom/telemetry/metrics.hpp), as `rank` saw them: the
+// result's, the trainer's loss scale and skip count, memory where the allocator counts it (the
+// CPU). The MFU is left to the caller, who knows the hardware's peak.
+telemetry::StepMetrics step_metrics(const StepResult& result, const Trainer& trainer, int rank);
 
 }  // namespace loom::train

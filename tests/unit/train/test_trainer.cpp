@@ -4,8 +4,10 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "loom/comm/in_process.hpp"
@@ -142,4 +144,63 @@ TEST_CASE("a Trainer refuses a model whose values were never set, on every rank,
   CHECK_THAT(errors[1], Catch::Contains("never set (on rank 0"));
   CHECK(errors[2] == "no error");
   CHECK(errors[3] == "no error");
+}
+
+namespace {
+// GlobalBatchSlice whose every batch takes `delay` to arrive: a slow data pipeline.
+class SlowBatches : public loom::test::GlobalBatchSlice {
+ public:
+  SlowBatches(std::int64_t total, std::int64_t begin, std::int64_t rows, std::chrono::milliseconds delay)
+      : GlobalBatchSlice(total, begin, rows), delay_(delay) {}
+  loom::data::Batch next() override {
+    std::this_thread::sleep_for(delay_);
+    return GlobalBatchSlice::next();
+  }
+
+ private:
+  std::chrono::milliseconds delay_;
+};
+}  // namespace
+
+TEST_CASE("every rank's step reports its phases: the data wait, compute, communication, optimizer, saves",
+          "[train][telemetry]") {
+  using loom::telemetry::Phase;
+  const auto dir = std::filesystem::temp_directory_path() / "loom_test_trainer_phases";
+  std::filesystem::remove_all(dir);
+  std::vector<loom::train::StepResult> second(2), third(2);
+  std::vector<double> save_seconds(2);
+  loom::comm::run_in_process(2, [&](loom::comm::Communicator& comm) {
+    const auto r = static_cast<std::size_t>(comm.rank());
+    loom::nn::GPT model({.vocab_size = 32, .context = 16, .layers = 2, .heads = 2, .channels = 64},
+                        loom::nn::Precision::fp32(), loom::Device::cpu());
+    SlowBatches data(8, 4 * comm.rank(), 2, std::chrono::milliseconds(15));
+    loom::train::TrainerOptions options;
+    options.grad_accumulation = 2;
+    options.schedule.total = 10;
+    loom::train::Trainer trainer(model, data, options, &comm);
+    trainer.step();
+    second[r] = trainer.step();
+    const auto start = std::chrono::steady_clock::now();
+    trainer.save(dir.string());
+    save_seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    third[r] = trainer.step();
+  });
+  for (std::size_t r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    const loom::telemetry::PhaseSeconds& p = second[r].phases;
+    CHECK(p[Phase::data] >= 2 * 0.015);  // two micro-batches, each waited for
+    CHECK(p[Phase::forward] > 0);
+    CHECK(p[Phase::backward] > 0);
+    CHECK(p[Phase::communication] > 0);  // the reductions' wait and the loss's mean
+    CHECK(p[Phase::optimizer] > 0);
+    CHECK(p[Phase::checkpoint] == 0);
+    // The phases are disjoint parts of the step: together no more than it, and most of it.
+    CHECK(p.total() <= second[r].seconds);
+    CHECK(p.total() >= 0.7 * second[r].seconds);
+    // A save between steps is the next step's checkpoint phase: its blocking time, measured inside.
+    CHECK(third[r].phases[Phase::checkpoint] > 0);
+    CHECK(third[r].phases[Phase::checkpoint] <= save_seconds[r]);
+    CHECK(third[r].phases[Phase::checkpoint] >= 0.9 * save_seconds[r]);
+  }
+  std::filesystem::remove_all(dir);
 }

@@ -1,0 +1,121 @@
+#include "loom/telemetry/metrics.hpp"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "loom/core/error.hpp"
+#include "loom/io/files.hpp"
+
+namespace loom::telemetry {
+
+namespace {
+
+// JSON has no NaN or infinity (a skipped step's norm is one): null.
+nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+nlohmann::json by_category(const CategoryBytes& bytes) {
+  nlohmann::json out = nlohmann::json::object();
+  for (std::size_t c = 0; c < memory_category_count; ++c) {
+    out[std::string(to_string(static_cast<MemoryCategory>(c)))] = bytes[c];
+  }
+  return out;
+}
+
+// Prometheus' float format: NaN and infinities are spelled out, other values in full precision.
+std::string sample(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  std::ostringstream out;
+  out.precision(17);
+  out << v;
+  return out.str();
+}
+
+class Exposition {
+ public:
+  explicit Exposition(int rank) : rank_("rank=\"" + std::to_string(rank) + "\"") {}
+  void family(const char* name, const char* type, const char* help) {
+    out_ << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
+  }
+  void value(const char* name, double v, const std::string& labels = "") {
+    out_ << name << '{' << rank_ << (labels.empty() ? "" : ",") << labels << "} " << sample(v) << '\n';
+  }
+  void scalar(const char* name, const char* type, const char* help, double v) {
+    family(name, type, help);
+    value(name, v);
+  }
+  std::string text() const { return out_.str(); }
+
+ private:
+  std::string rank_;
+  std::ostringstream out_;
+};
+
+}  // namespace
+
+std::string json_line(const StepMetrics& m) {
+  nlohmann::json phases = nlohmann::json::object();
+  for (Phase p : all_phases) phases[std::string(phase_name(p))] = m.phases[p];
+  nlohmann::json line = {{"step", m.step},
+                         {"rank", m.rank},
+                         {"loss", number(m.loss)},
+                         {"lr", m.lr},
+                         {"grad_norm", number(m.grad_norm)},
+                         {"skipped", m.skipped},
+                         {"skipped_total", m.skipped_total},
+                         {"loss_scale", m.loss_scale},
+                         {"step_seconds", m.seconds},
+                         {"tokens_per_second", m.tokens_per_second},
+                         {"mfu", m.mfu ? number(*m.mfu) : nlohmann::json(nullptr)},
+                         {"phase_seconds", phases}};
+  if (m.memory_live) line["memory_live_bytes"] = by_category(*m.memory_live);
+  if (m.memory_peak) {
+    line["memory_peak_bytes"] = by_category(*m.memory_peak);
+    line["memory_peak_total_bytes"] = m.memory_peak_total;
+  }
+  return line.dump();
+}
+
+std::string prometheus_text(const StepMetrics& m) {
+  Exposition e(m.rank);
+  e.scalar("loom_step", "gauge", "The last completed optimizer step.", static_cast<double>(m.step));
+  e.scalar("loom_loss", "gauge", "Training loss of the last step.", m.loss);
+  e.scalar("loom_learning_rate", "gauge", "Learning rate of the last step.", m.lr);
+  e.scalar("loom_grad_norm", "gauge", "Gradient L2 norm of the last step, before clipping.", m.grad_norm);
+  e.scalar("loom_loss_scale", "gauge", "Dynamic loss scale after the last step.", m.loss_scale);
+  e.scalar("loom_skipped_steps_total", "counter", "Steps skipped for a non-finite gradient.", static_cast<double>(m.skipped_total));
+  e.scalar("loom_step_seconds", "gauge", "Wall time of the last step.", m.seconds);
+  e.scalar("loom_tokens_per_second", "gauge", "Tokens per second of the job over the last step.", m.tokens_per_second);
+  if (m.mfu) {
+    e.scalar("loom_mfu_ratio", "gauge", "Model FLOPs over the dense peak of the GPU and precision.", *m.mfu);
+  }
+  e.family("loom_phase_seconds", "gauge", "Seconds of the last step spent in each phase.");
+  for (Phase p : all_phases) e.value("loom_phase_seconds", m.phases[p], "phase=\"" + std::string(phase_name(p)) + "\"");
+  const auto memory = [&](const char* name, const char* help, const CategoryBytes& bytes) {
+    e.family(name, "gauge", help);
+    for (std::size_t c = 0; c < memory_category_count; ++c) {
+      e.value(name, static_cast<double>(bytes[c]),
+              "category=\"" + std::string(to_string(static_cast<MemoryCategory>(c))) + "\"");
+    }
+  };
+  if (m.memory_live) memory("loom_memory_bytes", "Bytes allocated at the end of the last step, by category.", *m.memory_live);
+  if (m.memory_peak) memory("loom_memory_peak_bytes", "Most bytes allocated during the last step, by category.", *m.memory_peak);
+  return e.text();
+}
+
+MetricsFile::MetricsFile(const std::string& path) : path_(path), out_(path, std::ios::out | std::ios::trunc) {
+  if (!out_) fail(ErrorCategory::io, "cannot open the metrics file '", path, "' for writing");
+}
+
+void MetricsFile::write(const StepMetrics& m) {
+  out_ << json_line(m) << '\n';
+  out_.flush();
+  if (!out_) fail(ErrorCategory::io, "writing the metrics file '", path_, "' failed");
+}
+
+void write_prometheus_file(const std::string& path, const StepMetrics& m) {
+  io::write_file_atomically(path, prometheus_text(m));
+}
+
+}  // namespace loom::telemetry

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# train_gpt --metrics --prometheus in a 2-rank job (one process without MPI), saving every 10 steps:
+# the files read back by Python's json and prometheus_client (check_telemetry.py); a metrics path
+# that cannot be written ends the run at start-up naming it.
+# usage: train_gpt_telemetry.sh TRAIN_GPT WORK_DIR [MPIEXEC]
+set -uo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+usage="usage: train_gpt_telemetry.sh TRAIN_GPT WORK_DIR [MPIEXEC]"
+train_gpt=$(realpath "${1:?$usage}")
+work=${2:?$usage}
+mpiexec=${3:-}
+rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
+# shellcheck source=tests/examples/train_gpt_runs.sh
+source "$here/train_gpt_runs.sh"
+launch=()
+[ -n "$mpiexec" ] && launch=("$mpiexec" --oversubscribe -x OMP_NUM_THREADS -np 2)
+export OMP_NUM_THREADS=1
+# Debian's interpreter, which sees python3-prometheus-client (scripts/install-deps.sh), even where
+# another python3 comes first on the PATH.
+python=/usr/bin/python3
+[ -x "$python" ] || python=python3
+steps=40 log_every=5 every=10
+if "${launch[@]}" "$train_gpt" --steps $steps --log-every $log_every --eval-every 0 --checkpoint-dir run \
+     --checkpoint-every $every --metrics metrics.jsonl --prometheus loom.prom > run.log 2>&1; then
+  if out=$("$python" "$here/check_telemetry.py" metrics.jsonl loom.prom $steps $log_every $every 2>&1); then
+    pass "$out"
+  else
+    fail "the telemetry files: $out"
+  fi
+else
+  fail "the run failed: $(tail -5 run.log)"
+fi
+if "$train_gpt" --steps 2 --metrics missing/metrics.jsonl > bad.log 2>&1; then
+  fail "a metrics file in a missing directory was accepted"
+elif grep -q "cannot open the metrics file 'missing/metrics.jsonl'" bad.log; then
+  pass "an unwritable metrics file is named"
+else
+  fail "an unwritable metrics file: $(tail -3 bad.log)"
+fi
+[ "$failures" -eq 0 ] && echo "all telemetry checks passed"
+exit "$failures"
