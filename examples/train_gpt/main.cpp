@@ -321,11 +321,18 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
   };
   // Rank 0 writes the metrics (its own step; the straggler exchange will add the other ranks').
   std::optional<loom::telemetry::MetricsFile> metrics;
+  std::optional<loom::telemetry::StragglerWindow> last_window;  // the metrics carry the latest one
   if (log.leader() && !config.metrics_file.empty()) metrics.emplace(config.metrics_file);
   const loom::train::StopRequests stops(config.time_limit);
   while (trainer.steps_done() < config.steps) {
     if (device.is_cpu()) loom::reset_cpu_memory_peak();  // (this process's: the step line gives this step's peak)
     const loom::train::StepResult r = trainer.step();
+    if (r.stragglers) {
+      last_window = r.stragglers;
+      for (const loom::telemetry::StragglerFinding& f : r.stragglers->findings) {
+        log.line("straggler at step %lld: %s\n", static_cast<long long>(r.step), loom::telemetry::describe(f).c_str());
+      }
+    }
     if (r.step == first_step + 1 && dp.comm) log.line("after the first step: %s\n", model_state_line(trainer).c_str());
     if (r.step % config.log_every == 0 || r.step == config.steps) {
       const double tokens_per_second = static_cast<double>(r.tokens) / r.seconds;
@@ -342,6 +349,7 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
       if (log.leader() && (metrics || !config.prometheus_file.empty())) {
         loom::telemetry::StepMetrics m = loom::train::step_metrics(r, trainer, world.rank());
         if (peak > 0) m.mfu = tokens_per_second * flops_per_token / (peak * 1e12);
+        m.stragglers = last_window;
         if (metrics) metrics->write(m);
         if (!config.prometheus_file.empty()) loom::telemetry::write_prometheus_file(config.prometheus_file, m);
       }

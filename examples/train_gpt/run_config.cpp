@@ -117,6 +117,11 @@ void RunConfig::add_to(CLI::App& app) {
   app.add_option("--log-every", log_every, "print a line every N steps")->check(positive);
   app.add_option("--metrics", metrics_file, "write one JSON line per logged step here: loss, step time, tokens/s, "
                  "MFU, seconds per phase, memory by category");
+  app.add_option("--straggler-every", straggler_every, "every N steps the ranks compare their time per phase and "
+                 "the log names a rank whose compute phase is slow (0: off)")
+      ->check(non_negative);
+  app.add_option("--straggler-margin", straggler_margin, "a phase this fraction over the ranks' median is slow")
+      ->check(CLI::PositiveNumber);
   app.add_option("--prometheus", prometheus_file, "rewrite this file atomically at every logged step with the same "
                  "numbers in Prometheus' text format (for node_exporter's textfile collector: name it *.prom)");
   app.add_option("--grad-reduction", grad_reduction, "data-parallel gradient averaging: fp32, bf16 or fp16 (compressed)")
@@ -154,6 +159,8 @@ loom::train::TrainerOptions RunConfig::trainer_options() const {
   o.zero_options.keep_gathered_across_micro_batches = keep_gathered == "step";
   // ZeRO-2/3 reduce-scatter in bf16 (fp32 accumulation into the shard); DDP compresses with a hook.
   if (zero >= 2 && grad_reduction == "bf16") o.zero_options.reduction = loom::DType::bf16;
+  o.stragglers.every = straggler_every;
+  o.stragglers.margin = straggler_margin;
   return o;
 }
 

@@ -41,6 +41,10 @@ class Exposition {
   void value(const char* name, double v, const std::string& labels = "") {
     out_ << name << '{' << rank_ << (labels.empty() ? "" : ",") << labels << "} " << sample(v) << '\n';
   }
+  // A sample about another rank (the straggler window's): its rank is the label.
+  void value_of(const char* name, int rank, double v, const std::string& labels = "") {
+    out_ << name << "{rank=\"" << rank << '"' << (labels.empty() ? "" : ",") << labels << "} " << sample(v) << '\n';
+  }
   void scalar(const char* name, const char* type, const char* help, double v) {
     family(name, type, help);
     value(name, v);
@@ -69,6 +73,20 @@ std::string json_line(const StepMetrics& m) {
                          {"tokens_per_second", m.tokens_per_second},
                          {"mfu", m.mfu ? number(*m.mfu) : nlohmann::json(nullptr)},
                          {"phase_seconds", phases}};
+  if (m.stragglers) {
+    nlohmann::json ranks = nlohmann::json::array(), named = nlohmann::json::array();
+    for (const RankWindow& r : m.stragglers->ranks) {
+      nlohmann::json rank_phases = nlohmann::json::object();
+      for (Phase p : all_phases) rank_phases[std::string(phase_name(p))] = r.phases[p];
+      ranks.push_back({{"rank", r.rank}, {"step_seconds", r.step_seconds}, {"phase_seconds", rank_phases}});
+    }
+    for (const StragglerFinding& f : m.stragglers->findings) {
+      named.push_back({{"rank", f.rank}, {"phase", phase_name(f.phase)}, {"excess", f.excess()}, {"steps", f.steps},
+                       {"seconds", f.seconds}, {"median_seconds", f.median_seconds}});
+    }
+    line["window"] = {{"last_step", m.stragglers->last_step}, {"steps", m.stragglers->steps}, {"ranks", ranks},
+                      {"stragglers", named}};
+  }
   if (m.memory_live) line["memory_live_bytes"] = by_category(*m.memory_live);
   if (m.memory_peak) {
     line["memory_peak_bytes"] = by_category(*m.memory_peak);
@@ -99,6 +117,21 @@ std::string prometheus_text(const StepMetrics& m) {
               "category=\"" + std::string(to_string(static_cast<MemoryCategory>(c))) + "\"");
     }
   };
+  if (m.stragglers) {
+    e.family("loom_window_step_seconds", "gauge", "Each rank's average step time over the last straggler window.");
+    for (const RankWindow& r : m.stragglers->ranks) e.value_of("loom_window_step_seconds", r.rank, r.step_seconds);
+    e.family("loom_window_phase_seconds", "gauge", "Each rank's average seconds per phase over the last straggler window.");
+    for (const RankWindow& r : m.stragglers->ranks) {
+      for (Phase p : all_phases) {
+        e.value_of("loom_window_phase_seconds", r.rank, r.phases[p], "phase=\"" + std::string(phase_name(p)) + "\"");
+      }
+    }
+    e.family("loom_straggler_windows_total", "counter", "Straggler windows in which a rank's phase was named as slow.");
+    for (const auto& [key, count] : m.stragglers->named_windows) {
+      e.value_of("loom_straggler_windows_total", key.first, static_cast<double>(count),
+                 "phase=\"" + std::string(phase_name(key.second)) + "\"");
+    }
+  }
   if (m.memory_live) memory("loom_memory_bytes", "Bytes allocated at the end of the last step, by category.", *m.memory_live);
   if (m.memory_peak) memory("loom_memory_peak_bytes", "Most bytes allocated during the last step, by category.", *m.memory_peak);
   return e.text();

@@ -91,7 +91,8 @@ Trainer::Trainer(model::Model& model, data::BatchSource& data, const TrainerOpti
       groups_(checked_groups(groups)),
       comm_(groups_.data),
       scaler_(scaler_options(model.precision())),
-      timer_(model.device()) {
+      timer_(model.device()),
+      stragglers_(options_.stragglers, groups_.world) {
   const int tensor_ranks = groups_.tensor != nullptr ? groups_.tensor->size() : 1;
   require(model.tensor_ranks() == tensor_ranks, "trainer: the model is split over a tensor group of ",
           model.tensor_ranks(), " rank(s) but the trainer was given one of ", tensor_ranks,
@@ -295,6 +296,7 @@ StepResult Trainer::step(StreamRef stream) {
   ++steps_done_;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.phases = timer_.read();
+  result.stragglers = stragglers_.add(result.step, result.seconds, result.phases);
   if (host_memory) {
     const CpuMemoryStats memory = cpu_memory_stats();
     result.memory_live = memory.live_by_category;
@@ -443,6 +445,11 @@ std::string describe(const TrainerOptions& o) {
   if (o.max_grad_norm > 0) out << "clipping at global norm " << o.max_grad_norm;
   else out << "no clipping";
   out << ", " << o.grad_accumulation << " micro-batch(es) per step, ZeRO stage " << o.zero;
+  if (o.stragglers.every > 0) {
+    out << ", stragglers compared every " << o.stragglers.every << " steps (margin " << 100 * o.stragglers.margin << "%)";
+  } else {
+    out << ", no straggler check";
+  }
   return out.str();
 }
 
@@ -459,6 +466,7 @@ telemetry::StepMetrics step_metrics(const StepResult& result, const Trainer& tra
   m.seconds = result.seconds;
   m.tokens_per_second = result.seconds > 0 ? static_cast<double>(result.tokens) / result.seconds : 0.0;
   m.phases = result.phases;
+  m.stragglers = result.stragglers;
   if (result.memory_peak_total > 0) {  // counted (host memory)
     m.memory_live = result.memory_live;
     m.memory_peak = result.memory_peak;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# train_gpt --metrics --prometheus in a 2-rank job (one process without MPI), saving every 10 steps:
+# train_gpt --metrics --prometheus in a 2-rank job (one process without MPI), saving every 10 steps
+# and comparing the ranks every 20:
 # the files read back by Python's json and prometheus_client (check_telemetry.py); a metrics path
 # that cannot be written ends the run at start-up naming it.
 # usage: train_gpt_telemetry.sh TRAIN_GPT WORK_DIR [MPIEXEC]
@@ -19,10 +20,11 @@ export OMP_NUM_THREADS=1
 # another python3 comes first on the PATH.
 python=/usr/bin/python3
 [ -x "$python" ] || python=python3
-steps=40 log_every=5 every=10
+steps=40 log_every=5 every=10 window=20 ranks=1
+[ -n "$mpiexec" ] && ranks=2
 if "${launch[@]}" "$train_gpt" --steps $steps --log-every $log_every --eval-every 0 --checkpoint-dir run \
-     --checkpoint-every $every --metrics metrics.jsonl --prometheus loom.prom > run.log 2>&1; then
-  if out=$("$python" "$here/check_telemetry.py" metrics.jsonl loom.prom $steps $log_every $every 2>&1); then
+     --checkpoint-every $every --straggler-every $window --metrics metrics.jsonl --prometheus loom.prom > run.log 2>&1; then
+  if out=$("$python" "$here/check_telemetry.py" metrics.jsonl loom.prom $steps $log_every $every $window $ranks 2>&1); then
     pass "$out"
   else
     fail "the telemetry files: $out"

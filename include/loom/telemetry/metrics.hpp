@@ -12,6 +12,7 @@
 
 #include "loom/core/memory_category.hpp"
 #include "loom/telemetry/phases.hpp"
+#include "loom/telemetry/straggler.hpp"
 
 namespace loom::telemetry {
 
@@ -28,6 +29,9 @@ struct StepMetrics {
   PhaseSeconds phases;
   std::optional<CategoryBytes> memory_live, memory_peak;  // where the allocator counts them
   std::int64_t memory_peak_total = 0;
+  // The last straggler window: every rank's averages (the per-rank extremes), the ranks named,
+  // and how often each rank and phase has been named.
+  std::optional<StragglerWindow> stragglers;
 };
 
 // One line of JSON (no newline): every field above, phases and memory as objects keyed by name.

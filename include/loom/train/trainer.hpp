@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,6 +41,7 @@
 #include "loom/shard/zero.hpp"
 #include "loom/telemetry/metrics.hpp"
 #include "loom/telemetry/phases.hpp"
+#include "loom/telemetry/straggler.hpp"
 
 namespace loom::train {
 
@@ -62,6 +64,7 @@ struct TrainerOptions {
   ddp::ReducerOptions reducer{};       // the data-parallel reducer's options (ZeRO: see ZeroEngine)
   shard::ZeroOptions zero_options{};   // ZeRO-2/3's reduction dtype, ZeRO-3's keep-gathered options
   io::CheckpointWriterOptions checkpoint{};  // the commit deadline and write rate of save()/save_async()
+  telemetry::StragglerOptions stragglers{};  // every 50 steps the world's ranks compare their phases
 };
 
 // The groups of ranks a training job spans, and what each is used for:
@@ -103,8 +106,12 @@ struct StepResult {
   // This rank's seconds per phase (loom/telemetry/phases.hpp), always measured: the wait for data,
   // forward, backward, the communication left exposed after backward (the reductions' wait, the
   // loss's mean, ZeRO's gather after the update), the optimizer (with the loss scaler and the
-  // norm), and the blocking time of the saves made since the previous step.
+  // norm), and the blocking time of the saves made since the previous step. All but checkpoint lie
+  // inside `seconds` (the saves ran between the steps).
   telemetry::PhaseSeconds phases{};
+  // At the end of each straggler window (every TrainerOptions::stragglers.every steps, a collective
+  // over the world): every rank's averages over the window and the ranks named as slow.
+  std::optional<telemetry::StragglerWindow> stragglers;
 };
 // The category with the largest peak in a step, and those bytes.
 std::pair<MemoryCategory, std::int64_t> largest_category(const StepResult& result);
@@ -202,6 +209,7 @@ class Trainer {
   std::int64_t steps_done_ = 0, skipped_steps_ = 0;
   bool audited_ = false;  // the first step checked the model's unit hooks
   telemetry::PhaseTimer timer_;
+  telemetry::StragglerDetector stragglers_;
   double checkpoint_seconds_ = 0;  // saves' blocking time since the last step, for its phases
   std::unique_ptr<io::CheckpointWriter> writer_;  // last: a save in flight ends before the rest goes
 };

@@ -106,14 +106,16 @@ TEST_CASE("describe(TrainerOptions) names every setting, defaults included", "[t
   options.schedule.total = 1000;
   CHECK(loom::train::describe(options) ==
         "AdamW (beta1 0.9, beta2 0.95, eps 1e-08, weight decay 0.1), lr 0.0003 -> 3e-05 cosine by step 1000 after 0 "
-        "warmup steps, clipping at global norm 1, 1 micro-batch(es) per step, ZeRO stage 0");
+        "warmup steps, clipping at global norm 1, 1 micro-batch(es) per step, ZeRO stage 0, stragglers compared every 50 "
+        "steps (margin 20%)");
   options.optimizer = loom::train::TrainerOptions::OptimizerKind::sgd;
   options.max_grad_norm = 0;
   options.grad_accumulation = 4;
   options.zero = 2;
+  options.stragglers.every = 0;
   CHECK(loom::train::describe(options) ==
         "SGD (momentum 0.9, dampening 0, weight decay 0), lr 0.0003 -> 3e-05 cosine by step 1000 after 0 warmup steps, "
-        "no clipping, 4 micro-batch(es) per step, ZeRO stage 2");
+        "no clipping, 4 micro-batch(es) per step, ZeRO stage 2, no straggler check");
 }
 
 TEST_CASE("a Trainer refuses a model whose values were never set, on every rank, naming the fix", "[train]") {
@@ -203,4 +205,52 @@ TEST_CASE("every rank's step reports its phases: the data wait, compute, communi
     CHECK(third[r].phases[Phase::checkpoint] >= 0.9 * save_seconds[r]);
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a rank slowed in backward is named with that phase within one window, and an even run names none",
+          "[train][telemetry]") {
+  using loom::telemetry::Phase;
+  for (const bool slowed : {true, false}) {
+    INFO((slowed ? "rank 2 slowed" : "no rank slowed"));
+    std::vector<std::vector<loom::telemetry::StragglerWindow>> windows(3);
+    loom::comm::run_in_process(3, [&](loom::comm::Communicator& comm) {
+      const auto r = static_cast<std::size_t>(comm.rank());
+      loom::nn::GPT model({.vocab_size = 32, .context = 16, .layers = 2, .heads = 2, .channels = 64},
+                          loom::nn::Precision::fp32(), loom::Device::cpu());
+      // The test's delay: 4 ms after each unit's backward on rank 2, through the model's unit hooks.
+      loom::model::UnitHooks delay;
+      delay.after_backward = [](std::size_t, loom::StreamRef) { std::this_thread::sleep_for(std::chrono::milliseconds(4)); };
+      if (slowed && r == 2) model.add_unit_hooks(delay);
+      loom::test::GlobalBatchSlice data(6, 2 * comm.rank(), 2);
+      loom::train::TrainerOptions options;
+      options.schedule.total = 20;
+      options.stragglers.every = 10;
+      // 3 ranks share this machine's 2 cores, so an even run's short phases differ by up to 2x
+      // from scheduling alone; the delay makes rank 2's backward several times the others' and
+      // most of the step. A margin of 150% and a share of 20% of the step tell the two apart here
+      // (on a rank per core the defaults, 20% and 5%, do).
+      options.stragglers.margin = 1.5;
+      options.stragglers.min_share = 0.2;
+      loom::train::Trainer trainer(model, data, options, &comm);
+      for (int step = 1; step <= 20; ++step) {
+        const loom::train::StepResult result = trainer.step();
+        if (result.stragglers) windows[r].push_back(*result.stragglers);
+      }
+    });
+    for (std::size_t r = 0; r < 3; ++r) {
+      INFO("rank " << r);
+      REQUIRE(windows[r].size() == 2);
+      for (const auto& w : windows[r]) {
+        INFO("window ending at step " << w.last_step);
+        if (slowed) {
+          REQUIRE(w.findings.size() == 1);
+          CHECK(w.findings[0].rank == 2);
+          CHECK(w.findings[0].phase == Phase::backward);
+          CHECK(w.findings[0].excess() > 1.5);
+        } else {
+          for (const auto& f : w.findings) FAIL_CHECK("false alarm: " << loom::telemetry::describe(f));
+        }
+      }
+    }
+  }
 }
