@@ -122,6 +122,22 @@ void RunConfig::add_to(CLI::App& app) {
       ->check(non_negative);
   app.add_option("--straggler-margin", straggler_margin, "a phase this fraction over the ranks' median is slow")
       ->check(CLI::PositiveNumber);
+  app.add_option("--trace", trace_dir, "write a Chrome trace per rank (DIR/trace_rank<r>.json; Perfetto opens it, "
+                 "scripts/merge-traces.py merges the ranks) of the steps in --trace-steps");
+  app.add_option("--trace-steps", trace_steps, "the steps --trace records, FIRST-LAST (default 1-10)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            const auto dash = text.find('-');
+            try {
+              if (dash != std::string::npos && std::stoll(text.substr(0, dash)) >= 1 &&
+                  std::stoll(text.substr(dash + 1)) >= std::stoll(text.substr(0, dash))) {
+                return "";
+              }
+            } catch (const std::exception&) {
+            }
+            return "'" + text + "' is not a step range FIRST-LAST with 1 <= FIRST <= LAST";
+          },
+          "FIRST-LAST"));
   app.add_option("--prometheus", prometheus_file, "rewrite this file atomically at every logged step with the same "
                  "numbers in Prometheus' text format (for node_exporter's textfile collector: name it *.prom)");
   app.add_option("--grad-reduction", grad_reduction, "data-parallel gradient averaging: fp32, bf16 or fp16 (compressed)")
@@ -160,6 +176,11 @@ loom::train::TrainerOptions RunConfig::trainer_options() const {
   // ZeRO-2/3 reduce-scatter in bf16 (fp32 accumulation into the shard); DDP compresses with a hook.
   if (zero >= 2 && grad_reduction == "bf16") o.zero_options.reduction = loom::DType::bf16;
   o.stragglers.every = straggler_every;
+  if (!trace_dir.empty()) {
+    const auto dash = trace_steps.find('-');
+    o.trace = {.dir = trace_dir, .first_step = std::stoll(trace_steps.substr(0, dash)),
+               .last_step = std::stoll(trace_steps.substr(dash + 1))};
+  }
   o.stragglers.margin = straggler_margin;
   return o;
 }

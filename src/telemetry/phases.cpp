@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "loom/core/error.hpp"
+#include "loom/telemetry/trace.hpp"
 
 namespace loom::telemetry {
 
@@ -30,6 +31,7 @@ void PhaseTimer::start_step() {
   used_ = 0;
   intervals_.clear();
   open_.fill(0);
+  trace_open_.fill(0);
   host_ = {};
 }
 
@@ -44,6 +46,9 @@ void PhaseTimer::begin(Phase phase, StreamRef stream) {
   require(open == 0, "PhaseTimer: phase ", phase_name(phase), " begins while its previous interval is open");
   intervals_.push_back({phase, next_event(stream), 0});
   open = intervals_.size();
+  if (trace_ != nullptr && trace_->recording()) {
+    trace_open_[static_cast<std::size_t>(phase)] = 1 + trace_->begin(std::string(phase_name(phase)), "phase", stream);
+  }
 }
 
 void PhaseTimer::end(Phase phase, StreamRef stream) {
@@ -51,6 +56,10 @@ void PhaseTimer::end(Phase phase, StreamRef stream) {
   require(open != 0, "PhaseTimer: phase ", phase_name(phase), " ends without having begun");
   intervals_[open - 1].stop = next_event(stream);
   open = 0;
+  if (std::size_t& span = trace_open_[static_cast<std::size_t>(phase)]; span != 0) {
+    trace_->end(span - 1, stream);
+    span = 0;
+  }
 }
 
 void PhaseTimer::add_host_seconds(Phase phase, double seconds) { host_[phase] += seconds; }

@@ -116,6 +116,10 @@ Trainer::Trainer(model::Model& model, data::BatchSource& data, const TrainerOpti
           "all. Call parameter_space().initialize(seed) once the space is built (each parameter's model::Init: "
           "nn::Linear weights N(0, 0.02) unless set otherwise), or, for values you set yourself, record where they "
           "came from with parameter_space().set_value_origin(\"...\")");
+  if (!options_.trace.dir.empty()) {
+    start_trace();
+    timer_.mirror_to(trace_.get());
+  }
   // The synchronisation first: it lays the space out for the ranks the optimizer's state follows.
   if (options_.zero > 0) {
     sync_ = std::make_unique<shard::ZeroEngine>(*comm_, model, options_.zero, options_.reducer, options_.zero_options);
@@ -181,14 +185,48 @@ void Trainer::fail_job(const std::exception_ptr& error, const char* where) noexc
     const std::string reason =
         loom::detail::concat("failed in ", where, " of step ", steps_done_ + 1, ": ", message_of(error));
     comm_->abort(reason);
-    if (groups_.world != comm_) groups_.world->abort(reason);  // ranks outside this data group, too
+    if (groups_.world != groups_.data) groups_.world->abort(reason);  // ranks outside this data group, too
     // The tensor group is a communicator of its own: its peers may wait in a layer's all-reduce.
     if (groups_.tensor != nullptr && groups_.tensor->size() > 1) groups_.tensor->abort(reason);
   } catch (...) {  // the communicator is broken already: its peers fail anyway
   }
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  if (trace_hooks_) model_.remove_unit_hooks(*trace_hooks_);
+}
+
+// The recorder, the data group's calls seen through it, and the units' forward and backward as
+// spans through the model's unit hooks (each unit's span opens before it and closes after it).
+void Trainer::start_trace() {
+  trace_ = std::make_unique<telemetry::TraceRecorder>(options_.trace, model_.device(),
+                                                      groups_.world != nullptr ? groups_.world->rank() : 0);
+  if (comm_ != nullptr) {
+    traced_data_ = telemetry::traced_communicator(*comm_, *trace_);
+    comm_ = traced_data_.get();
+  }
+  const auto open = [this](const char* pass) {
+    return [this, pass](std::size_t unit, StreamRef stream) {
+      if (!trace_->recording()) return;
+      unit_spans_.emplace_back(unit, trace_->begin(std::string(pass) + " unit " + std::to_string(unit), "unit", stream));
+    };
+  };
+  const auto close = [this](std::size_t unit, StreamRef stream) {
+    if (!trace_->recording()) return;
+    for (auto it = unit_spans_.rbegin(); it != unit_spans_.rend(); ++it) {
+      if (it->first != unit) continue;
+      trace_->end(it->second, stream);
+      unit_spans_.erase(std::next(it).base());
+      return;
+    }
+  };
+  model::UnitHooks hooks;
+  hooks.before_forward = open("forward");
+  hooks.after_forward = close;
+  hooks.before_backward = open("backward");
+  hooks.after_backward = close;
+  trace_hooks_ = model_.add_unit_hooks(std::move(hooks));
+}
 
 ddp::GradientReducer* Trainer::reducer() noexcept { return dynamic_cast<ddp::GradientReducer*>(sync_.get()); }
 
@@ -203,6 +241,9 @@ void Trainer::run_micro_batches(StepResult& result, double& loss_sum, StreamRef 
     const auto waited = std::chrono::steady_clock::now();
     const data::Batch batch = data_.next();
     timer_.add_host_seconds(Phase::data, seconds_since(waited));
+    if (trace_ && trace_->recording()) {
+      trace_->host_span("data", "data", telemetry::TraceTrack::host, waited, std::chrono::steady_clock::now());
+    }
     const bool last = i + 1 == options_.grad_accumulation;
     {
       const ddp::NoSync scope = sync_->micro_batch(last);
@@ -238,6 +279,7 @@ StepResult Trainer::step(StreamRef stream) {
   double loss_sum = 0;
   using telemetry::Phase;
   timer_.start_step();
+  if (trace_) trace_->begin_step(result.step, stream);
   timer_.add_host_seconds(Phase::checkpoint, std::exchange(checkpoint_seconds_, 0.0));
   // A rank whose forward, backward or update fails cannot meet its peers' next collectives: it
   // aborts the communicator with its error, so they stop at once with that error instead of
@@ -296,6 +338,7 @@ StepResult Trainer::step(StreamRef stream) {
   ++steps_done_;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.phases = timer_.read();
+  if (trace_) trace_->end_step();
   result.stragglers = stragglers_.add(result.step, result.seconds, result.phases);
   if (host_memory) {
     const CpuMemoryStats memory = cpu_memory_stats();
@@ -369,14 +412,20 @@ io::CheckpointWriter& Trainer::checkpoint_writer() {
 io::SaveReport Trainer::save(const std::string& run_dir) {
   const auto start = std::chrono::steady_clock::now();
   io::SaveReport report = checkpoint_writer().save(run_dir, progress());
-  checkpoint_seconds_ += seconds_since(start);
+  note_save("checkpoint save", start);
   return report;
 }
 
 void Trainer::save_async(const std::string& run_dir) {
   const auto start = std::chrono::steady_clock::now();
   checkpoint_writer().save_async(run_dir, progress());
-  checkpoint_seconds_ += seconds_since(start);  // the copy to host and the wait for the previous save
+  note_save("checkpoint copy (asynchronous save)", start);  // the copy to host, the wait for the previous save
+}
+
+void Trainer::note_save(const char* what, std::chrono::steady_clock::time_point start) {
+  const auto end = std::chrono::steady_clock::now();
+  checkpoint_seconds_ += std::chrono::duration<double>(end - start).count();
+  if (trace_ && trace_->covers(steps_done_)) trace_->host_span(what, "checkpoint", telemetry::TraceTrack::host, start, end);
 }
 
 void Trainer::wait_for_save() {

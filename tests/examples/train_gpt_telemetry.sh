@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# train_gpt --metrics --prometheus in a 2-rank job (one process without MPI), saving every 10 steps
-# and comparing the ranks every 20:
-# the files read back by Python's json and prometheus_client (check_telemetry.py); a metrics path
+# train_gpt --metrics --prometheus --trace in a 2-rank job (one process without MPI), saving every
+# 10 steps, comparing the ranks every 20 and tracing steps 6-12:
+# the files read back by Python's json and prometheus_client (check_telemetry.py), the traces and
+# their merge and picture (scripts/merge-traces.py, check_trace.py); a metrics path
 # that cannot be written ends the run at start-up naming it.
 # usage: train_gpt_telemetry.sh TRAIN_GPT WORK_DIR [MPIEXEC]
 set -uo pipefail
@@ -23,11 +24,19 @@ python=/usr/bin/python3
 steps=40 log_every=5 every=10 window=20 ranks=1
 [ -n "$mpiexec" ] && ranks=2
 if "${launch[@]}" "$train_gpt" --steps $steps --log-every $log_every --eval-every 0 --checkpoint-dir run \
-     --checkpoint-every $every --straggler-every $window --metrics metrics.jsonl --prometheus loom.prom > run.log 2>&1; then
+     --checkpoint-every $every --straggler-every $window --metrics metrics.jsonl --prometheus loom.prom \
+     --trace trace --trace-steps 6-12 > run.log 2>&1; then
   if out=$("$python" "$here/check_telemetry.py" metrics.jsonl loom.prom $steps $log_every $every $window $ranks 2>&1); then
     pass "$out"
   else
     fail "the telemetry files: $out"
+  fi
+  if ! out=$("$python" "$here/../../scripts/merge-traces.py" trace -o merged.json --png timeline.png 2>&1); then
+    fail "merge-traces.py: $out"
+  elif out=$("$python" "$here/check_trace.py" trace $ranks 6 12 $every merged.json timeline.png 2>&1); then
+    pass "$out"
+  else
+    fail "the trace files: $out"
   fi
 else
   fail "the run failed: $(tail -5 run.log)"

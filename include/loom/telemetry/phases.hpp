@@ -17,6 +17,8 @@
 
 namespace loom::telemetry {
 
+class TraceRecorder;
+
 enum class Phase : std::uint8_t { data, forward, backward, communication, optimizer, checkpoint };
 inline constexpr std::size_t phase_count = 6;
 inline constexpr std::array<Phase, phase_count> all_phases{Phase::data,          Phase::forward,
@@ -50,6 +52,8 @@ class PhaseTimer {
   // The step's seconds per phase. Every interval must be closed and its stream synchronized since
   // (the events are read, never waited for).
   PhaseSeconds read() const;
+  // Also opens and closes a span named after the phase in `trace` while it records (null: none).
+  void mirror_to(TraceRecorder* trace) noexcept { trace_ = trace; }
 
  private:
   struct Interval {
@@ -64,6 +68,8 @@ class PhaseTimer {
   std::vector<Interval> intervals_;
   std::array<std::size_t, phase_count> open_{};  // 1 + the open interval's index; 0 when none
   PhaseSeconds host_{};
+  TraceRecorder* trace_ = nullptr;
+  std::array<std::size_t, phase_count> trace_open_{};  // 1 + the open trace span; 0 when none
 };
 
 // Measures a phase for the lifetime of the scope (begin at construction, end at destruction).

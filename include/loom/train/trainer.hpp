@@ -17,6 +17,7 @@
 // step's loss and token count are the job's.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -42,6 +43,7 @@
 #include "loom/telemetry/metrics.hpp"
 #include "loom/telemetry/phases.hpp"
 #include "loom/telemetry/straggler.hpp"
+#include "loom/telemetry/trace.hpp"
 
 namespace loom::train {
 
@@ -65,6 +67,7 @@ struct TrainerOptions {
   shard::ZeroOptions zero_options{};   // ZeRO-2/3's reduction dtype, ZeRO-3's keep-gathered options
   io::CheckpointWriterOptions checkpoint{};  // the commit deadline and write rate of save()/save_async()
   telemetry::StragglerOptions stragglers{};  // every 50 steps the world's ranks compare their phases
+  telemetry::TraceOptions trace{};           // a timeline of a step range (trace.dir empty: none)
 };
 
 // The groups of ranks a training job spans, and what each is used for:
@@ -194,6 +197,8 @@ class Trainer {
 
  private:
   void run_micro_batches(StepResult& result, double& loss_sum, StreamRef stream);
+  void start_trace();
+  void note_save(const char* what, std::chrono::steady_clock::time_point start);
   // Aborts the communicator with this rank's error (see step()).
   void fail_job(const std::exception_ptr& error, const char* where) noexcept;
   io::CheckpointWriter& checkpoint_writer();
@@ -202,7 +207,12 @@ class Trainer {
   data::BatchSource& data_;
   TrainerOptions options_;
   ParallelGroups groups_;
-  comm::Communicator* comm_;  // groups_.data
+  comm::Communicator* comm_;  // groups_.data, or the traced view of it while a trace is asked for
+  // Before sync_: the reducer's calls complete into the recorder until sync_ is gone.
+  std::unique_ptr<telemetry::TraceRecorder> trace_;
+  std::unique_ptr<comm::Communicator> traced_data_;
+  std::optional<model::Model::HooksId> trace_hooks_;
+  std::vector<std::pair<std::size_t, std::size_t>> unit_spans_;  // (unit, span) open in the trace
   std::unique_ptr<ddp::GradientSync> sync_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::DynamicLossScaler scaler_;
