@@ -37,30 +37,30 @@
 #include "loom/ddp/gradient_reducer.hpp"
 #include "loom/ddp/replicas.hpp"
 #include "loom/io/checkpoint.hpp"
+#include "loom/plan/plan.hpp"
 #include "loom/shard/memory.hpp"
-#include "loom/telemetry/metrics.hpp"
 #include "loom/topo/detect.hpp"
 #include "loom/topo/hierarchical.hpp"
 #include "loom/topo/mesh.hpp"
 #include "loom/train/stop.hpp"
 #include "loom/loom.hpp"
 #include "run_config.hpp"
+#include "run_telemetry.hpp"
 
 namespace {
 
 enum ExitCode { exit_done = 0, exit_error = 1, exit_usage = 2, exit_diverged = 3, exit_stopped_saved = 4,
                 exit_stopped_unsaved = 5 };
 
-// Dense tensor-core peak of known GPUs in TFLOP/s for the precision, 0 when unknown (no MFU).
+// The dense peak of this GPU in TFLOP/s for the precision from loom-plan's table (0 on the CPU
+// or for a GPU the table does not know: no MFU then).
 double peak_tflops(const loom::Device& device, const std::string& precision) {
   if (!device.is_cuda()) return 0;
-  const std::string name = loom::cuda_device_properties(device.index()).name;
-  const bool half = precision == "bf16" || precision == "fp16";
-  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) {
-    return half ? 989 : precision == "tf32" ? 494 : 67;
-  }
-  if (name.find("A100") != std::string::npos) return half ? 312 : precision == "tf32" ? 156 : 19.5;
-  return 0;
+  const loom::CudaDeviceProperties p = loom::cuda_device_properties(device.index());
+  loom::topo::Gpu gpu;
+  gpu.name = p.name;
+  gpu.arch = "sm_" + std::to_string(p.compute_major) + std::to_string(p.compute_minor);
+  return loom::plan::peak_tflops(gpu, precision).value_or(0.0);
 }
 
 void print_evaluation(std::int64_t step, const train_gpt::Evaluation& e) {
@@ -273,6 +273,7 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
   const std::int64_t steps_per_seq = config.seq_len > 0 ? config.seq_len : model_config.context;
   const double peak = peak_tflops(device, config.precision) * world.size();
   const double flops_per_token = model_config.training_flops_per_token(steps_per_seq);
+  const double recompute_per_token = model_config.recompute_flops_per_token(steps_per_seq);
   std::int64_t saved_step = trainer.steps_done();  // nothing new to save before a step has run
   std::string saved_where;
   SaveTotals totals;
@@ -319,26 +320,30 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
     for (const loom::io::SaveReport& earlier : trainer.finished_saves()) committed(earlier);
     committed(s);
   };
-  // Rank 0 writes the metrics (its own step; the straggler exchange will add the other ranks').
-  std::optional<loom::telemetry::MetricsFile> metrics;
-  std::optional<loom::telemetry::StragglerWindow> last_window;  // the metrics carry the latest one
-  if (log.leader() && !config.metrics_file.empty()) metrics.emplace(config.metrics_file);
+  train_gpt::RunTelemetry telemetry(config, device, world.rank(), world.launch().local_rank);
+  log.line("%s\n", telemetry.sampling_line().c_str());
   const loom::train::StopRequests stops(config.time_limit);
   while (trainer.steps_done() < config.steps) {
     if (device.is_cpu()) loom::reset_cpu_memory_peak();  // (this process's: the step line gives this step's peak)
     const loom::train::StepResult r = trainer.step();
     if (r.stragglers) {
-      last_window = r.stragglers;
       for (const loom::telemetry::StragglerFinding& f : r.stragglers->findings) {
         log.line("straggler at step %lld: %s\n", static_cast<long long>(r.step), loom::telemetry::describe(f).c_str());
       }
     }
     if (r.step == first_step + 1 && dp.comm) log.line("after the first step: %s\n", model_state_line(trainer).c_str());
-    if (r.step % config.log_every == 0 || r.step == config.steps) {
-      const double tokens_per_second = static_cast<double>(r.tokens) / r.seconds;
+    const bool logged = r.step % config.log_every == 0 || r.step == config.steps;
+    const double tokens_per_second = static_cast<double>(r.tokens) / r.seconds;
+    std::optional<double> mfu, hfu;
+    if (peak > 0) {
+      mfu = tokens_per_second * flops_per_token / (peak * 1e12);
+      hfu = tokens_per_second * (flops_per_token + recompute_per_token) / (peak * 1e12);
+    }
+    telemetry.step(r, trainer, logged, mfu, hfu);
+    if (logged) {
       log.line("step %5lld/%lld | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s", static_cast<long long>(r.step),
                static_cast<long long>(config.steps), r.loss, r.lr, r.grad_norm, r.seconds * 1e3, tokens_per_second);
-      if (peak > 0) log.line(" | MFU %.1f%%", 100.0 * tokens_per_second * flops_per_token / (peak * 1e12));
+      if (mfu) log.line(" | MFU %.1f%%", 100.0 * *mfu);
       if (r.memory_peak_total > 0) {  // host memory, by category (the process's)
         const auto [category, bytes] = loom::train::largest_category(r);
         log.line(" | mem %.1f MiB (%s %.1f)", static_cast<double>(r.memory_peak_total) / (1 << 20),
@@ -346,13 +351,6 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
       }
       if (r.skipped) log.line(" | skipped (non-finite gradient; loss scale %g)", trainer.loss_scaler().scale());
       log.line("\n");
-      if (log.leader() && (metrics || !config.prometheus_file.empty())) {
-        loom::telemetry::StepMetrics m = loom::train::step_metrics(r, trainer, world.rank());
-        if (peak > 0) m.mfu = tokens_per_second * flops_per_token / (peak * 1e12);
-        m.stragglers = last_window;
-        if (metrics) metrics->write(m);
-        if (!config.prometheus_file.empty()) loom::telemetry::write_prometheus_file(config.prometheus_file, m);
-      }
     }
     // The loss and the skip count are the same on every rank, so they all decide alike.
     const std::int64_t run_steps = trainer.steps_done() - first_step;
@@ -394,6 +392,26 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
   }
   save(false);
   if (totals.count > 0) log.line("%s\n", totals.describe().c_str());
+  if (const std::string gpu = telemetry.gpu_summary(); !gpu.empty()) log.line("%s\n", gpu.c_str());
+  if (!config.report_file.empty()) {
+    loom::plan::PlanRequest request;
+    request.model = model_config;
+    request.precision = config.precision == "fp32" || config.precision == "tf32" || config.precision == "fp16"
+                            ? config.precision : "bf16";
+    request.optimizer = options.optimizer;
+    request.micro_batch = sized.batch;
+    request.grad_accum = sized.grad_accumulation;
+    std::optional<double> run_mfu;
+    if (peak > 0) run_mfu = telemetry.run_tokens_per_second() * flops_per_token / (peak * 1e12);
+    const std::string job = "GPT " + std::to_string(model_config.layers) + " layers x " +
+                            std::to_string(model_config.channels) + " channels, context " +
+                            std::to_string(model_config.context) + ", " + config.precision + ", " +
+                            std::to_string(sized.batch) + " sequences x " + std::to_string(sized.grad_accumulation) +
+                            " micro-batches per rank, " + std::to_string(world.size()) + " rank(s), ZeRO stage " +
+                            std::to_string(config.zero) + ", TP " + std::to_string(config.tensor_parallel);
+    telemetry.report(config.report_file, job, device, dp.world, planned.usable(), request, run_mfu);
+    log.line("wrote the right-sizing report %s (and %s.json)\n", config.report_file.c_str(), config.report_file.c_str());
+  }
   // The replicas end identical, bit for bit (DDP, ZeRO-1/2; ZeRO-3's ranks hold slices, not replicas).
   if (dp.comm && model.parameter_space().value_mode() == loom::model::ValueMode::full) {
     loom::ddp::verify_same_values(*dp.comm, model.parameter_space());

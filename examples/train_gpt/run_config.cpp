@@ -116,12 +116,19 @@ void RunConfig::add_to(CLI::App& app) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--log-every", log_every, "print a line every N steps")->check(positive);
   app.add_option("--metrics", metrics_file, "write one JSON line per logged step here: loss, step time, tokens/s, "
-                 "MFU, seconds per phase, memory by category");
+                 "MFU, seconds per phase, memory by category, the ranks' straggler window, the GPU's last sample "
+                 "(rank 0 writes it; every rank its own where the path holds {rank})");
   app.add_option("--straggler-every", straggler_every, "every N steps the ranks compare their time per phase and "
                  "the log names a rank whose compute phase is slow (0: off)")
       ->check(non_negative);
   app.add_option("--straggler-margin", straggler_margin, "a phase this fraction over the ranks' median is slow")
       ->check(CLI::PositiveNumber);
+  app.add_option("--gpu-sample-ms", gpu_sample_ms, "read this rank's GPU through NVML (utilisation, memory, power, "
+                 "clocks, temperature, throttling, PCIe and NVLink throughput) every N ms (0: off)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--report", report_file, "at the end write the right-sizing report here (markdown, and FILE.json): "
+                 "every rank's phases, memory headroom and GPU utilisation, the communication share, the slowest rank, "
+                 "and loom-plan's predictions for this job on fewer or more GPUs and other GPU types");
   app.add_option("--trace", trace_dir, "write a Chrome trace per rank (DIR/trace_rank<r>.json; Perfetto opens it, "
                  "scripts/merge-traces.py merges the ranks) of the steps in --trace-steps");
   app.add_option("--trace-steps", trace_steps, "the steps --trace records, FIRST-LAST (default 1-10)")

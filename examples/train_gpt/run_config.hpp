@@ -49,6 +49,8 @@ struct RunConfig {
   std::string metrics_file;     // one JSON line per logged step (rank 0's)
   std::string prometheus_file;  // Prometheus text, rewritten atomically at every logged step
   std::int64_t straggler_every = 50;  // steps per straggler window (0: off)
+  int gpu_sample_ms = 1000;           // NVML sampling interval (0: off)
+  std::string report_file;            // the right-sizing report (markdown; .json beside it)
   std::string trace_dir;              // a Chrome trace per rank of the steps in trace_steps
   std::string trace_steps = "1-10";   // FIRST-LAST, both included
   double straggler_margin = 0.2;      // a phase this fraction over the ranks' median is slow

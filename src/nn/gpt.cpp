@@ -44,6 +44,18 @@ double GPTConfig::training_flops_per_token(std::int64_t steps) const {
          12.0 * static_cast<double>(layers * channels * steps);
 }
 
+double GPTConfig::recompute_flops_per_token(std::int64_t steps) const {
+  std::int64_t blocks = 0;
+  for (std::int64_t l = 0; l < layers; ++l) blocks += checkpointed(l) ? 1 : 0;
+  const double c = static_cast<double>(channels), t = static_cast<double>(steps), n = static_cast<double>(blocks);
+  switch (checkpointing) {
+    case ActivationCheckpointing::full: return n * (24 * c * c + 4 * c * t);
+    case ActivationCheckpointing::selective: return n * 2 * c * t;
+    case ActivationCheckpointing::none: return 0;
+  }
+  return 0;
+}
+
 namespace {
 
 // A tensor group of one rank is no tensor parallelism.

@@ -42,6 +42,38 @@ topo::Topology tensor_group(const topo::Topology& topology, int ranks) {
 
 }  // namespace
 
+topo::Topology hgx_cluster(const std::string& kind, int gpus) {
+  require(gpus >= 1, "hgx_cluster: ", gpus, " GPUs");
+  topo::Gpu gpu;
+  double nic_gbits = 400;
+  if (kind == "A100") {
+    gpu = {.name = "NVIDIA A100-SXM4-80GB", .arch = "sm_80", .memory_bytes = 80LL << 30, .nvlinks = 12, .nvlink_gbps = 25};
+    nic_gbits = 200;
+  } else if (kind == "H100") {
+    gpu = {.name = "NVIDIA H100 80GB HBM3", .arch = "sm_90", .memory_bytes = 80LL << 30, .nvlinks = 18, .nvlink_gbps = 25};
+  } else if (kind == "H200") {
+    gpu = {.name = "NVIDIA H200", .arch = "sm_90", .memory_bytes = 141LL << 30, .nvlinks = 18, .nvlink_gbps = 25};
+  } else {
+    fail(ErrorCategory::invalid_argument, "hgx_cluster: unknown GPU kind '", kind, "' (A100, H100 or H200)");
+  }
+  topo::Topology topology;
+  for (int first = 0; first < gpus; first += 8) {
+    topo::Host host;
+    host.name = "hgx" + std::to_string(first / 8);
+    host.nvswitch = true;
+    host.pcie_gbps = kind == "A100" ? 25 : 50;
+    host.socket_link_gbps = 60;
+    for (int g = first; g < std::min(gpus, first + 8); ++g) {
+      topo::Gpu placed = gpu;
+      placed.socket = (g - first) / 4;
+      host.gpus.push_back(placed);
+      host.nics.push_back({.name = "nic" + std::to_string(g - first), .gbits = nic_gbits, .socket = placed.socket});
+    }
+    topology.hosts.push_back(std::move(host));
+  }
+  return topology;
+}
+
 std::string fixed(double value, int digits) {
   char text[64];
   std::snprintf(text, sizeof text, "%.*f", digits, value);
@@ -186,14 +218,7 @@ PlanResult plan(const PlanRequest& request) {
         layout.data_seconds = reduce + after_optimizer + gathers;
 
         // Compute: the training FLOPs and what checkpointing recomputes, split over the tensor group.
-        std::int64_t recomputed_blocks = 0;
-        for (std::int64_t l = 0; l < m.layers; ++l) recomputed_blocks += checkpointed.checkpointed(l) ? 1 : 0;
-        const double c = static_cast<double>(m.channels), per_block_forward = 24 * c * c + 4 * c * static_cast<double>(steps);
-        double flops = m.training_flops_per_token(steps);
-        if (mode == nn::ActivationCheckpointing::full) flops += per_block_forward * static_cast<double>(recomputed_blocks);
-        // Selective recomputes the attention scores (Q K^T, 2 C T per token per block; the
-        // heads' output is kept); LayerNorm and GELU are not FLOPs the peak counts.
-        if (mode == nn::ActivationCheckpointing::selective) flops += 2 * c * static_cast<double>(steps * recomputed_blocks);
+        const double flops = m.training_flops_per_token(steps) + checkpointed.recompute_flops_per_token(steps);
         const double flop_seconds = static_cast<double>(tokens) / t / (result.peak_tflops * 1e12 * request.efficiency);
         layout.compute_seconds = flops * flop_seconds;
         layout.recompute_seconds = (flops - m.training_flops_per_token(steps)) * flop_seconds;
@@ -202,7 +227,9 @@ PlanResult plan(const PlanRequest& request) {
         // forward, the same backward, and the recomputed blocks' forward again under full.
         const std::int64_t activation = request.micro_batch * steps * m.channels * s;
         std::int64_t calls = 2 * (2 * m.layers + 1);
-        if (mode == nn::ActivationCheckpointing::full) calls += 2 * recomputed_blocks;
+        if (mode == nn::ActivationCheckpointing::full) {
+          for (std::int64_t l = 0; l < m.layers; ++l) calls += checkpointed.checkpointed(l) ? 2 : 0;
+        }
         if (tensor_planner) {
           layout.tensor_seconds = static_cast<double>(calls * request.grad_accum) *
                                   seconds(&*tensor_planner, topo::Collective::all_reduce, activation);

@@ -72,6 +72,7 @@ std::string json_line(const StepMetrics& m) {
                          {"step_seconds", m.seconds},
                          {"tokens_per_second", m.tokens_per_second},
                          {"mfu", m.mfu ? number(*m.mfu) : nlohmann::json(nullptr)},
+                         {"hfu", m.hfu ? number(*m.hfu) : nlohmann::json(nullptr)},
                          {"phase_seconds", phases}};
   if (m.stragglers) {
     nlohmann::json ranks = nlohmann::json::array(), named = nlohmann::json::array();
@@ -86,6 +87,25 @@ std::string json_line(const StepMetrics& m) {
     }
     line["window"] = {{"last_step", m.stragglers->last_step}, {"steps", m.stragglers->steps}, {"ranks", ranks},
                       {"stragglers", named}};
+  }
+  if (m.gpu) {
+    nlohmann::json gpu = nlohmann::json::object();
+    const auto put = [&](const char* name, const auto& value) {
+      if (value) gpu[name] = *value;
+    };
+    put("utilization_percent", m.gpu->utilization_percent);
+    put("memory_utilization_percent", m.gpu->memory_utilization_percent);
+    put("memory_used_bytes", m.gpu->memory_used_bytes);
+    put("memory_total_bytes", m.gpu->memory_total_bytes);
+    put("power_watts", m.gpu->power_watts);
+    put("sm_clock_mhz", m.gpu->sm_clock_mhz);
+    put("temperature_c", m.gpu->temperature_c);
+    put("throttle_reasons", m.gpu->throttle_reasons);
+    put("pcie_tx_bytes_per_second", m.gpu->pcie_tx_bytes_per_second);
+    put("pcie_rx_bytes_per_second", m.gpu->pcie_rx_bytes_per_second);
+    put("nvlink_tx_bytes_per_second", m.gpu->nvlink_tx_bytes_per_second);
+    put("nvlink_rx_bytes_per_second", m.gpu->nvlink_rx_bytes_per_second);
+    line["gpu"] = gpu;
   }
   if (m.memory_live) line["memory_live_bytes"] = by_category(*m.memory_live);
   if (m.memory_peak) {
@@ -107,6 +127,9 @@ std::string prometheus_text(const StepMetrics& m) {
   e.scalar("loom_tokens_per_second", "gauge", "Tokens per second of the job over the last step.", m.tokens_per_second);
   if (m.mfu) {
     e.scalar("loom_mfu_ratio", "gauge", "Model FLOPs over the dense peak of the GPU and precision.", *m.mfu);
+  }
+  if (m.hfu) {
+    e.scalar("loom_hfu_ratio", "gauge", "Hardware FLOPs (with recomputation) over the dense peak.", *m.hfu);
   }
   e.family("loom_phase_seconds", "gauge", "Seconds of the last step spent in each phase.");
   for (Phase p : all_phases) e.value("loom_phase_seconds", m.phases[p], "phase=\"" + std::string(phase_name(p)) + "\"");
@@ -131,6 +154,25 @@ std::string prometheus_text(const StepMetrics& m) {
       e.value_of("loom_straggler_windows_total", key.first, static_cast<double>(count),
                  "phase=\"" + std::string(phase_name(key.second)) + "\"");
     }
+  }
+  if (m.gpu) {
+    const auto gauge = [&](const char* name, const char* help, const auto& value, double scale) {
+      if (value) e.scalar(name, "gauge", help, static_cast<double>(*value) * scale);
+    };
+    const GpuSample& g = *m.gpu;
+    gauge("loom_gpu_utilization_ratio", "Fraction of the last sample period a kernel ran (NVML).", g.utilization_percent, 0.01);
+    gauge("loom_gpu_memory_used_bytes", "GPU memory in use (NVML).", g.memory_used_bytes, 1);
+    gauge("loom_gpu_memory_total_bytes", "GPU memory in all (NVML).", g.memory_total_bytes, 1);
+    gauge("loom_gpu_power_watts", "GPU power draw (NVML).", g.power_watts, 1);
+    gauge("loom_gpu_sm_clock_hertz", "SM clock (NVML).", g.sm_clock_mhz, 1e6);
+    gauge("loom_gpu_temperature_celsius", "GPU temperature (NVML).", g.temperature_c, 1);
+    gauge("loom_gpu_throttle_reasons", "NVML's clock throttle reason bits (0: none).", g.throttle_reasons, 1);
+    gauge("loom_gpu_pcie_transmit_bytes_per_second", "PCIe bytes sent per second (NVML).", g.pcie_tx_bytes_per_second, 1);
+    gauge("loom_gpu_pcie_receive_bytes_per_second", "PCIe bytes received per second (NVML).", g.pcie_rx_bytes_per_second, 1);
+    gauge("loom_gpu_nvlink_transmit_bytes_per_second", "NVLink data bytes sent per second (NVML).",
+          g.nvlink_tx_bytes_per_second, 1);
+    gauge("loom_gpu_nvlink_receive_bytes_per_second", "NVLink data bytes received per second (NVML).",
+          g.nvlink_rx_bytes_per_second, 1);
   }
   if (m.memory_live) memory("loom_memory_bytes", "Bytes allocated at the end of the last step, by category.", *m.memory_live);
   if (m.memory_peak) memory("loom_memory_peak_bytes", "Most bytes allocated during the last step, by category.", *m.memory_peak);

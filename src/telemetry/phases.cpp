@@ -42,6 +42,7 @@ std::size_t PhaseTimer::next_event(StreamRef stream) {
 }
 
 void PhaseTimer::begin(Phase phase, StreamRef stream) {
+  if (!enabled_) return;
   std::size_t& open = open_[static_cast<std::size_t>(phase)];
   require(open == 0, "PhaseTimer: phase ", phase_name(phase), " begins while its previous interval is open");
   intervals_.push_back({phase, next_event(stream), 0});
@@ -52,6 +53,7 @@ void PhaseTimer::begin(Phase phase, StreamRef stream) {
 }
 
 void PhaseTimer::end(Phase phase, StreamRef stream) {
+  if (!enabled_) return;
   std::size_t& open = open_[static_cast<std::size_t>(phase)];
   require(open != 0, "PhaseTimer: phase ", phase_name(phase), " ends without having begun");
   intervals_[open - 1].stop = next_event(stream);
@@ -62,7 +64,9 @@ void PhaseTimer::end(Phase phase, StreamRef stream) {
   }
 }
 
-void PhaseTimer::add_host_seconds(Phase phase, double seconds) { host_[phase] += seconds; }
+void PhaseTimer::add_host_seconds(Phase phase, double seconds) {
+  if (enabled_) host_[phase] += seconds;
+}
 
 PhaseSeconds PhaseTimer::read() const {
   PhaseSeconds out = host_;

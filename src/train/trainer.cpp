@@ -116,6 +116,7 @@ Trainer::Trainer(model::Model& model, data::BatchSource& data, const TrainerOpti
           "all. Call parameter_space().initialize(seed) once the space is built (each parameter's model::Init: "
           "nn::Linear weights N(0, 0.02) unless set otherwise), or, for values you set yourself, record where they "
           "came from with parameter_space().set_value_origin(\"...\")");
+  timer_.set_enabled(options_.phase_timers);
   if (!options_.trace.dir.empty()) {
     start_trace();
     timer_.mirror_to(trace_.get());

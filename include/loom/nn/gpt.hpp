@@ -59,8 +59,12 @@ struct GPTConfig {
   void validate() const;
   std::int64_t parameter_count() const;
   // Multiply-adds x 2 of one forward + backward per token, counting the attention scores
-  // (6N + 12 L C T, the PaLM / llm.c convention), for MFU.
+  // (6N + 12 L C T, the PaLM / llm.c convention), for MFU: the model's FLOPs, whatever is recomputed.
   double training_flops_per_token(std::int64_t steps) const;
+  // What activation checkpointing adds per token (hardware FLOPs = the two together): full
+  // recomputes a checkpointed block's forward (24 C^2 + 4 C T), selective its attention scores
+  // (Q K^T, 2 C T; the heads' output is kept; LayerNorm and GELU are no FLOPs a peak counts).
+  double recompute_flops_per_token(std::int64_t steps) const;
 };
 
 // Its parameter space has one unit for the embeddings and the final LayerNorm (unit 0) and one per

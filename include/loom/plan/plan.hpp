@@ -96,6 +96,11 @@ struct PlanResult {
   std::optional<std::size_t> recommended; // index into layouts; empty when nothing fits
 };
 
+// A cluster of `gpus` GPUs of a kind the peak table knows ("A100", "H100", "H200"), as HGX
+// servers of 8 with NVSwitch and a 400 Gb/s NIC per GPU (A100: 200 Gb/s), the last one partly
+// filled: what right-sizing reports compare a job with. Throws naming an unknown kind.
+topo::Topology hgx_cluster(const std::string& kind, int gpus);
+
 // Throws an invalid_argument Error naming the problem: a topology without GPUs, an unknown
 // precision, a GPU missing from the peak table without peak_tflops, an invalid model or batch.
 PlanResult plan(const PlanRequest& request);

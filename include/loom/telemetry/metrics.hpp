@@ -11,6 +11,7 @@
 #include <string>
 
 #include "loom/core/memory_category.hpp"
+#include "loom/telemetry/nvml.hpp"
 #include "loom/telemetry/phases.hpp"
 #include "loom/telemetry/straggler.hpp"
 
@@ -25,13 +26,15 @@ struct StepMetrics {
   double loss_scale = 1;           // the dynamic loss scale after the step (1 without fp16 scaling)
   double seconds = 0;              // the step's wall time
   double tokens_per_second = 0;    // the job's (every rank's tokens)
-  std::optional<double> mfu;       // model FLOPs utilisation in [0, 1]; none without a known peak
+  std::optional<double> mfu;       // model FLOPs over the GPU's dense peak; none without a known peak
+  std::optional<double> hfu;       // the same with checkpointing's recomputed FLOPs (hardware FLOPs)
   PhaseSeconds phases;
   std::optional<CategoryBytes> memory_live, memory_peak;  // where the allocator counts them
   std::int64_t memory_peak_total = 0;
   // The last straggler window: every rank's averages (the per-rank extremes), the ranks named,
   // and how often each rank and phase has been named.
   std::optional<StragglerWindow> stragglers;
+  std::optional<GpuSample> gpu;  // this rank's GPU's latest NVML reading
 };
 
 // One line of JSON (no newline): every field above, phases and memory as objects keyed by name.

@@ -52,6 +52,8 @@ class PhaseTimer {
   // The step's seconds per phase. Every interval must be closed and its stream synchronized since
   // (the events are read, never waited for).
   PhaseSeconds read() const;
+  // Off, begin/end/add do nothing and read() gives zeros (train_bench measures the timers' cost).
+  void set_enabled(bool enabled) noexcept { enabled_ = enabled; }
   // Also opens and closes a span named after the phase in `trace` while it records (null: none).
   void mirror_to(TraceRecorder* trace) noexcept { trace_ = trace; }
 
@@ -69,6 +71,7 @@ class PhaseTimer {
   std::array<std::size_t, phase_count> open_{};  // 1 + the open interval's index; 0 when none
   PhaseSeconds host_{};
   TraceRecorder* trace_ = nullptr;
+  bool enabled_ = true;
   std::array<std::size_t, phase_count> trace_open_{};  // 1 + the open trace span; 0 when none
 };
 

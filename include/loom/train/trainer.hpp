@@ -68,6 +68,7 @@ struct TrainerOptions {
   io::CheckpointWriterOptions checkpoint{};  // the commit deadline and write rate of save()/save_async()
   telemetry::StragglerOptions stragglers{};  // every 50 steps the world's ranks compare their phases
   telemetry::TraceOptions trace{};           // a timeline of a step range (trace.dir empty: none)
+  bool phase_timers = true;                  // StepResult::phases (off only to measure their cost)
 };
 
 // The groups of ranks a training job spans, and what each is used for:

@@ -261,3 +261,29 @@ TEST_CASE("GPT is causal: a position sees every earlier token and no later one",
     }
   }
 }
+
+TEST_CASE("GPT-2 124M's FLOPs per token equal the hand count, and checkpointing's recompute is counted apart",
+          "[nn][gpt]") {
+  loom::nn::GPTConfig gpt2{.vocab_size = 50257, .context = 1024, .layers = 12, .heads = 12, .channels = 768};
+  // Parameters by hand: the token table padded to 50304 rows and the position table; per block two
+  // LayerNorms (2 x 2 x 768), QKV (768 x 2304 + 2304), the projection (768 x 768 + 768), the MLP
+  // (768 x 3072 + 3072, 3072 x 768 + 768); the final LayerNorm.
+  const std::int64_t block = 4 * 768 + (768 * 2304 + 2304) + (768 * 768 + 768) + (768 * 3072 + 3072) + (3072 * 768 + 768);
+  const std::int64_t parameters = 50304 * 768 + 1024 * 768 + 12 * block + 2 * 768;
+  CHECK(parameters == 124475904);
+  CHECK(gpt2.parameter_count() == parameters);
+  // 6 FLOPs per parameter per token (forward 2, backward 4), and the attention scores and their
+  // weighted sum: 2 x 2 x C x T forward per layer, x 3 with backward.
+  CHECK(gpt2.training_flops_per_token(1024) == 6.0 * 124475904 + 12.0 * 12 * 768 * 1024);
+  CHECK(gpt2.training_flops_per_token(1024) == 860101632.0);
+  CHECK(gpt2.recompute_flops_per_token(1024) == 0);
+  // Full checkpointing every second block recomputes 6 blocks' forward: 24 C^2 (QKV 6, projection
+  // 2, MLP 16) and 4 C T (scores and weighted sum) each; selective every block the scores alone.
+  gpt2.checkpointing = loom::nn::ActivationCheckpointing::full;
+  gpt2.checkpoint_every = 2;
+  CHECK(gpt2.recompute_flops_per_token(1024) == 6 * (24.0 * 768 * 768 + 4.0 * 768 * 1024));
+  gpt2.checkpointing = loom::nn::ActivationCheckpointing::selective;
+  gpt2.checkpoint_every = 1;
+  CHECK(gpt2.recompute_flops_per_token(1024) == 12 * 2.0 * 768 * 1024);
+  CHECK(gpt2.training_flops_per_token(1024) == 860101632.0);  // the model's FLOPs do not change
+}

@@ -187,3 +187,23 @@ TEST_CASE("loom-plan names what it cannot plan", "[plan]") {
   bad.precision = "fp8";
   CHECK_THROWS_WITH(loom::plan::plan(bad), Catch::Contains("fp8"));
 }
+
+TEST_CASE("hgx_cluster builds the HGX H100 fixture's cluster, and loom-plan predicts the same on both", "[plan]") {
+  loom::plan::PlanRequest request;
+  request.model = {.vocab_size = 50257, .context = 2048, .layers = 32, .heads = 32, .channels = 4096};
+  request.topology = fixture("cluster-16x-hgx-h100.json");
+  const loom::plan::PlanResult expected = loom::plan::plan(request);
+  request.topology = loom::plan::hgx_cluster("H100", 128);
+  REQUIRE(request.topology.hosts.size() == 16);
+  const loom::plan::PlanResult got = loom::plan::plan(request);
+  REQUIRE(expected.recommended.has_value());
+  REQUIRE(got.recommended == expected.recommended);
+  CHECK(got.layouts[*got.recommended].step_seconds == Approx(expected.layouts[*expected.recommended].step_seconds));
+  // A partial last server, other kinds, and an unknown kind named.
+  const topo::Topology twenty = loom::plan::hgx_cluster("A100", 20);
+  REQUIRE(twenty.hosts.size() == 3);
+  CHECK(twenty.hosts[2].gpus.size() == 4);
+  CHECK(twenty.hosts[0].nics[0].gbits == 200);
+  CHECK(loom::plan::hgx_cluster("H200", 1).hosts[0].gpus[0].memory_bytes == (141LL << 30));
+  CHECK_THROWS_WITH(loom::plan::hgx_cluster("B200", 8), Catch::Contains("unknown GPU kind 'B200'"));
+}

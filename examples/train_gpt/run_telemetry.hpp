@@ -1,0 +1,58 @@
+// train_gpt's telemetry files and GPU sampling: --metrics and --prometheus written at every logged
+// step (by rank 0, or by every rank when the path holds "{rank}"), the latest straggler window
+// kept for them, and NVML sampling (--gpu-sample-ms) of this rank's GPU, or of the NVML device
+// LOOM_NVML_LIBRARY's library offers when the run is on the CPU (the tests' fake NVML).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "loom/core/device.hpp"
+#include "loom/telemetry/metrics.hpp"
+#include "loom/plan/plan.hpp"
+#include "loom/telemetry/nvml.hpp"
+#include "loom/telemetry/report.hpp"
+#include "loom/train/trainer.hpp"
+#include "run_config.hpp"
+
+namespace train_gpt {
+
+class RunTelemetry {
+ public:
+  // Opens the metrics file (an io Error naming it when it cannot) and starts GPU sampling where
+  // there is something to sample; `line` says what sampling does, or why it does not.
+  RunTelemetry(const RunConfig& config, const loom::Device& device, int rank, int local_rank);
+
+  // After every step: keeps the straggler window; at a logged step, writes the files.
+  void step(const loom::train::StepResult& result, const loom::train::Trainer& trainer, bool logged,
+            std::optional<double> mfu, std::optional<double> hfu);
+  const std::string& sampling_line() const { return sampling_line_; }
+  // "GPU (NVML device 0, NAME): utilisation mean 62% (p95 90%), ..." or empty without samples.
+  std::string gpu_summary() const;
+  const loom::telemetry::GpuSampler* sampler() const { return sampler_.get(); }
+  double run_tokens_per_second() const { return seconds_ > 0 ? static_cast<double>(tokens_) / seconds_ : 0; }
+
+  // The right-sizing report (--report FILE): every rank's summary (a collective over world), and
+  // loom-plan's predictions for this job on 1/2, 1 and 2 times the GPUs, on A100, H100 and H200, at
+  // the MFU measured here on a GPU (0.45 on the CPU). Rank 0 writes it; every rank must call.
+  void report(const std::string& path, const std::string& job, const loom::Device& device,
+              loom::comm::Communicator* world, std::int64_t memory_capacity_bytes,
+              const loom::plan::PlanRequest& request, std::optional<double> mfu);
+
+ private:
+  std::string prometheus_;
+  int rank_;
+  std::optional<loom::telemetry::MetricsFile> metrics_;
+  std::optional<loom::telemetry::StragglerWindow> window_;
+  loom::telemetry::RunTotals totals_;
+  std::int64_t tokens_ = 0;
+  double seconds_ = 0;
+  std::unique_ptr<loom::telemetry::GpuSampler> sampler_;
+  std::string sampling_line_;
+};
+
+// path with "{rank}" replaced by the rank.
+std::string for_rank(std::string path, int rank);
+
+}  // namespace train_gpt
