@@ -21,6 +21,7 @@
 
 #include "bench_report.hpp"
 #include "repeat_batch.hpp"
+#include "telemetry_overhead.hpp"
 #include "torch_peer.hpp"
 #include "loom/kernels/cpu_isa.hpp"
 #include "loom/data/addition_task.hpp"
@@ -122,6 +123,11 @@ int main(int argc, char** argv) {
                  "none,selective,full (the first is the baseline; the main step uses it)")
       ->delimiter(',')
       ->check(CLI::IsMember({"none", "selective", "full"}));
+  std::vector<std::string> telemetry_modes;
+  app.add_option("--telemetry", telemetry_modes, "telemetry configurations to compare in the same run, e.g. "
+                 "off,phases,trace,nvml (off first: the baseline; see telemetry_overhead.hpp)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"off", "phases", "trace", "nvml"}));
   app.add_option("--peer", peer, "PyTorch's step on the same model in the same run: auto (on the CPU when "
                  "python3-torch is installed), torch (required) or none")->check(CLI::IsMember({"auto", "torch", "none"}));
   app.add_option("--rounds", rounds, "with a peer: rounds of loom's timed steps alternating with the peer's runs")
@@ -214,6 +220,10 @@ int main(int argc, char** argv) {
       record["config"]["activation_checkpointing"] = checkpointing_modes;
       record["activation_checkpointing"] =
           compare_checkpointing(config, precision, device, batch, steps, warmup, checkpointing_modes);
+    }
+    if (!telemetry_modes.empty()) {
+      record["config"]["telemetry"] = telemetry_modes;
+      record["telemetry"] = loom::bench::compare_telemetry(config, precision, device, batch, steps, warmup, telemetry_modes);
     }
     if (!json_path.empty()) loom::bench::write_json(json_path, record);
     return 0;
