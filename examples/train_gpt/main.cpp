@@ -115,6 +115,7 @@ struct DataParallel {
   loom::comm::Communicator* world = nullptr;       // every rank (null: one process)
   loom::comm::Communicator* tensor = nullptr;      // the tensor group (null: no tensor parallelism)
   loom::ddp::ReducerOptions reducer;
+  std::unique_ptr<loom::topo::Planner> planner;  // the data group's cost model (what its collectives should take)
   std::string summary;
   int data_rank = 0, data_ranks = 1;
 };
@@ -143,6 +144,7 @@ DataParallel make_data_parallel(const train_gpt::RunConfig& config, loom::World&
   dp.data_rank = data->rank();
   dp.data_ranks = data->size();
   dp.comm = loom::topo::make_topology_aware(*data, data_topology, loom::topo::parse_algorithm_choice(config.algo));
+  dp.planner = std::make_unique<loom::topo::Planner>(data_topology);
   loom::ddp::ReducerOptions options;
   options.bucket_bytes = config.bucket_mb > 0 ? static_cast<std::int64_t>(config.bucket_mb * (1 << 20))
                                               : loom::topo::Planner(detected.topology).recommended_bucket_bytes();
@@ -320,9 +322,10 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
     for (const loom::io::SaveReport& earlier : trainer.finished_saves()) committed(earlier);
     committed(s);
   };
-  train_gpt::RunTelemetry telemetry(config, device, world.rank(), world.launch().local_rank);
+  train_gpt::RunTelemetry telemetry(config, device, world.rank(), world.launch().local_rank, dp.planner.get());
   log.line("%s\n", telemetry.sampling_line().c_str());
   const loom::train::StopRequests stops(config.time_limit);
+  bool mfu_warned = false;
   while (trainer.steps_done() < config.steps) {
     if (device.is_cpu()) loom::reset_cpu_memory_peak();  // (this process's: the step line gives this step's peak)
     const loom::train::StepResult r = trainer.step();
@@ -338,8 +341,17 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
     if (peak > 0) {
       mfu = tokens_per_second * flops_per_token / (peak * 1e12);
       hfu = tokens_per_second * (flops_per_token + recompute_per_token) / (peak * 1e12);
+      // Model FLOPs over a dense peak cannot pass 1: if they do, the table's peak or the clock is wrong.
+      if (*hfu > 1 && !mfu_warned) {
+        mfu_warned = true;
+        log.line("MFU: %.0f%% of %s's dense %s peak at step %lld is impossible: the peak table's %.0f TFLOP/s per GPU "
+                 "is too low for this GPU, or the step's time is wrong\n", 100 * *hfu, device.to_string().c_str(),
+                 config.precision.c_str(), static_cast<long long>(r.step), peak / world.size());
+      }
     }
-    telemetry.step(r, trainer, logged, mfu, hfu);
+    if (const std::string warning = telemetry.step(r, trainer, logged, mfu, hfu); !warning.empty()) {
+      log.line("%s\n", warning.c_str());
+    }
     if (logged) {
       log.line("step %5lld/%lld | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s", static_cast<long long>(r.step),
                static_cast<long long>(config.steps), r.loss, r.lr, r.grad_norm, r.seconds * 1e3, tokens_per_second);

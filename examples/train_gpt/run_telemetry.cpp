@@ -14,8 +14,9 @@ std::string for_rank(std::string path, int rank) {
   return path;
 }
 
-RunTelemetry::RunTelemetry(const RunConfig& config, const loom::Device& device, int rank, int local_rank)
-    : rank_(rank) {
+RunTelemetry::RunTelemetry(const RunConfig& config, const loom::Device& device, int rank, int local_rank,
+                           const loom::topo::Planner* planner)
+    : rank_(rank), on_gpu_(device.is_cuda()), planner_(planner) {
   // One file per rank when the path names the rank; rank 0's alone otherwise.
   const auto mine = [&](const std::string& path) {
     return !path.empty() && (rank == 0 || path.find("{rank}") != std::string::npos) ? for_rank(path, rank) : "";
@@ -46,13 +47,40 @@ RunTelemetry::RunTelemetry(const RunConfig& config, const loom::Device& device, 
                    std::to_string(config.gpu_sample_ms) + " ms";
 }
 
-void RunTelemetry::step(const loom::train::StepResult& result, const loom::train::Trainer& trainer, bool logged,
-                        std::optional<double> mfu, std::optional<double> hfu) {
+std::string RunTelemetry::step(loom::train::StepResult result, const loom::train::Trainer& trainer, bool logged,
+                               std::optional<double> mfu, std::optional<double> hfu) {
+  using loom::telemetry::CollectiveKind;
+  std::string warning;
+  if (planner_ != nullptr) {  // what the cost model predicts for the same calls, one at a time
+    const std::pair<CollectiveKind, loom::topo::Collective> kinds[] = {
+        {CollectiveKind::all_reduce, loom::topo::Collective::all_reduce},
+        {CollectiveKind::reduce_scatter, loom::topo::Collective::reduce_scatter},
+        {CollectiveKind::all_gather, loom::topo::Collective::all_gather}};
+    for (const auto& [kind, collective] : kinds) {
+      loom::telemetry::CollectiveTotals& t = result.communication[kind];
+      if (t.measured_calls == 0) continue;
+      const std::int64_t per_call = t.bytes / t.measured_calls;
+      t.predicted_seconds = static_cast<double>(t.measured_calls) * planner_->choose(collective, per_call).prediction.seconds;
+      const auto predicted = result.communication.predicted_bus_bytes_per_second(kind);
+      const double achieved = result.communication.bus_bytes_per_second(kind);
+      // On the CPU the cost model describes no GPU path: the ratio is reported, never warned about.
+      if (on_gpu_ && !warned_ && predicted && achieved < 0.5 * *predicted) {
+        warned_ = true;
+        char text[384];
+        std::snprintf(text, sizeof text, "communication: %s reached %.1f GB/s bus bandwidth at step %lld, %.0f%% of "
+                      "the %.1f GB/s the topology's cost model predicts: likely a wrong path (check NCCL_P2P_LEVEL, "
+                      "NCCL_SOCKET_IFNAME and the NICs NCCL chose; NCCL_DEBUG=INFO lists them)",
+                      std::string(loom::telemetry::collective_name(kind)).c_str(), achieved / 1e9,
+                      static_cast<long long>(result.step), 100 * achieved / *predicted, *predicted / 1e9);
+        warning = text;
+      }
+    }
+  }
   if (result.stragglers) window_ = result.stragglers;
   totals_.add(result.seconds, result.phases, result.memory_peak_total);
   tokens_ += result.tokens;
   seconds_ += result.seconds;
-  if (!logged || (!metrics_ && prometheus_.empty())) return;
+  if (!logged || (!metrics_ && prometheus_.empty())) return warning;
   loom::telemetry::StepMetrics m = loom::train::step_metrics(result, trainer, rank_);
   m.mfu = mfu;
   m.hfu = hfu;
@@ -60,6 +88,7 @@ void RunTelemetry::step(const loom::train::StepResult& result, const loom::train
   if (sampler_) m.gpu = sampler_->latest();
   if (metrics_) metrics_->write(m);
   if (!prometheus_.empty()) loom::telemetry::write_prometheus_file(prometheus_, m);
+  return warning;
 }
 
 std::string RunTelemetry::gpu_summary() const {

@@ -11,6 +11,7 @@
 #include "loom/core/device.hpp"
 #include "loom/telemetry/metrics.hpp"
 #include "loom/plan/plan.hpp"
+#include "loom/topo/planner.hpp"
 #include "loom/telemetry/nvml.hpp"
 #include "loom/telemetry/report.hpp"
 #include "loom/train/trainer.hpp"
@@ -22,11 +23,15 @@ class RunTelemetry {
  public:
   // Opens the metrics file (an io Error naming it when it cannot) and starts GPU sampling where
   // there is something to sample; `line` says what sampling does, or why it does not.
-  RunTelemetry(const RunConfig& config, const loom::Device& device, int rank, int local_rank);
+  // planner: the data group's cost model (null: one process), for the collectives' predicted time.
+  RunTelemetry(const RunConfig& config, const loom::Device& device, int rank, int local_rank,
+               const loom::topo::Planner* planner);
 
-  // After every step: keeps the straggler window; at a logged step, writes the files.
-  void step(const loom::train::StepResult& result, const loom::train::Trainer& trainer, bool logged,
-            std::optional<double> mfu, std::optional<double> hfu);
+  // After every step: keeps the straggler window and adds the cost model's prediction to the
+  // step's communication; at a logged step, writes the files. Returns a warning to log (once per
+  // run, on a GPU): a collective whose bus bandwidth is under half the prediction.
+  std::string step(loom::train::StepResult result, const loom::train::Trainer& trainer, bool logged,
+                   std::optional<double> mfu, std::optional<double> hfu);
   const std::string& sampling_line() const { return sampling_line_; }
   // "GPU (NVML device 0, NAME): utilisation mean 62% (p95 90%), ..." or empty without samples.
   std::string gpu_summary() const;
@@ -43,6 +48,8 @@ class RunTelemetry {
  private:
   std::string prometheus_;
   int rank_;
+  bool on_gpu_ = false, warned_ = false;
+  const loom::topo::Planner* planner_;
   std::optional<loom::telemetry::MetricsFile> metrics_;
   std::optional<loom::telemetry::StragglerWindow> window_;
   loom::telemetry::RunTotals totals_;

@@ -10,20 +10,24 @@ void detail::WorkState::complete(std::exception_ptr failure) {
   std::function<void()> callback;
   {
     const std::lock_guard lock(mutex);
-    if (done.load(std::memory_order_relaxed)) return;
+    if (completing) return;
+    completing = true;
+    callback = std::move(completed);
+  }
+  if (callback) callback();
+  {
+    const std::lock_guard lock(mutex);
     device_wait = nullptr;
     error = std::move(failure);
     done.store(true, std::memory_order_release);
-    callback = std::move(completed);
   }
   done_changed.notify_all();
-  if (callback) callback();
 }
 
 void Work::on_complete(std::function<void()> callback) const {
   if (state_) {
     std::unique_lock lock(state_->mutex);
-    if (!state_->done.load(std::memory_order_relaxed)) {
+    if (!state_->completing) {
       state_->completed = std::move(callback);
       return;
     }

@@ -88,6 +88,20 @@ std::string json_line(const StepMetrics& m) {
     line["window"] = {{"last_step", m.stragglers->last_step}, {"steps", m.stragglers->steps}, {"ranks", ranks},
                       {"stragglers", named}};
   }
+  nlohmann::json communication = nlohmann::json::object();
+  for (std::size_t k = 0; k < collective_kinds; ++k) {
+    const auto kind = static_cast<CollectiveKind>(k);
+    const CollectiveTotals& t = m.communication[kind];
+    if (t.calls == 0) continue;
+    nlohmann::json entry = {{"calls", t.calls}, {"measured_calls", t.measured_calls}, {"bytes", t.bytes},
+                            {"seconds", t.seconds}, {"bus_bytes_per_second", m.communication.bus_bytes_per_second(kind)}};
+    if (const auto predicted = m.communication.predicted_bus_bytes_per_second(kind)) {
+      entry["predicted_bus_bytes_per_second"] = *predicted;
+      entry["achieved_over_predicted"] = m.communication.bus_bytes_per_second(kind) / *predicted;
+    }
+    communication[std::string(collective_name(kind))] = entry;
+  }
+  line["communication"] = communication;
   if (m.gpu) {
     nlohmann::json gpu = nlohmann::json::object();
     const auto put = [&](const char* name, const auto& value) {
@@ -153,6 +167,20 @@ std::string prometheus_text(const StepMetrics& m) {
     for (const auto& [key, count] : m.stragglers->named_windows) {
       e.value_of("loom_straggler_windows_total", key.first, static_cast<double>(count),
                  "phase=\"" + std::string(phase_name(key.second)) + "\"");
+    }
+  }
+  {
+    bool declared = false;
+    for (std::size_t k = 0; k < collective_kinds; ++k) {
+      const auto kind = static_cast<CollectiveKind>(k);
+      if (m.communication[kind].measured_calls == 0 || m.communication.ranks < 2) continue;
+      if (!declared) {
+        e.family("loom_comm_bus_bytes_per_second", "gauge",
+                 "Bus bandwidth the last step's collectives achieved (nccl-tests' bus factor), by collective.");
+        declared = true;
+      }
+      e.value("loom_comm_bus_bytes_per_second", m.communication.bus_bytes_per_second(kind),
+              "collective=\"" + std::string(collective_name(kind)) + "\"");
     }
   }
   if (m.gpu) {

@@ -121,6 +121,11 @@ Trainer::Trainer(model::Model& model, data::BatchSource& data, const TrainerOpti
     start_trace();
     timer_.mirror_to(trace_.get());
   }
+  // Every call of the data group is timed (the step's bandwidth), and traced while tracing.
+  if (comm_ != nullptr) {
+    observed_data_ = telemetry::observed_communicator(*comm_, trace_.get(), &meter_);
+    comm_ = observed_data_.get();
+  }
   // The synchronisation first: it lays the space out for the ranks the optimizer's state follows.
   if (options_.zero > 0) {
     sync_ = std::make_unique<shard::ZeroEngine>(*comm_, model, options_.zero, options_.reducer, options_.zero_options);
@@ -197,15 +202,11 @@ Trainer::~Trainer() {
   if (trace_hooks_) model_.remove_unit_hooks(*trace_hooks_);
 }
 
-// The recorder, the data group's calls seen through it, and the units' forward and backward as
-// spans through the model's unit hooks (each unit's span opens before it and closes after it).
+// The recorder, and the units' forward and backward as spans through the model's unit hooks (each
+// unit's span opens before it and closes after it).
 void Trainer::start_trace() {
   trace_ = std::make_unique<telemetry::TraceRecorder>(options_.trace, model_.device(),
                                                       groups_.world != nullptr ? groups_.world->rank() : 0);
-  if (comm_ != nullptr) {
-    traced_data_ = telemetry::traced_communicator(*comm_, *trace_);
-    comm_ = traced_data_.get();
-  }
   const auto open = [this](const char* pass) {
     return [this, pass](std::size_t unit, StreamRef stream) {
       if (!trace_->recording()) return;
@@ -341,6 +342,7 @@ StepResult Trainer::step(StreamRef stream) {
   result.phases = timer_.read();
   if (trace_) trace_->end_step();
   result.stragglers = stragglers_.add(result.step, result.seconds, result.phases);
+  result.communication = meter_.take(comm_ != nullptr ? comm_->size() : 1);
   if (host_memory) {
     const CpuMemoryStats memory = cpu_memory_stats();
     result.memory_live = memory.live_by_category;
@@ -517,6 +519,7 @@ telemetry::StepMetrics step_metrics(const StepResult& result, const Trainer& tra
   m.tokens_per_second = result.seconds > 0 ? static_cast<double>(result.tokens) / result.seconds : 0.0;
   m.phases = result.phases;
   m.stragglers = result.stragglers;
+  m.communication = result.communication;
   if (result.memory_peak_total > 0) {  // counted (host memory)
     m.memory_live = result.memory_live;
     m.memory_peak = result.memory_peak;

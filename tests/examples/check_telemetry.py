@@ -34,6 +34,10 @@ def main():
             assert phases[name] > 0, f"step {line['step']}: no {name} time"
         assert line["rank"] == 0 and line["tokens_per_second"] > 0 and math.isfinite(line["loss"])
         assert line["memory_peak_bytes"]["activations"] > 0, "no activation memory on the CPU"
+        if ranks > 1:  # the gradient all-reduce, measured and predicted by the cost model
+            ar = line["communication"]["all_reduce"]
+            assert ar["measured_calls"] >= 1 and ar["bytes"] > 0 and ar["bus_bytes_per_second"] > 0, ar
+            assert ar["predicted_bus_bytes_per_second"] > 0 and ar["achieved_over_predicted"] > 0, ar
         gpu = line["gpu"]  # the fake NVML's scripted reading (tests/support/fake_nvml.cpp)
         assert gpu["utilization_percent"] in (30, 60, 90) and gpu["memory_used_bytes"] == 40 << 30, gpu
         assert gpu["power_watts"] == 350.5 and gpu["pcie_rx_bytes_per_second"] == 2000 * 1024, gpu

@@ -29,8 +29,10 @@ struct WorkState {
   // Set by a GPU backend while the operation runs: makes a stream wait for it on the device (an
   // event), so the host need not. complete() clears it (its event may then serve another call).
   std::function<void(StreamRef)> device_wait;
-  // Called once by complete(), on the completing thread, after the waiters are woken (a tracer's).
+  // Called once by complete(), on the completing thread, before waiters see the operation done
+  // (a meter's or a tracer's: what they record is in place when wait() returns).
   std::function<void()> completed;
+  bool completing = false;  // complete() has begun (under mutex)
   // The first completion wins: a call failed by a watchdog stays failed when it returns later.
   void complete(std::exception_ptr failure);
 };
@@ -43,7 +45,8 @@ class Work {
 
   bool is_completed() const;
   // Runs callback once the operation is done (success or failure): at once, here, when it already
-  // is, else on the thread that completes it. One callback per operation; it must not throw.
+  // is (or is being completed), else on the thread that completes it, before wait() returns. One
+  // callback per operation; it must not throw.
   void on_complete(std::function<void()> callback) const;
   // Blocks until the operation is done and rethrows its error. A timeout Error names the operation
   // when it is not done within `timeout` (the operation itself keeps its own deadline).

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "loom/core/memory_category.hpp"
+#include "loom/telemetry/comm_meter.hpp"
 #include "loom/telemetry/nvml.hpp"
 #include "loom/telemetry/phases.hpp"
 #include "loom/telemetry/straggler.hpp"
@@ -35,6 +36,7 @@ struct StepMetrics {
   // and how often each rank and phase has been named.
   std::optional<StragglerWindow> stragglers;
   std::optional<GpuSample> gpu;  // this rank's GPU's latest NVML reading
+  CommTotals communication;      // the step's collectives, achieved and predicted bandwidth
 };
 
 // One line of JSON (no newline): every field above, phases and memory as objects keyed by name.

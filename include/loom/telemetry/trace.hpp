@@ -4,6 +4,7 @@
 //   compute        the phases and every unit's forward and backward, timed on the step's stream
 //                  (timing Events: device time on a GPU, read after the step's synchronization)
 //   communication  each collective from its call to its completion (host clock), with its bytes
+//                  (observed_communicator in comm_meter.hpp records them)
 //   host           the wait for data and the checkpoint saves
 // On a GPU each stream span is also an NVTX range (nsys and Nsight show them). Times are
 // microseconds of the system clock, so that files from several processes line up.
@@ -91,9 +92,5 @@ class TraceRecorder {
   std::mutex mutex_;  // guards done_ (host spans come from other threads)
   std::vector<Event> done_;
 };
-
-// A Communicator that records every call in `recorder`'s communication track while it records
-// (from the call to its completion) and forwards everything to `inner` (not owned).
-std::unique_ptr<comm::Communicator> traced_communicator(comm::Communicator& inner, TraceRecorder& recorder);
 
 }  // namespace loom::telemetry

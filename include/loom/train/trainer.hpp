@@ -40,6 +40,7 @@
 #include "loom/optim/sgd.hpp"
 #include "loom/shard/memory.hpp"
 #include "loom/shard/zero.hpp"
+#include "loom/telemetry/comm_meter.hpp"
 #include "loom/telemetry/metrics.hpp"
 #include "loom/telemetry/phases.hpp"
 #include "loom/telemetry/straggler.hpp"
@@ -116,6 +117,9 @@ struct StepResult {
   // At the end of each straggler window (every TrainerOptions::stragglers.every steps, a collective
   // over the world): every rank's averages over the window and the ranks named as slow.
   std::optional<telemetry::StragglerWindow> stragglers;
+  // The data group's calls in this step by collective: calls, bytes, time in flight, the bus
+  // bandwidth achieved (loom/telemetry/comm_meter.hpp; the caller adds the cost model's prediction).
+  telemetry::CommTotals communication;
 };
 // The category with the largest peak in a step, and those bytes.
 std::pair<MemoryCategory, std::int64_t> largest_category(const StepResult& result);
@@ -208,10 +212,11 @@ class Trainer {
   data::BatchSource& data_;
   TrainerOptions options_;
   ParallelGroups groups_;
-  comm::Communicator* comm_;  // groups_.data, or the traced view of it while a trace is asked for
+  comm::Communicator* comm_;  // groups_.data, seen through observed_data_
   // Before sync_: the reducer's calls complete into the recorder until sync_ is gone.
   std::unique_ptr<telemetry::TraceRecorder> trace_;
-  std::unique_ptr<comm::Communicator> traced_data_;
+  telemetry::CommMeter meter_;
+  std::unique_ptr<comm::Communicator> observed_data_;  // groups_.data seen through meter_ (and trace_)
   std::optional<model::Model::HooksId> trace_hooks_;
   std::vector<std::pair<std::size_t, std::size_t>> unit_spans_;  // (unit, span) open in the trace
   std::unique_ptr<ddp::GradientSync> sync_;

@@ -13,6 +13,7 @@
 
 #include "loom/comm/in_process.hpp"
 #include "loom/core/tensor.hpp"
+#include "loom/telemetry/comm_meter.hpp"
 #include "loom/telemetry/trace.hpp"
 
 using loom::telemetry::TraceRecorder;
@@ -97,7 +98,7 @@ TEST_CASE("a traced communicator records each collective with its bytes, from ca
   std::filesystem::remove_all(dir);
   loom::comm::run_in_process(2, [&](loom::comm::Communicator& comm) {
     TraceRecorder trace({.dir = dir.string(), .first_step = 1, .last_step = 1}, loom::Device::cpu(), comm.rank());
-    const auto traced = loom::telemetry::traced_communicator(comm, trace);
+    const auto traced = loom::telemetry::observed_communicator(comm, &trace, nullptr);
     const loom::Tensor t = loom::Tensor::full({1000}, loom::DType::f32, 1.0);
     traced->all_reduce(t, t, loom::comm::ReduceOp::sum).wait();  // before the range: not recorded
     trace.begin_step(1, {});
