@@ -349,9 +349,7 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
                  config.precision.c_str(), static_cast<long long>(r.step), peak / world.size());
       }
     }
-    if (const std::string warning = telemetry.step(r, trainer, logged, mfu, hfu); !warning.empty()) {
-      log.line("%s\n", warning.c_str());
-    }
+    telemetry.step(r, trainer, logged, mfu, hfu);
     if (logged) {
       log.line("step %5lld/%lld | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s", static_cast<long long>(r.step),
                static_cast<long long>(config.steps), r.loss, r.lr, r.grad_norm, r.seconds * 1e3, tokens_per_second);

@@ -1,5 +1,6 @@
 #include "run_telemetry.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -16,7 +17,7 @@ std::string for_rank(std::string path, int rank) {
 
 RunTelemetry::RunTelemetry(const RunConfig& config, const loom::Device& device, int rank, int local_rank,
                            const loom::topo::Planner* planner)
-    : rank_(rank), on_gpu_(device.is_cuda()), planner_(planner) {
+    : rank_(rank), planner_(planner) {
   // One file per rank when the path names the rank; rank 0's alone otherwise.
   const auto mine = [&](const std::string& path) {
     return !path.empty() && (rank == 0 || path.find("{rank}") != std::string::npos) ? for_rank(path, rank) : "";
@@ -38,19 +39,23 @@ RunTelemetry::RunTelemetry(const RunConfig& config, const loom::Device& device, 
     sampling_line_ = "GPU sampling: " + why_not + "; training goes on without it";
     return;
   }
-  const unsigned index = device.is_cuda()
-                             ? nvml->index_of_bus(loom::cuda_device_properties(device.index()).pci_bus_id)
+  unsigned index = 0;
+  try {
+    index = device.is_cuda() ? nvml->index_of_bus(loom::cuda_device_properties(device.index()).pci_bus_id)
                              : static_cast<unsigned>(local_rank) % std::max(1u, nvml->device_count());
+  } catch (const loom::Error& e) {  // NVML does not see this GPU: sampling is a nicety, training goes on
+    sampling_line_ = std::string("GPU sampling: ") + e.what() + "; training goes on without it";
+    return;
+  }
   sampler_ = std::make_unique<loom::telemetry::GpuSampler>(nvml, index,
                                                            std::chrono::milliseconds(config.gpu_sample_ms));
   sampling_line_ = "GPU sampling: NVML device " + std::to_string(index) + " (" + nvml->name(index) + ") every " +
                    std::to_string(config.gpu_sample_ms) + " ms";
 }
 
-std::string RunTelemetry::step(loom::train::StepResult result, const loom::train::Trainer& trainer, bool logged,
-                               std::optional<double> mfu, std::optional<double> hfu) {
+void RunTelemetry::step(loom::train::StepResult result, const loom::train::Trainer& trainer, bool logged,
+                        std::optional<double> mfu, std::optional<double> hfu) {
   using loom::telemetry::CollectiveKind;
-  std::string warning;
   if (planner_ != nullptr) {  // what the cost model predicts for the same calls, one at a time
     const std::pair<CollectiveKind, loom::topo::Collective> kinds[] = {
         {CollectiveKind::all_reduce, loom::topo::Collective::all_reduce},
@@ -61,26 +66,13 @@ std::string RunTelemetry::step(loom::train::StepResult result, const loom::train
       if (t.measured_calls == 0) continue;
       const std::int64_t per_call = t.bytes / t.measured_calls;
       t.predicted_seconds = static_cast<double>(t.measured_calls) * planner_->choose(collective, per_call).prediction.seconds;
-      const auto predicted = result.communication.predicted_bus_bytes_per_second(kind);
-      const double achieved = result.communication.bus_bytes_per_second(kind);
-      // On the CPU the cost model describes no GPU path: the ratio is reported, never warned about.
-      if (on_gpu_ && !warned_ && predicted && achieved < 0.5 * *predicted) {
-        warned_ = true;
-        char text[384];
-        std::snprintf(text, sizeof text, "communication: %s reached %.1f GB/s bus bandwidth at step %lld, %.0f%% of "
-                      "the %.1f GB/s the topology's cost model predicts: likely a wrong path (check NCCL_P2P_LEVEL, "
-                      "NCCL_SOCKET_IFNAME and the NICs NCCL chose; NCCL_DEBUG=INFO lists them)",
-                      std::string(loom::telemetry::collective_name(kind)).c_str(), achieved / 1e9,
-                      static_cast<long long>(result.step), 100 * achieved / *predicted, *predicted / 1e9);
-        warning = text;
-      }
     }
   }
   if (result.stragglers) window_ = result.stragglers;
   totals_.add(result.seconds, result.phases, result.memory_peak_total);
   tokens_ += result.tokens;
   seconds_ += result.seconds;
-  if (!logged || (!metrics_ && prometheus_.empty())) return warning;
+  if (!logged || (!metrics_ && prometheus_.empty())) return;
   loom::telemetry::StepMetrics m = loom::train::step_metrics(result, trainer, rank_);
   m.mfu = mfu;
   m.hfu = hfu;
@@ -88,7 +80,6 @@ std::string RunTelemetry::step(loom::train::StepResult result, const loom::train
   if (sampler_) m.gpu = sampler_->latest();
   if (metrics_) metrics_->write(m);
   if (!prometheus_.empty()) loom::telemetry::write_prometheus_file(prometheus_, m);
-  return warning;
 }
 
 std::string RunTelemetry::gpu_summary() const {
@@ -122,6 +113,8 @@ void RunTelemetry::report(const std::string& path, const std::string& job, const
   if (sampler_) {
     const loom::telemetry::GpuSummary gpu = loom::telemetry::summarize(sampler_->samples());
     if (gpu.samples > 0) mine.gpu = gpu;
+    // On a GPU the allocator's counts are the CPU's: the device's memory is NVML's most in use.
+    if (gpu.samples > 0 && mine.memory_peak_bytes == 0) mine.memory_peak_bytes = static_cast<std::int64_t>(gpu.memory_used_max);
   }
   loom::telemetry::RunReport report;
   report.ranks = loom::telemetry::gather_summaries(mine, world);
@@ -139,9 +132,10 @@ void RunTelemetry::report(const std::string& path, const std::string& job, const
                               " peak (" + (mfu && *mfu > 0.01 ? "the MFU measured here" : "loom-plan's default: no GPU "
                               "MFU was measured in this run") + "), with the same micro-batch and sequence length; "
                               "each row is the layout loom-plan recommends there.";
+  std::vector<int> counts{std::max(1, ranks / 2), ranks, 2 * ranks};
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());  // one rank: 1 and 2 GPUs
   for (const std::string kind : {"A100", "H100", "H200"}) {
-    for (const int gpus : {std::max(1, ranks / 2), ranks, 2 * ranks}) {
-      if (gpus == ranks / 2 && ranks == 1) continue;  // 1/2 of one GPU is one GPU
+    for (const int gpus : counts) {
       loom::telemetry::Alternative a;
       a.gpus = gpus;
       try {

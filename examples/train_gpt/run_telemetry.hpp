@@ -28,10 +28,9 @@ class RunTelemetry {
                const loom::topo::Planner* planner);
 
   // After every step: keeps the straggler window and adds the cost model's prediction to the
-  // step's communication; at a logged step, writes the files. Returns a warning to log (once per
-  // run, on a GPU): a collective whose bus bandwidth is under half the prediction.
-  std::string step(loom::train::StepResult result, const loom::train::Trainer& trainer, bool logged,
-                   std::optional<double> mfu, std::optional<double> hfu);
+  // step's communication; at a logged step, writes the files.
+  void step(loom::train::StepResult result, const loom::train::Trainer& trainer, bool logged,
+            std::optional<double> mfu, std::optional<double> hfu);
   const std::string& sampling_line() const { return sampling_line_; }
   // "GPU (NVML device 0, NAME): utilisation mean 62% (p95 90%), ..." or empty without samples.
   std::string gpu_summary() const;
@@ -48,7 +47,6 @@ class RunTelemetry {
  private:
   std::string prometheus_;
   int rank_;
-  bool on_gpu_ = false, warned_ = false;
   const loom::topo::Planner* planner_;
   std::optional<loom::telemetry::MetricsFile> metrics_;
   std::optional<loom::telemetry::StragglerWindow> window_;

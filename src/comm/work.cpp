@@ -14,7 +14,13 @@ void detail::WorkState::complete(std::exception_ptr failure) {
     completing = true;
     callback = std::move(completed);
   }
-  if (callback) callback();
+  // A callback that throws must not leave the operation half complete: its waiters would hang.
+  if (callback) {
+    try {
+      callback();
+    } catch (...) {
+    }
+  }
   {
     const std::lock_guard lock(mutex);
     device_wait = nullptr;

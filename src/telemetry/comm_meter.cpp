@@ -70,8 +70,9 @@ namespace {
 
 class ObservedCommunicator : public comm::Communicator {
  public:
-  ObservedCommunicator(comm::Communicator& inner, TraceRecorder* trace, CommMeter* meter)
-      : inner_(inner), trace_(trace), meter_(meter) {}
+  ObservedCommunicator(comm::Communicator& inner, const std::shared_ptr<TraceRecorder>& trace,
+                       const std::shared_ptr<CommMeter>& meter)
+      : inner_(inner), trace_(trace), meter_(meter), has_trace_(trace != nullptr), has_meter_(meter != nullptr) {}
 
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
@@ -115,29 +116,34 @@ class ObservedCommunicator : public comm::Communicator {
   // its end event pass; the device ran it within that span).
   template <class Call>
   comm::Work observed(CollectiveKind kind, std::size_t bytes, const Call& call, const char* name = nullptr) {
-    const bool tracing = trace_ != nullptr && trace_->recording();
-    if (!tracing && meter_ == nullptr) return call();
+    std::shared_ptr<TraceRecorder> trace = has_trace_ ? trace_.lock() : nullptr;
+    const bool tracing = trace != nullptr && trace->recording();
+    if (!tracing && !has_meter_) return call();
+    const std::int64_t step = tracing ? trace->step() : 0;  // the step that made the call
     const auto start = CommMeter::Clock::now();
     comm::Work work = call();
     const char* label = name != nullptr ? name : collective_name(kind).data();
-    work.on_complete([trace = tracing ? trace_ : nullptr, meter = meter_, kind, label, bytes, start] {
+    work.on_complete([trace = tracing ? trace_ : std::weak_ptr<TraceRecorder>(), meter = meter_, kind, label, bytes,
+                      start, step] {
       const auto end = CommMeter::Clock::now();
       const auto size = static_cast<std::int64_t>(bytes);
-      if (meter != nullptr) meter->add(kind, size, start, end);
-      if (trace != nullptr) trace->host_span(label, "communication", TraceTrack::communication, start, end, size);
+      if (const auto m = meter.lock()) m->add(kind, size, start, end);
+      if (const auto t = trace.lock()) t->host_span(label, "communication", TraceTrack::communication, start, end, size, step);
     });
     return work;
   }
 
   comm::Communicator& inner_;
-  TraceRecorder* trace_;
-  CommMeter* meter_;
+  std::weak_ptr<TraceRecorder> trace_;
+  std::weak_ptr<CommMeter> meter_;
+  bool has_trace_, has_meter_;
 };
 
 }  // namespace
 
-std::unique_ptr<comm::Communicator> observed_communicator(comm::Communicator& inner, TraceRecorder* trace,
-                                                          CommMeter* meter) {
+std::unique_ptr<comm::Communicator> observed_communicator(comm::Communicator& inner,
+                                                          const std::shared_ptr<TraceRecorder>& trace,
+                                                          const std::shared_ptr<CommMeter>& meter) {
   return std::make_unique<ObservedCommunicator>(inner, trace, meter);
 }
 

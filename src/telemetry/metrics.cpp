@@ -154,7 +154,7 @@ std::string prometheus_text(const StepMetrics& m) {
               "category=\"" + std::string(to_string(static_cast<MemoryCategory>(c))) + "\"");
     }
   };
-  if (m.stragglers) {
+  if (m.stragglers && m.rank == 0) {  // every rank's window is the same: one file carries it
     e.family("loom_window_step_seconds", "gauge", "Each rank's average step time over the last straggler window.");
     for (const RankWindow& r : m.stragglers->ranks) e.value_of("loom_window_step_seconds", r.rank, r.step_seconds);
     e.family("loom_window_phase_seconds", "gauge", "Each rank's average seconds per phase over the last straggler window.");

@@ -77,9 +77,14 @@ PhaseSeconds PhaseTimer::read() const {
   return out;
 }
 
-// end() cannot fail here (the constructor began the phase); on unwinding the interval stays open.
+// On unwinding the interval stays open (the failed step's times are never read). Recording the end
+// can fail only with a device error, which the step's next CUDA call reports: a destructor must not.
 PhaseScope::~PhaseScope() {
-  if (std::uncaught_exceptions() == 0) timer_.end(phase_, stream_);
+  if (std::uncaught_exceptions() > exceptions_) return;
+  try {
+    timer_.end(phase_, stream_);
+  } catch (...) {
+  }
 }
 
 }  // namespace loom::telemetry

@@ -128,8 +128,8 @@ std::string report_markdown(const RunReport& report) {
        << " | " << (r.gpu ? fmt("%.0f", r.gpu->utilization_mean) + "%" : "-") << " | "
        << (r.gpu ? fmt("%.0f", r.gpu->utilization_p95) + "%" : "-") << " |\n";
   }
-  md << "\nPhases are milliseconds per step; memory is the allocator's peak (the CPU's, or NVML's on a GPU) "
-        "against what the rank may use.\n\n## The same job elsewhere (loom-plan)\n\n"
+  md << "\nPhases are milliseconds per step; memory is the CPU allocator's peak, or on a GPU the most NVML saw "
+        "in use, against what the rank may use.\n\n## The same job elsewhere (loom-plan)\n\n"
      << report.alternatives_basis << "\n\n| GPU | GPUs | layout | step ms | tokens/s | GPU-hours per 1B tokens |\n"
      << "| --- | ---: | --- | ---: | ---: | ---: |\n";
   for (const Alternative& a : report.alternatives) {

@@ -74,8 +74,11 @@ void TraceRecorder::begin_step(std::int64_t step, StreamRef stream) {
   if (!recording_) return;
   used_ = 0;
   open_.clear();
-  record(stream);  // the reference: the stream is idle here (the previous step ended synchronized)
-  anchor_ = Clock::now();
+  // The reference: the stream is idle here (the previous step ended synchronized), so it passes as
+  // it is recorded; its host time is taken as the middle of the two clock readings around it.
+  const Clock::time_point before = Clock::now();
+  record(stream);
+  anchor_ = before + (Clock::now() - before) / 2;
 }
 
 std::size_t TraceRecorder::begin(std::string name, const char* category, StreamRef stream) {
@@ -95,10 +98,10 @@ void TraceRecorder::end(std::size_t span, StreamRef stream) {
 }
 
 void TraceRecorder::host_span(std::string name, const char* category, TraceTrack track, Clock::time_point begin,
-                              Clock::time_point end, std::int64_t bytes) {
+                              Clock::time_point end, std::int64_t bytes, std::int64_t step) {
   const std::lock_guard lock(mutex_);
   done_.push_back({std::move(name), category, static_cast<int>(track), micros(begin),
-                   std::chrono::duration<double, std::micro>(end - begin).count(), bytes, step_});
+                   std::chrono::duration<double, std::micro>(end - begin).count(), bytes, step >= 0 ? step : step_.load()});
 }
 
 void TraceRecorder::end_step() {
@@ -111,7 +114,7 @@ void TraceRecorder::end_step() {
       if (span.stop == 0) continue;  // unwound by an exception: no end
       const double begin = anchor + 1e3 * static_cast<double>(events_[0].elapsed_ms(events_[span.start]));
       const double duration = 1e3 * static_cast<double>(events_[span.start].elapsed_ms(events_[span.stop]));
-      done_.push_back({span.name, span.category, static_cast<int>(TraceTrack::compute), begin, duration, -1, step_});
+      done_.push_back({span.name, span.category, static_cast<int>(TraceTrack::compute), begin, duration, -1, step_.load()});
     }
   }
   if (step_ >= options_.last_step) write();

@@ -123,7 +123,7 @@ Trainer::Trainer(model::Model& model, data::BatchSource& data, const TrainerOpti
   }
   // Every call of the data group is timed (the step's bandwidth), and traced while tracing.
   if (comm_ != nullptr) {
-    observed_data_ = telemetry::observed_communicator(*comm_, trace_.get(), &meter_);
+    observed_data_ = telemetry::observed_communicator(*comm_, trace_, meter_);
     comm_ = observed_data_.get();
   }
   // The synchronisation first: it lays the space out for the ranks the optimizer's state follows.
@@ -198,14 +198,12 @@ void Trainer::fail_job(const std::exception_ptr& error, const char* where) noexc
   }
 }
 
-Trainer::~Trainer() {
-  if (trace_hooks_) model_.remove_unit_hooks(*trace_hooks_);
-}
+Trainer::~Trainer() = default;
 
 // The recorder, and the units' forward and backward as spans through the model's unit hooks (each
 // unit's span opens before it and closes after it).
 void Trainer::start_trace() {
-  trace_ = std::make_unique<telemetry::TraceRecorder>(options_.trace, model_.device(),
+  trace_ = std::make_shared<telemetry::TraceRecorder>(options_.trace, model_.device(),
                                                       groups_.world != nullptr ? groups_.world->rank() : 0);
   const auto open = [this](const char* pass) {
     return [this, pass](std::size_t unit, StreamRef stream) {
@@ -227,7 +225,8 @@ void Trainer::start_trace() {
   hooks.after_forward = close;
   hooks.before_backward = open("backward");
   hooks.after_backward = close;
-  trace_hooks_ = model_.add_unit_hooks(std::move(hooks));
+  trace_hooks_.model = &model_;
+  trace_hooks_.id = model_.add_unit_hooks(std::move(hooks));
 }
 
 ddp::GradientReducer* Trainer::reducer() noexcept { return dynamic_cast<ddp::GradientReducer*>(sync_.get()); }
@@ -342,7 +341,7 @@ StepResult Trainer::step(StreamRef stream) {
   result.phases = timer_.read();
   if (trace_) trace_->end_step();
   result.stragglers = stragglers_.add(result.step, result.seconds, result.phases);
-  result.communication = meter_.take(comm_ != nullptr ? comm_->size() : 1);
+  result.communication = meter_->take(comm_ != nullptr ? comm_->size() : 1);
   if (host_memory) {
     const CpuMemoryStats memory = cpu_memory_stats();
     result.memory_live = memory.live_by_category;

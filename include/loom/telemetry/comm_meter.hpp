@@ -4,8 +4,11 @@
 // all-gather (n-1)/n of the whole buffer) over the time such calls were in flight (the union of
 // their intervals, so calls queued behind each other are not counted twice). Calls under 64 KiB
 // (the loss's mean, agreements) are counted but left out of the bandwidth: latency, not bandwidth.
-// The caller sets `predicted_seconds` from the topology's cost model; a ratio far below 1 is a
-// likely wrong path (the complaint of nccl#324, #1843, #2329).
+// The caller sets `predicted_seconds` from the topology's cost model; a ratio far below 1 points at
+// a wrong path (the complaint of nccl#324, #1843, #2329). The time is the host's, from the call to
+// the completion the backend reports: on a GPU that includes the wait for the compute stream (a
+// DDP bucket is called before its gradients exist on the device), so there the achieved figure is a
+// lower bound until the NCCL backend reports its kernels' own start.
 #pragma once
 
 #include <array>
@@ -61,7 +64,10 @@ class CommMeter {
 
 // A Communicator that forwards every call to `inner` (not owned) and reports it, from the call to
 // its completion, to `meter` (always, when given) and to `trace` (while it records, when given).
-std::unique_ptr<comm::Communicator> observed_communicator(comm::Communicator& inner, TraceRecorder* trace,
-                                                          CommMeter* meter);
+// Completions can come after the caller moved on (a ZeRO-3 gather the stream waited for on the
+// device): they hold the two weakly, and a meter or trace gone by then is skipped.
+std::unique_ptr<comm::Communicator> observed_communicator(comm::Communicator& inner,
+                                                          const std::shared_ptr<TraceRecorder>& trace,
+                                                          const std::shared_ptr<CommMeter>& meter);
 
 }  // namespace loom::telemetry

@@ -33,7 +33,8 @@ struct StepMetrics {
   std::optional<CategoryBytes> memory_live, memory_peak;  // where the allocator counts them
   std::int64_t memory_peak_total = 0;
   // The last straggler window: every rank's averages (the per-rank extremes), the ranks named,
-  // and how often each rank and phase has been named.
+  // and how often each rank and phase has been named (in Prometheus from rank 0 alone: every rank's
+  // window is the same, and one series per rank must come from one file).
   std::optional<StragglerWindow> stragglers;
   std::optional<GpuSample> gpu;  // this rank's GPU's latest NVML reading
   CommTotals communication;      // the step's collectives, achieved and predicted bandwidth

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <string_view>
 #include <vector>
 
@@ -80,7 +81,8 @@ class PhaseTimer {
 // step's times are never read.
 class PhaseScope {
  public:
-  PhaseScope(PhaseTimer& timer, Phase phase, StreamRef stream) : timer_(timer), phase_(phase), stream_(stream) {
+  PhaseScope(PhaseTimer& timer, Phase phase, StreamRef stream)
+      : timer_(timer), phase_(phase), stream_(stream), exceptions_(std::uncaught_exceptions()) {
     timer_.begin(phase_, stream_);
   }
   ~PhaseScope();
@@ -91,6 +93,7 @@ class PhaseScope {
   PhaseTimer& timer_;
   Phase phase_;
   StreamRef stream_;
+  int exceptions_;  // unwinding began since construction when there are more now
 };
 
 }  // namespace loom::telemetry

@@ -56,8 +56,11 @@ class TraceRecorder {
   std::size_t begin(std::string name, const char* category, StreamRef stream);
   void end(std::size_t span, StreamRef stream);
   // A span timed on the host, from any thread (communication completes on progress threads).
+  // `step`: the step it belongs to (the current one when -1; a collective passes the step that
+  // called it, since it may complete after the next began).
   void host_span(std::string name, const char* category, TraceTrack track, Clock::time_point begin,
-                 Clock::time_point end, std::int64_t bytes = -1);
+                 Clock::time_point end, std::int64_t bytes = -1, std::int64_t step = -1);
+  std::int64_t step() const noexcept { return step_.load(std::memory_order_relaxed); }
 
   std::string path() const;  // DIR/trace_rank<r>.json
   void write();              // the events so far (called by end_step at the range's end)
@@ -83,7 +86,7 @@ class TraceRecorder {
   int rank_;
   std::atomic<bool> recording_{false};  // read by the threads that make communication calls
   bool written_ = false;
-  std::int64_t step_ = 0;
+  std::atomic<std::int64_t> step_{0};
   Clock::time_point anchor_{};
   double clock_offset_us_ = 0;  // system clock minus steady clock, in microseconds
   std::vector<loom::Event> events_;  // a pool of timing events; [0] is the step's reference

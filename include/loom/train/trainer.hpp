@@ -214,10 +214,21 @@ class Trainer {
   ParallelGroups groups_;
   comm::Communicator* comm_;  // groups_.data, seen through observed_data_
   // Before sync_: the reducer's calls complete into the recorder until sync_ is gone.
-  std::unique_ptr<telemetry::TraceRecorder> trace_;
-  telemetry::CommMeter meter_;
+  // Shared with the observed communicator's completions, which may outlive a step (or the Trainer).
+  std::shared_ptr<telemetry::TraceRecorder> trace_;
+  std::shared_ptr<telemetry::CommMeter> meter_ = std::make_shared<telemetry::CommMeter>();
   std::unique_ptr<comm::Communicator> observed_data_;  // groups_.data seen through meter_ (and trace_)
-  std::optional<model::Model::HooksId> trace_hooks_;
+  // The trace's unit hooks, removed when this goes (also when the constructor throws after adding them).
+  struct HooksRegistration {
+    model::Model* model = nullptr;
+    std::optional<model::Model::HooksId> id;
+    HooksRegistration() = default;
+    HooksRegistration(const HooksRegistration&) = delete;
+    HooksRegistration& operator=(const HooksRegistration&) = delete;
+    ~HooksRegistration() {
+      if (id) model->remove_unit_hooks(*id);
+    }
+  } trace_hooks_;
   std::vector<std::pair<std::size_t, std::size_t>> unit_spans_;  // (unit, span) open in the trace
   std::unique_ptr<ddp::GradientSync> sync_;
   std::unique_ptr<optim::Optimizer> optimizer_;

@@ -1,5 +1,6 @@
 // Work::on_complete: the callback runs once, at once on a completed operation, and otherwise on
-// the thread that completes it, after waiters are released; a failure completes it too.
+// the thread that completes it, before waiters see it done; a failure completes it too, and a
+// callback that throws still completes the operation.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -31,4 +32,11 @@ TEST_CASE("Work::on_complete runs once, when the operation completes", "[comm]")
   CHECK(calls == 2);
   work.on_complete([&] { ++calls; });  // after completion: at once
   CHECK(calls == 3);
+
+  auto throwing = std::make_shared<loom::comm::detail::WorkState>();
+  const loom::comm::Work thrown(throwing);
+  thrown.on_complete([] { throw std::runtime_error("a broken tracer"); });
+  throwing->complete(nullptr);
+  CHECK(thrown.is_completed());
+  CHECK_NOTHROW(thrown.wait());
 }

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <memory>
 
 #include "loom/comm/in_process.hpp"
 #include "loom/core/tensor.hpp"
@@ -42,15 +43,15 @@ TEST_CASE("the meter adds the union of a kind's intervals and gives the bus band
 TEST_CASE("an observed communicator meters every call before wait() returns", "[telemetry]") {
   std::vector<loom::telemetry::CommTotals> totals(2);
   loom::comm::run_in_process(2, [&](loom::comm::Communicator& comm) {
-    CommMeter meter;
-    const auto observed = loom::telemetry::observed_communicator(comm, nullptr, &meter);
+    const auto meter = std::make_shared<CommMeter>();
+    const auto observed = loom::telemetry::observed_communicator(comm, nullptr, meter);
     CHECK(observed->size() == 2);
     const loom::Tensor t = loom::Tensor::full({1 << 16}, loom::DType::f32, 1.0);  // 256 KiB
     observed->all_reduce(t, t, loom::comm::ReduceOp::sum).wait();
     const loom::Tensor gathered = loom::Tensor::empty({2 << 16}, loom::DType::f32);
     observed->all_gather(t, gathered).wait();
     observed->barrier().wait();
-    totals[static_cast<std::size_t>(comm.rank())] = meter.take(comm.size());
+    totals[static_cast<std::size_t>(comm.rank())] = meter->take(comm.size());
   });
   for (const auto& t : totals) {
     CHECK(t[CollectiveKind::all_reduce].calls == 1);

@@ -2,6 +2,7 @@
 // rank's step fails at once with that rank's error instead of waiting out a 300 s timeout), and the
 // parallel groups it takes (what fits together, and the named errors for what does not).
 #include <catch2/catch.hpp>
+#include <omp.h>
 
 #include <chrono>
 #include <filesystem>
@@ -215,11 +216,14 @@ TEST_CASE("a rank slowed in backward is named with that phase within one window,
     std::vector<std::vector<loom::telemetry::StragglerWindow>> windows(3);
     loom::comm::run_in_process(3, [&](loom::comm::Communicator& comm) {
       const auto r = static_cast<std::size_t>(comm.rank());
-      loom::nn::GPT model({.vocab_size = 32, .context = 16, .layers = 2, .heads = 2, .channels = 64},
+      omp_set_num_threads(1);  // a thread per rank: the ranks share the cores as evenly as they can
+      // Phases of a few milliseconds, so that one preemption in a window of 10 steps moves their
+      // average by far less than the margin.
+      loom::nn::GPT model({.vocab_size = 32, .context = 32, .layers = 2, .heads = 2, .channels = 128},
                           loom::nn::Precision::fp32(), loom::Device::cpu());
-      // The test's delay: 4 ms after each unit's backward on rank 2, through the model's unit hooks.
+      // The test's delay: 10 ms after each unit's backward on rank 2, through the model's unit hooks.
       loom::model::UnitHooks delay;
-      delay.after_backward = [](std::size_t, loom::StreamRef) { std::this_thread::sleep_for(std::chrono::milliseconds(4)); };
+      delay.after_backward = [](std::size_t, loom::StreamRef) { std::this_thread::sleep_for(std::chrono::milliseconds(10)); };
       if (slowed && r == 2) model.add_unit_hooks(delay);
       loom::test::GlobalBatchSlice data(6, 2 * comm.rank(), 2);
       loom::train::TrainerOptions options;
