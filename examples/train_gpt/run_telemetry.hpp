@@ -27,9 +27,9 @@ class RunTelemetry {
   RunTelemetry(const RunConfig& config, const loom::Device& device, int rank, int local_rank,
                const loom::topo::Planner* planner);
 
-  // After every step: keeps the straggler window and adds the cost model's prediction to the
-  // step's communication; at a logged step, writes the files.
-  void step(loom::train::StepResult result, const loom::train::Trainer& trainer, bool logged,
+  // After every step: keeps the straggler window and the run's totals; at a logged step, writes
+  // the files, with the cost model's prediction beside the step's communication.
+  void step(const loom::train::StepResult& result, const loom::train::Trainer& trainer, bool logged,
             std::optional<double> mfu, std::optional<double> hfu);
   const std::string& sampling_line() const { return sampling_line_; }
   // "GPU (NVML device 0, NAME): utilisation mean 62% (p95 90%), ..." or empty without samples.

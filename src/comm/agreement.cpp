@@ -59,6 +59,14 @@ std::string broadcast_text(comm::Communicator& comm, const std::string& text, in
   return out;
 }
 
+std::vector<float> all_gather_values(comm::Communicator& comm, const std::vector<float>& mine) {
+  const auto n = static_cast<std::int64_t>(mine.size());
+  const Tensor input = Tensor::from_vector(mine, {n}).to(comm.device());
+  const Tensor output = Tensor::empty({n * comm.size()}, DType::f32, comm.device());
+  comm.all_gather(input, output).wait();
+  return output.to(Device::cpu()).to_vector<float>();
+}
+
 std::vector<std::string> all_gather_texts(comm::Communicator& comm, const std::string& mine) {
   auto gather = [&](const std::vector<std::int64_t>& words) {
     const auto n = static_cast<std::int64_t>(words.size());

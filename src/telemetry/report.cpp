@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "loom/core/tensor.hpp"
+#include "loom/comm/agreement.hpp"
 #include "loom/io/files.hpp"
 
 namespace loom::telemetry {
@@ -42,8 +42,7 @@ PhaseSeconds RunTotals::phases_mean() const {
 
 std::vector<RankSummary> gather_summaries(const RankSummary& mine, comm::Communicator* comm) {
   if (comm == nullptr || comm->size() == 1) return {mine};
-  // Doubles travel as pairs of f32 bit patterns would lose nothing, but the report needs no more
-  // than f32: seconds to 7 digits, bytes to 0.00001%.
+  // f32 is all the report needs: seconds to 7 digits, bytes to 0.00001%.
   std::vector<float> v(fields, 0.0f);
   std::size_t i = 0;
   v[i++] = static_cast<float>(mine.rank);
@@ -60,11 +59,7 @@ std::vector<RankSummary> gather_summaries(const RankSummary& mine, comm::Communi
     v[i++] = static_cast<float>(g.memory_total);
     v[i++] = static_cast<float>(g.power_mean_watts);
   }
-  const Device device = comm->device();
-  const Tensor input = Tensor::from_vector(v, {static_cast<std::int64_t>(fields)}).to(device);
-  const Tensor output = Tensor::empty({static_cast<std::int64_t>(fields) * comm->size()}, DType::f32, device);
-  comm->all_gather(input, output).wait();
-  const std::vector<float> all = output.to(Device::cpu()).to_vector<float>();
+  const std::vector<float> all = comm::all_gather_values(*comm, v);
   std::vector<RankSummary> out;
   for (int r = 0; r < comm->size(); ++r) {
     const float* f = all.data() + static_cast<std::size_t>(r) * fields;

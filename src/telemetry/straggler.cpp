@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "loom/core/error.hpp"
-#include "loom/core/tensor.hpp"
+#include "loom/comm/agreement.hpp"
 
 namespace loom::telemetry {
 
@@ -69,14 +69,7 @@ std::optional<StragglerWindow> StragglerDetector::add(std::int64_t step, double 
   std::vector<float> mine(fields);
   mine[0] = static_cast<float>(sum_.step_seconds / static_cast<double>(steps_));
   for (Phase p : all_phases) mine[1 + static_cast<std::size_t>(p)] = static_cast<float>(sum_.phases[p] / static_cast<double>(steps_));
-  std::vector<float> all = mine;
-  if (comm_ != nullptr && ranks > 1) {
-    const Device device = comm_->device();
-    const Tensor input = Tensor::from_vector(mine, {static_cast<std::int64_t>(fields)}).to(device);
-    const Tensor output = Tensor::empty({static_cast<std::int64_t>(ranks * fields)}, DType::f32, device);
-    comm_->all_gather(input, output).wait();
-    all = output.to(Device::cpu()).to_vector<float>();
-  }
+  const std::vector<float> all = comm_ != nullptr && ranks > 1 ? comm::all_gather_values(*comm_, mine) : mine;
   StragglerWindow window;
   window.last_step = step;
   window.steps = steps_;

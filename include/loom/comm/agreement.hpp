@@ -24,6 +24,8 @@ std::vector<std::int64_t> broadcast_values(comm::Communicator& comm, std::vector
 std::string broadcast_text(comm::Communicator& comm, const std::string& text, int root);
 // Every rank's text, in rank order.
 std::vector<std::string> all_gather_texts(comm::Communicator& comm, const std::string& mine);
+// Every rank's values, rank after rank; every rank passes the same number (telemetry's summaries).
+std::vector<float> all_gather_values(comm::Communicator& comm, const std::vector<float>& mine);
 
 // Tells every rank about the lowest rank whose `local` failure is set: that rank rethrows its
 // error; the others throw one of the same category naming it and its message, after `context`.
