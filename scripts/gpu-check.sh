@@ -5,7 +5,7 @@
 #   2 build         only the targets below, for this GPU's architecture, MPI off
 #   3 cuda-tests    the cuda test binary as one process (each case timed), NCCL timeout 60 s
 #   4 gemm          gemm_bench (loom vs cuBLASLt, time and result) in NN/TN/NT at the GPT-2 and square shapes
-#   5 train         train_bench GPT-2 124M bf16 at B = 8, MFU
+#   5 train         train_bench GPT-2 124M bf16 at B = 8, MFU; the telemetry's overhead on that step
 #   6 train_gpt     a short run of the example
 #   7 kernels/comm  attention_bench (composed, head-major, fused at GPT-2's shape), kernel_bench, train_bench
 #                   with fused attention (B = 8 picks stored) and at B = 16, one-GPU ddp_bench and allreduce_bench, alloc_bench, topology
@@ -109,7 +109,7 @@ if ! step build "${LOOM_GPU_BUILD_SECONDS:-420}" bash -c "$build_script"; then
   exit 1
 fi
 if [ -z "$gpu" ] && [ "${LOOM_GPU_CHECK_REHEARSE:-0}" != 1 ]; then
-  for name in cuda-tests smoke gemm train-b8 train_gpt attention kernels train-b8-fused train-b16 ddp allreduce alloc \
+  for name in cuda-tests smoke gemm train-b8 telemetry train_gpt attention kernels train-b8-fused train-b16 ddp allreduce alloc \
       topology memcheck; do
     skip "$name" "no GPU"
   done
@@ -138,6 +138,9 @@ gpt2=(--device cuda:0 --precision bf16 --layers 12 --heads 12 --channels 768 --c
 bench gemm 170 gemm_bench --device cuda:0 --repeats 20 --precisions tf32,bf16,fp16 --layouts NN,TN,NT \
   --shapes 4096,8192,8192x2304x768,8192x768x3072,8192x3072x768,768x768x8192
 bench train-b8 75 train_bench "${gpt2[@]}" --batch 8
+# The telemetry's cost on the step (issue 30: timers <= 1%, trace <= 2%), NVML the real one here.
+bench telemetry 90 train_bench --device cuda:0 --precision bf16 --layers 12 --heads 12 --channels 768 --context 1024 \
+  --vocab 50257 --batch 8 --steps 40 --warmup 3 --peak-shape 4096 --telemetry off,phases,trace,nvml
 
 # 6. The example, briefly.
 step train_gpt 60 "$build/examples/train_gpt/train_gpt" --device cuda:0 --precision bf16 --steps 300 --log-every 100
