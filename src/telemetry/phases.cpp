@@ -72,6 +72,12 @@ PhaseSeconds PhaseTimer::read() const {
   PhaseSeconds out = host_;
   for (const Interval& interval : intervals_) {
     require(interval.stop > interval.start, "PhaseTimer: phase ", phase_name(interval.phase), " was read while open");
+    // The step's work is done, but on the device's default stream (the default StreamRef, whose
+    // synchronize() is a no-op) the events recorded after its last kernel may still be pending:
+    // waiting for them is waiting for nothing but the events themselves (the H200 run's
+    // cudaErrorNotReady). On the CPU this does nothing.
+    events_[interval.start].synchronize();
+    events_[interval.stop].synchronize();
     out[interval.phase] += static_cast<double>(events_[interval.start].elapsed_ms(events_[interval.stop])) * 1e-3;
   }
   return out;

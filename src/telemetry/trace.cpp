@@ -108,10 +108,13 @@ void TraceRecorder::end_step() {
   if (!recording_) return;
   recording_ = false;
   const double anchor = micros(anchor_);
+  events_[0].synchronize();
   {
     const std::lock_guard lock(mutex_);
     for (const Open& span : open_) {
       if (span.stop == 0) continue;  // unwound by an exception: no end
+      events_[span.start].synchronize();  // pending events on a default stream (see PhaseTimer::read)
+      events_[span.stop].synchronize();
       const double begin = anchor + 1e3 * static_cast<double>(events_[0].elapsed_ms(events_[span.start]));
       const double duration = 1e3 * static_cast<double>(events_[span.start].elapsed_ms(events_[span.stop]));
       done_.push_back({span.name, span.category, static_cast<int>(TraceTrack::compute), begin, duration, -1, step_.load()});

@@ -50,8 +50,9 @@ class PhaseTimer {
   void end(Phase phase, StreamRef stream);  // closes the phase's open interval; an Error without one
   // Host time measured by the caller (the wait for data, a checkpoint's blocking time).
   void add_host_seconds(Phase phase, double seconds);
-  // The step's seconds per phase. Every interval must be closed and its stream synchronized since
-  // (the events are read, never waited for).
+  // The step's seconds per phase. Every interval must be closed, after the step's work is done: the
+  // events are waited for, which costs nothing but the events themselves (on a GPU's default stream
+  // they can still be pending after the last kernel).
   PhaseSeconds read() const;
   // Off, begin/end/add do nothing and read() gives zeros (train_bench measures the timers' cost).
   void set_enabled(bool enabled) noexcept { enabled_ = enabled; }
