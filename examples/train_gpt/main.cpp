@@ -349,7 +349,11 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
                  config.precision.c_str(), static_cast<long long>(r.step), peak / world.size());
       }
     }
-    telemetry.step(r, trainer, logged, mfu, hfu);
+    // Every rank's own link: each rank says it (once per collective kind).
+    for (const std::string& warning : telemetry.step(r, trainer, logged, mfu, hfu)) {
+      std::printf("warning at step %lld: %s\n", static_cast<long long>(r.step), warning.c_str());
+      std::fflush(stdout);
+    }
     if (logged) {
       log.line("step %5lld/%lld | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s", static_cast<long long>(r.step),
                static_cast<long long>(config.steps), r.loss, r.lr, r.grad_norm, r.seconds * 1e3, tokens_per_second);

@@ -53,33 +53,29 @@ RunTelemetry::RunTelemetry(const RunConfig& config, const loom::Device& device, 
                    std::to_string(config.gpu_sample_ms) + " ms";
 }
 
-void RunTelemetry::step(const loom::train::StepResult& result, const loom::train::Trainer& trainer, bool logged,
-                        std::optional<double> mfu, std::optional<double> hfu) {
+std::vector<std::string> RunTelemetry::step(const loom::train::StepResult& result, const loom::train::Trainer& trainer,
+                                            bool logged, std::optional<double> mfu, std::optional<double> hfu) {
   if (result.stragglers) window_ = result.stragglers;
   totals_.add(result.seconds, result.phases, result.memory_peak_total);
   tokens_ += result.tokens;
   seconds_ += result.seconds;
-  if (!logged || (!metrics_ && prometheus_.empty())) return;
+  // What the cost model predicts for the same calls, one at a time; every step, for the path check.
+  loom::telemetry::CommTotals communication = result.communication;
+  if (planner_ != nullptr) loom::telemetry::predict(communication, *planner_);
+  std::vector<std::string> warnings;
+  for (const loom::telemetry::PathFinding& f : path_check_.add(communication)) {
+    warnings.push_back(loom::telemetry::describe(f, rank_));
+  }
+  if (!logged || (!metrics_ && prometheus_.empty())) return warnings;
   loom::telemetry::StepMetrics m = loom::train::step_metrics(result, trainer, rank_);
   m.mfu = mfu;
   m.hfu = hfu;
   m.stragglers = window_;
+  m.communication = communication;
   if (sampler_) m.gpu = sampler_->latest();
-  if (planner_ != nullptr) {  // what the cost model predicts for the same calls, one at a time
-    using loom::telemetry::CollectiveKind;
-    const std::pair<CollectiveKind, loom::topo::Collective> kinds[] = {
-        {CollectiveKind::all_reduce, loom::topo::Collective::all_reduce},
-        {CollectiveKind::reduce_scatter, loom::topo::Collective::reduce_scatter},
-        {CollectiveKind::all_gather, loom::topo::Collective::all_gather}};
-    for (const auto& [kind, collective] : kinds) {
-      loom::telemetry::CollectiveTotals& t = m.communication[kind];
-      if (t.measured_calls == 0) continue;
-      const std::int64_t per_call = t.bytes / t.measured_calls;
-      t.predicted_seconds = static_cast<double>(t.measured_calls) * planner_->choose(collective, per_call).prediction.seconds;
-    }
-  }
   if (metrics_) metrics_->write(m);
   if (!prometheus_.empty()) loom::telemetry::write_prometheus_file(prometheus_, m);
+  return warnings;
 }
 
 std::string RunTelemetry::gpu_summary() const {

@@ -7,12 +7,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "loom/core/device.hpp"
 #include "loom/telemetry/metrics.hpp"
 #include "loom/plan/plan.hpp"
 #include "loom/topo/planner.hpp"
 #include "loom/telemetry/nvml.hpp"
+#include "loom/telemetry/path_check.hpp"
 #include "loom/telemetry/report.hpp"
 #include "loom/train/trainer.hpp"
 #include "run_config.hpp"
@@ -27,9 +29,11 @@ class RunTelemetry {
   RunTelemetry(const RunConfig& config, const loom::Device& device, int rank, int local_rank,
                const loom::topo::Planner* planner);
 
-  // After every step: keeps the straggler window and the run's totals; at a logged step, writes
-  // the files, with the cost model's prediction beside the step's communication.
-  void step(const loom::train::StepResult& result, const loom::train::Trainer& trainer, bool logged,
+  // After every step: keeps the straggler window and the run's totals, and checks the achieved
+  // bandwidth against the cost model's (path_check.hpp); at a logged step, writes the files, with
+  // the prediction beside the step's communication. Returns this rank's warnings to print (a
+  // likely wrong path, once per collective kind).
+  std::vector<std::string> step(const loom::train::StepResult& result, const loom::train::Trainer& trainer, bool logged,
             std::optional<double> mfu, std::optional<double> hfu);
   const std::string& sampling_line() const { return sampling_line_; }
   // "GPU (NVML device 0, NAME): utilisation mean 62% (p95 90%), ..." or empty without samples.
@@ -51,6 +55,7 @@ class RunTelemetry {
   std::optional<loom::telemetry::MetricsFile> metrics_;
   std::optional<loom::telemetry::StragglerWindow> window_;
   loom::telemetry::RunTotals totals_;
+  loom::telemetry::PathCheck path_check_;
   std::int64_t tokens_ = 0;
   double seconds_ = 0;
   std::unique_ptr<loom::telemetry::GpuSampler> sampler_;

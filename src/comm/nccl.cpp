@@ -351,8 +351,9 @@ class NcclCommunicator : public Communicator {
       spare_events_.pop_back();
       return event;
     }
+    // With timing: the watcher reads each call's device time from its two events.
     cudaEvent_t event = nullptr;
-    check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    check(cudaEventCreateWithFlags(&event, cudaEventDefault), "cudaEventCreateWithFlags");
     return event;
   }
 
@@ -369,6 +370,12 @@ class NcclCommunicator : public Communicator {
       const cudaError_t state = cudaEventQuery(head.done);
       if (state == cudaSuccess) {
         pause = std::chrono::microseconds(10);
+        // The device time, for the telemetry's achieved bandwidth (the host sees the end late, by
+        // up to one poll pause). Both events have passed: `started` precedes `done` on the stream.
+        float milliseconds = 0;
+        if (cudaEventElapsedTime(&milliseconds, head.started, head.done) == cudaSuccess) {
+          head.work->device_seconds = milliseconds / 1e3;
+        }
         spare_events_.push_back(head.started);
         spare_events_.push_back(head.done);
         std::shared_ptr<detail::WorkState> work = std::move(head.work);

@@ -7,38 +7,41 @@
 namespace loom::comm {
 
 void detail::WorkState::complete(std::exception_ptr failure) {
-  std::function<void()> callback;
+  std::function<void(const Completion&)> callback;
   {
     const std::lock_guard lock(mutex);
     if (completing) return;
     completing = true;
     callback = std::move(completed);
+    error = std::move(failure);  // waiters read it only once done is set; late callbacks at once
   }
   // A callback that throws must not leave the operation half complete: its waiters would hang.
   if (callback) {
     try {
-      callback();
+      callback(Completion{error == nullptr, device_seconds});
     } catch (...) {
     }
   }
   {
     const std::lock_guard lock(mutex);
     device_wait = nullptr;
-    error = std::move(failure);
     done.store(true, std::memory_order_release);
   }
   done_changed.notify_all();
 }
 
-void Work::on_complete(std::function<void()> callback) const {
+void Work::on_complete(std::function<void(const Completion&)> callback) const {
+  Completion completion;  // a default Work: done, successfully, with no device time
   if (state_) {
-    std::unique_lock lock(state_->mutex);
+    const std::lock_guard lock(state_->mutex);
     if (!state_->completing) {
       state_->completed = std::move(callback);
       return;
     }
+    // Done, or being completed: complete() set the error, and the backend the device time, first.
+    completion = Completion{state_->error == nullptr, state_->device_seconds};
   }
-  callback();
+  callback(completion);
 }
 
 bool Work::is_completed() const { return !state_ || state_->done.load(std::memory_order_acquire); }
@@ -84,7 +87,7 @@ void Work::wait_on(StreamRef stream) const {
 std::exception_ptr Work::error() const {
   if (!state_) return nullptr;
   const std::lock_guard lock(state_->mutex);
-  return state_->error;
+  return state_->done.load(std::memory_order_relaxed) ? state_->error : nullptr;
 }
 
 }  // namespace loom::comm

@@ -44,13 +44,19 @@ std::optional<double> CommTotals::predicted_bus_bytes_per_second(CollectiveKind 
   return static_cast<double>(t.bytes) * bus_factor(kind, ranks) / *t.predicted_seconds;
 }
 
-void CommMeter::add(CollectiveKind kind, std::int64_t bytes, Clock::time_point start, Clock::time_point end) {
+void CommMeter::add(CollectiveKind kind, std::int64_t bytes, Clock::time_point start, Clock::time_point end,
+                    std::optional<double> device_seconds) {
   const std::lock_guard lock(mutex_);
   CollectiveTotals& t = totals_[kind];
   ++t.calls;
   if (bytes < bandwidth_min_bytes) return;
   ++t.measured_calls;
   t.bytes += bytes;
+  if (device_seconds) {  // one communication stream runs its calls one after another: they add up
+    ++t.device_timed_calls;
+    t.seconds += *device_seconds;
+    return;
+  }
   // The union of the intervals: a call queued behind the previous one counts from where that ended.
   Clock::time_point& busy = busy_until_[static_cast<std::size_t>(kind)];
   const Clock::time_point from = std::max(start, busy);
@@ -124,10 +130,11 @@ class ObservedCommunicator : public comm::Communicator {
     comm::Work work = call();
     const char* label = name != nullptr ? name : collective_name(kind).data();
     work.on_complete([trace = tracing ? trace_ : std::weak_ptr<TraceRecorder>(), meter = meter_, kind, label, bytes,
-                      start, step] {
+                      start, step](const comm::Completion& completion) {
       const auto end = CommMeter::Clock::now();
       const auto size = static_cast<std::int64_t>(bytes);
-      if (const auto m = meter.lock()) m->add(kind, size, start, end);
+      // A failed call moved nothing worth a bandwidth; its span still shows in the trace.
+      if (const auto m = meter.lock(); m && completion.succeeded) m->add(kind, size, start, end, completion.device_seconds);
       if (const auto t = trace.lock()) t->host_span(label, "communication", TraceTrack::communication, start, end, size, step);
     });
     return work;

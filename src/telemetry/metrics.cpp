@@ -94,7 +94,9 @@ std::string json_line(const StepMetrics& m) {
     const CollectiveTotals& t = m.communication[kind];
     if (t.calls == 0) continue;
     nlohmann::json entry = {{"calls", t.calls}, {"measured_calls", t.measured_calls}, {"bytes", t.bytes},
-                            {"seconds", t.seconds}, {"bus_bytes_per_second", m.communication.bus_bytes_per_second(kind)}};
+                            {"seconds", t.seconds}, {"bus_bytes_per_second", m.communication.bus_bytes_per_second(kind)},
+                            // device: the backend's events timed every measured call; host: call to completion
+                            {"timed_on", t.measured_calls > 0 && t.device_timed_calls == t.measured_calls ? "device" : "host"}};
     if (const auto predicted = m.communication.predicted_bus_bytes_per_second(kind)) {
       entry["predicted_bus_bytes_per_second"] = *predicted;
       entry["achieved_over_predicted"] = m.communication.bus_bytes_per_second(kind) / *predicted;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "loom/comm/nccl.hpp"
@@ -104,6 +105,38 @@ TEST_CASE("an NCCL call behind a hung kernel on the caller's stream times out, a
     comm.reset();  // released: the aborted call's kernel exits and all is freed; not: left allocated
     CHECK(std::chrono::duration<double>(Clock::now() - teardown).count() < 3.0);
   }
+}
+
+TEST_CASE("NCCL calls report their device time, without the wait for the caller's stream", "[cuda][comm]") {
+  using Clock = std::chrono::steady_clock;
+  auto comm = loom::comm::make_nccl_communicator(loom::comm::make_nccl_id(), 0, 1, Device::cuda(0));
+  const loom::Stream stream(Device::cuda(0));
+  const auto native = static_cast<cudaStream_t>(stream.native_handle());
+  const std::int64_t n = 16 << 20;  // 64 MiB: one rank's all-reduce is a device copy, well under 50 ms
+  const Tensor in = Tensor::full({n}, DType::f32, 2, Device::cuda(0));
+  const Tensor out = Tensor::zeros({n}, DType::f32, Device::cuda(0));
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  auto* release = new std::atomic<bool>(false);  // leaked on purpose, as above
+  REQUIRE(cudaLaunchHostFunc(native, block_until_released, release) == cudaSuccess);
+  const auto start = Clock::now();
+  const loom::comm::Work work = comm->all_reduce(in, out, ReduceOp::sum, stream);
+  std::optional<loom::comm::Completion> completion;
+  Clock::time_point completed;
+  work.on_complete([&](const loom::comm::Completion& c) {
+    completion = c;
+    completed = Clock::now();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the caller's stream holds the call back
+  *release = true;
+  work.wait();
+  REQUIRE(completion.has_value());
+  CHECK(completion->succeeded);
+  const double host_span = std::chrono::duration<double>(completed - start).count();
+  CHECK(host_span >= 0.3);
+  REQUIRE(completion->device_seconds.has_value());
+  CHECK(*completion->device_seconds > 0);
+  CHECK(*completion->device_seconds < 0.05);
+  CHECK(out.to_vector<float>().back() == 2.0f);
 }
 
 TEST_CASE("the NCCL communicator rejects tensors on another device", "[cuda][comm]") {

@@ -9,11 +9,23 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "loom/core/stream.hpp"
 
 namespace loom::comm {
+
+// What an operation reports, once complete, to an on_complete callback.
+struct Completion {
+  bool succeeded = true;
+  // How long the operation ran on the device: from when its turn on the communication stream came
+  // (the caller's stream had reached the call and the calls before it were done) to its end, as
+  // the GPU backend's events measured it. It includes any wait for a peer that called late. Empty
+  // where the backend measures no device time (the CPU backends: there the host's span is the
+  // operation's own).
+  std::optional<double> device_seconds;
+};
 
 namespace detail {
 struct WorkState {
@@ -31,8 +43,10 @@ struct WorkState {
   std::function<void(StreamRef)> device_wait;
   // Called once by complete(), on the completing thread, before waiters see the operation done
   // (a meter's or a tracer's: what they record is in place when wait() returns).
-  std::function<void()> completed;
-  bool completing = false;  // complete() has begun (under mutex)
+  std::function<void(const Completion&)> completed;
+  bool completing = false;
+  // Set by a GPU backend before complete(): the operation's time on the device.
+  std::optional<double> device_seconds;  // complete() has begun (under mutex)
   // The first completion wins: a call failed by a watchdog stays failed when it returns later.
   void complete(std::exception_ptr failure);
 };
@@ -47,7 +61,7 @@ class Work {
   // Runs callback once the operation is done (success or failure): at once, here, when it already
   // is (or is being completed), else on the thread that completes it, before wait() returns. One
   // callback per operation; it must not throw.
-  void on_complete(std::function<void()> callback) const;
+  void on_complete(std::function<void(const Completion&)> callback) const;
   // Blocks until the operation is done and rethrows its error. A timeout Error names the operation
   // when it is not done within `timeout` (the operation itself keeps its own deadline).
   void wait(std::chrono::milliseconds timeout = std::chrono::milliseconds::max()) const;

@@ -5,10 +5,10 @@
 // their intervals, so calls queued behind each other are not counted twice). Calls under 64 KiB
 // (the loss's mean, agreements) are counted but left out of the bandwidth: latency, not bandwidth.
 // The caller sets `predicted_seconds` from the topology's cost model; a ratio far below 1 points at
-// a wrong path (the complaint of nccl#324, #1843, #2329). The time is the host's, from the call to
-// the completion the backend reports: on a GPU that includes the wait for the compute stream (a
-// DDP bucket is called before its gradients exist on the device), so there the achieved figure is a
-// lower bound until the NCCL backend reports its kernels' own start.
+// a wrong path (the complaint of nccl#324, #1843, #2329; PathCheck, path_check.hpp, says so).
+// The time is the device's where the backend measures it (NCCL: the call's events on its stream,
+// from its turn to its end; comm::Completion), else the host's, from the call to the completion
+// the backend reports, which on the CPU includes the scheduling of busy cores.
 #pragma once
 
 #include <array>
@@ -34,7 +34,8 @@ struct CollectiveTotals {
   std::int64_t calls = 0;
   std::int64_t bytes = 0;          // of the calls of at least bandwidth_min_bytes
   std::int64_t measured_calls = 0; // those calls
-  double seconds = 0;              // their time in flight (union of intervals)
+  std::int64_t device_timed_calls = 0;  // of those, the ones the backend timed on the device
+  double seconds = 0;              // their time: the device's, or the host's in flight (union of intervals)
   std::optional<double> predicted_seconds;  // the cost model's for the same calls, when the caller knows
 };
 
@@ -52,7 +53,10 @@ struct CommTotals {
 class CommMeter {
  public:
   using Clock = std::chrono::steady_clock;
-  void add(CollectiveKind kind, std::int64_t bytes, Clock::time_point start, Clock::time_point end);
+  // A completed call: its host span, and its device time where the backend measured one (then
+  // that is its time).
+  void add(CollectiveKind kind, std::int64_t bytes, Clock::time_point start, Clock::time_point end,
+           std::optional<double> device_seconds = std::nullopt);
   // The totals since the last take, and a fresh start.
   CommTotals take(int ranks);
 

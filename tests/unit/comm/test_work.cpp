@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -12,13 +13,13 @@
 
 TEST_CASE("Work::on_complete runs once, when the operation completes", "[comm]") {
   int calls = 0;
-  loom::comm::Work().on_complete([&] { ++calls; });  // a default Work is complete: at once
+  loom::comm::Work().on_complete([&](const loom::comm::Completion&) { ++calls; });  // a default Work is complete: at once
   CHECK(calls == 1);
 
   auto state = std::make_shared<loom::comm::detail::WorkState>();
   const loom::comm::Work work(state);
   std::atomic<std::thread::id> ran_on{};
-  work.on_complete([&] {
+  work.on_complete([&](const loom::comm::Completion&) {
     ++calls;
     ran_on = std::this_thread::get_id();
   });
@@ -30,13 +31,46 @@ TEST_CASE("Work::on_complete runs once, when the operation completes", "[comm]")
   CHECK_THROWS_WITH(work.wait(), "broken");
   state->complete(nullptr);  // a second completion changes nothing and calls nothing
   CHECK(calls == 2);
-  work.on_complete([&] { ++calls; });  // after completion: at once
+  work.on_complete([&](const loom::comm::Completion&) { ++calls; });  // after completion: at once
   CHECK(calls == 3);
 
   auto throwing = std::make_shared<loom::comm::detail::WorkState>();
   const loom::comm::Work thrown(throwing);
-  thrown.on_complete([] { throw std::runtime_error("a broken tracer"); });
+  thrown.on_complete([](const loom::comm::Completion&) { throw std::runtime_error("a broken tracer"); });
   throwing->complete(nullptr);
   CHECK(thrown.is_completed());
   CHECK_NOTHROW(thrown.wait());
+}
+
+TEST_CASE("Work::on_complete reports success and the backend's device time", "[comm]") {
+  using loom::comm::Completion;
+  std::optional<Completion> seen;
+  loom::comm::Work().on_complete([&](const Completion& c) { seen = c; });
+  REQUIRE(seen);
+  CHECK(seen->succeeded);
+  CHECK_FALSE(seen->device_seconds);  // nothing ran on a device
+
+  auto timed = std::make_shared<loom::comm::detail::WorkState>();
+  const loom::comm::Work work(timed);
+  seen.reset();
+  work.on_complete([&](const Completion& c) { seen = c; });
+  timed->device_seconds = 0.25;  // what a GPU backend sets before completing
+  timed->complete(nullptr);
+  REQUIRE(seen);
+  CHECK(seen->succeeded);
+  CHECK(seen->device_seconds == 0.25);
+  seen.reset();
+  work.on_complete([&](const Completion& c) { seen = c; });  // late: the same report
+  REQUIRE(seen);
+  CHECK(seen->device_seconds == 0.25);
+
+  auto failed = std::make_shared<loom::comm::detail::WorkState>();
+  const loom::comm::Work broken(failed);
+  CHECK(broken.error() == nullptr);
+  failed->complete(std::make_exception_ptr(std::runtime_error("peer gone")));
+  seen.reset();
+  broken.on_complete([&](const Completion& c) { seen = c; });
+  REQUIRE(seen);
+  CHECK_FALSE(seen->succeeded);
+  CHECK(broken.error() != nullptr);
 }

@@ -61,3 +61,19 @@ TEST_CASE("an observed communicator meters every call before wait() returns", "[
     CHECK(t.bus_bytes_per_second(CollectiveKind::all_reduce) > 0);
   }
 }
+
+TEST_CASE("a device-timed call counts its device time, not its host span", "[telemetry]") {
+  CommMeter meter;
+  const auto t0 = CommMeter::Clock::now();
+  const auto ms = [&](int n) { return t0 + std::chrono::milliseconds(n); };
+  // Called at 0 behind 40 ms of compute, seen done at 50 ms; it ran 4 ms on the device. The next
+  // overlaps it on the host, but one communication stream runs them one after the other: 4 + 6 ms.
+  meter.add(CollectiveKind::reduce_scatter, 8 << 20, ms(0), ms(50), 0.004);
+  meter.add(CollectiveKind::reduce_scatter, 8 << 20, ms(10), ms(55), 0.006);
+  const loom::telemetry::CommTotals totals = meter.take(2);
+  const auto& rs = totals[CollectiveKind::reduce_scatter];
+  CHECK(rs.measured_calls == 2);
+  CHECK(rs.device_timed_calls == 2);
+  CHECK(rs.seconds == Approx(0.010));
+  CHECK(totals.bus_bytes_per_second(CollectiveKind::reduce_scatter) == Approx((16 << 20) * 0.5 / 0.010));
+}
