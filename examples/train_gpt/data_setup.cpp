@@ -15,15 +15,6 @@ namespace train_gpt {
 
 namespace {
 
-std::vector<std::string> split(const std::string& list) {
-  std::vector<std::string> parts;
-  std::stringstream in(list);
-  for (std::string part; std::getline(in, part, ',');) {
-    if (!part.empty()) parts.push_back(part);
-  }
-  return parts;
-}
-
 constexpr std::uint64_t held_out_seed_offset = 0x5eed0fe1a1ull;
 
 // Exact-match accuracy of greedy answers on 200 problems from the evaluation stream, and a few of
@@ -79,12 +70,34 @@ RunData::RunData(const RunConfig& config, loom::data::Partition partition) : con
     held_out_ = std::make_unique<loom::data::AdditionTask>(
         loom::data::AdditionTaskOptions{.digits = config.digits, .seed = config.seed + held_out_seed_offset},
         config.batch, steps);
+  } else if (config.data.starts_with("shards:")) {
+    // Streamed: the shards stay on disk (mapped); the last 10% of the windows, in file order, are
+    // held out (at least one), read in order.
+    shards_ = std::make_unique<loom::data::ShardSet>(loom::data::expand_shard_paths(config.data.substr(7)));
+    const std::int64_t windows = shards_->windows(steps);
+    loom::require(windows >= 2, "--data ", config.data, " holds ", shards_->tokens(), " tokens in ", shards_->shards(),
+                  " shards, ", windows, " windows of ", steps + 1, " tokens; training and a held-out evaluation need "
+                  "2 at least: use more data or a shorter --seq-len");
+    const std::int64_t held = std::max<std::int64_t>(1, windows / 10);
+    loom::data::ShardBatchesOptions options{.batch = config.batch, .steps = steps, .vocab_size = config.model.vocab_size,
+                                            .order = config.data_order == "sequential"
+                                                         ? loom::data::WindowOrder::sequential
+                                                         : loom::data::WindowOrder::shuffled,
+                                            .seed = config.seed, .first_window = 0, .last_window = windows - held};
+    train = std::make_unique<loom::data::ShardBatches>(*shards_, options, partition);
+    options.order = loom::data::WindowOrder::sequential;
+    options.first_window = windows - held;
+    options.last_window = windows;
+    held_out_ = std::make_unique<loom::data::ShardBatches>(*shards_, options);
+    description_ = "data: " + std::to_string(shards_->shards()) + " llm.c shards (" +
+                   std::to_string(shards_->tokens()) + " tokens, mapped), " + std::to_string(windows - held) +
+                   " windows of " + std::to_string(steps + 1) + " tokens to train on, " + config.data_order +
+                   (config.data_order == "shuffled" ? " per epoch" : "") + ", " + std::to_string(held) +
+                   " held out; " + std::to_string(config.prefetch) + " batches prefetched";
   } else {
-    const bool text = config.data.starts_with("text:"), shards = config.data.starts_with("shards:");
-    loom::require(text || shards, "--data must be addition, text:PATH or shards:PATH[,PATH...], got '", config.data,
-                  "'");
-    std::vector<std::int32_t> tokens =
-        text ? loom::data::read_text_tokens(config.data.substr(5)) : loom::data::read_shard_tokens(split(config.data.substr(7)));
+    loom::require(config.data.starts_with("text:"), "--data must be addition, text:PATH or shards:GLOB[,GLOB...], got '",
+                  config.data, "'");
+    std::vector<std::int32_t> tokens = loom::data::read_text_tokens(config.data.substr(5));
     // The last 10% is held out (at least one window), so the data needs two windows at least.
     const auto needed = static_cast<std::size_t>(2 * (steps + 1));
     loom::require(tokens.size() >= needed, "--data ", config.data, " holds ", tokens.size(), " tokens; sequences of ",
@@ -94,11 +107,10 @@ RunData::RunData(const RunConfig& config, loom::data::Partition partition) : con
                                      tokens.size() * 9 / 10);
     std::vector<std::int32_t> held(tokens.begin() + static_cast<std::ptrdiff_t>(cut), tokens.end());
     tokens.resize(cut);
-    const std::int64_t vocab = text ? 256 : config.model.vocab_size;
-    train = std::make_unique<loom::data::TokenBatches>(std::move(tokens), vocab, config.batch, steps, partition);
-    held_out_ = std::make_unique<loom::data::TokenBatches>(std::move(held), vocab, config.batch, steps);
+    train = std::make_unique<loom::data::TokenBatches>(std::move(tokens), 256, config.batch, steps, partition);
+    held_out_ = std::make_unique<loom::data::TokenBatches>(std::move(held), 256, config.batch, steps);
   }
-  train_ = std::make_unique<loom::data::Prefetcher>(std::move(train));
+  train_ = std::make_unique<loom::data::Prefetcher>(std::move(train), config.prefetch);
 }
 
 Evaluation RunData::evaluate(loom::nn::GPT& model, bool with_sample) {

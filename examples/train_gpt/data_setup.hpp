@@ -5,6 +5,8 @@
 #include <string>
 
 #include "loom/data/batch_source.hpp"
+#include "loom/data/prefetcher.hpp"
+#include "loom/data/shard_stream.hpp"
 #include "loom/nn/gpt.hpp"
 #include "run_config.hpp"
 
@@ -22,12 +24,20 @@ class RunData {
   // partition: this rank's share of the training data (every rank evaluates on the same held-out data).
   RunData(const RunConfig& config, loom::data::Partition partition);
   loom::data::BatchSource& train() { return *train_; }
+  // Whether the loader keeps up: the batches the steps waited for since the last call.
+  loom::data::LoaderStats take_loader_stats() { return train_->take_stats(); }
+  // "data: 3 llm.c shards (12.0M tokens, mapped), 11718 windows of 1025 tokens, shuffled per epoch; 1302 held out"
+  // or empty for the other sources.
+  const std::string& description() const { return description_; }
   // Held-out loss over config.eval_batches batches, the task metric and a sample.
   Evaluation evaluate(loom::nn::GPT& model, bool with_sample);
 
  private:
   RunConfig config_;
-  std::unique_ptr<loom::data::BatchSource> train_, held_out_;
+  std::unique_ptr<loom::data::ShardSet> shards_;  // mapped for the run (streaming sources read it)
+  std::unique_ptr<loom::data::Prefetcher> train_;
+  std::unique_ptr<loom::data::BatchSource> held_out_;
+  std::string description_;
   std::int64_t steps_ = 0;
 };
 

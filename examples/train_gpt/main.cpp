@@ -260,6 +260,7 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
   if (!batch_line.empty()) log.line("%s\n", batch_line.c_str());
   log.line("%s\n", train_gpt::plan_line(planned).c_str());
   log.line("training: %s\n", loom::train::describe(options).c_str());
+  if (!data.description().empty()) log.line("%s\n", data.description().c_str());
   if (dp.mesh) log.line("%s\n", dp.mesh->describe().c_str());
   if (dp.comm) {
     log.line("data-parallel: %d ranks (%s), %lld sequences per step (%lld per rank x %lld micro-batches), %d gradient "
@@ -326,9 +327,13 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
   log.line("%s\n", telemetry.sampling_line().c_str());
   const loom::train::StopRequests stops(config.time_limit);
   bool mfu_warned = false;
+  double interval_seconds = 0;  // the steps' time since the last logged step
   while (trainer.steps_done() < config.steps) {
     if (device.is_cpu()) loom::reset_cpu_memory_peak();  // (this process's: the step line gives this step's peak)
     const loom::train::StepResult r = trainer.step();
+    // The first batch is always waited for (the loader starts with it): judge the loader after it.
+    if (r.step == first_step + 1) data.take_loader_stats();
+    interval_seconds += r.seconds;
     if (r.stragglers) {
       for (const loom::telemetry::StragglerFinding& f : r.stragglers->findings) {
         log.line("straggler at step %lld: %s\n", static_cast<long long>(r.step), loom::telemetry::describe(f).c_str());
@@ -364,7 +369,16 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
                  std::string(loom::to_string(category)).c_str(), static_cast<double>(bytes) / (1 << 20));
       }
       if (r.skipped) log.line(" | skipped (non-finite gradient; loss scale %g)", trainer.loss_scaler().scale());
-      log.line("\n");
+      log.line(" | data %.2f ms\n", 1e3 * r.phases[loom::telemetry::Phase::data]);
+      // A loader that falls behind costs the GPUs more than 1% of the time: say so, with the figures.
+      const loom::data::LoaderStats loader = data.take_loader_stats();
+      if (loader.waited > 0 && loader.wait_seconds > 0.01 * interval_seconds) {
+        log.line("data: the loader fell behind: the steps waited for %lld of the last %lld batches, %.1f ms in all "
+                 "(%.1f%% of their time); raise --prefetch (%d), or move the data to faster storage\n",
+                 static_cast<long long>(loader.waited), static_cast<long long>(loader.batches), 1e3 * loader.wait_seconds,
+                 100 * loader.wait_seconds / interval_seconds, config.prefetch);
+      }
+      interval_seconds = 0;
     }
     // The loss and the skip count are the same on every rank, so they all decide alike.
     const std::int64_t run_steps = trainer.steps_done() - first_step;

@@ -84,7 +84,11 @@ void RunConfig::add_to(CLI::App& app) {
   app.add_option("--momentum", momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0));
   app.add_option("--max-grad-norm", max_grad_norm, "clip gradients to this global norm (0: off)")
       ->check(non_negative);
-  app.add_option("--data", data, "addition (built-in task), text:PATH (bytes of a file) or shards:P1,P2 (llm.c)");
+  app.add_option("--data", data, "addition (built-in task), text:PATH (bytes of a file) or shards:GLOB[,GLOB...] "
+                 "(llm.c token shards, streamed from memory maps; the last 10% of the windows held out)");
+  app.add_option("--data-order", data_order, "shards: windows shuffled per epoch from --seed, or sequential")
+      ->check(CLI::IsMember({"shuffled", "sequential"}));
+  app.add_option("--prefetch", prefetch, "batches the background loader keeps ready")->check(CLI::Range(1, 64));
   app.add_option("--digits", digits, "digits per operand of the addition task")->check(CLI::Range(1, 9));
   app.add_option("--seed", seed, "seed of the initialisation and the data stream");
   app.add_option("--eval-every", eval_every, "evaluate every N steps (0: only at the end)")

@@ -31,7 +31,9 @@ struct RunConfig {
   std::string optimizer = "adamw";
   float momentum = 0.9f;
   float max_grad_norm = 1.0f;
-  std::string data = "addition";  // addition | text:PATH | shards:PATH[,PATH...]
+  std::string data = "addition";  // addition | text:PATH | shards:PATH-OR-GLOB[,...]
+  std::string data_order = "shuffled";  // shards: windows shuffled per epoch, or sequential
+  int prefetch = 2;                     // batches the loader keeps ready
   int digits = 2;
   std::uint64_t seed = 1;
   std::int64_t eval_every = 500;

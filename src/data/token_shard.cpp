@@ -13,11 +13,12 @@ namespace {
 constexpr std::size_t header_ints = 256;
 }
 
-std::vector<std::uint16_t> parse_token_shard(std::string_view bytes, const std::string& name) {
+std::int64_t check_token_shard(std::string_view bytes, std::int64_t file_bytes, const std::string& name) {
   std::array<std::int32_t, header_ints> header{};
-  const std::size_t size = bytes.size();
-  if (size < sizeof(header)) {
-    fail(ErrorCategory::corrupt_data, "token shard '", name, "' is shorter (", size, " bytes) than its 1024-byte header");
+  static_assert(sizeof(header) == token_shard_header_bytes);
+  if (file_bytes < static_cast<std::int64_t>(sizeof(header)) || bytes.size() < sizeof(header)) {
+    fail(ErrorCategory::corrupt_data, "token shard '", name, "' is shorter (", file_bytes,
+         " bytes) than its 1024-byte header");
   }
   std::memcpy(header.data(), bytes.data(), sizeof(header));
   if (header[0] != token_shard_magic) {
@@ -30,12 +31,17 @@ std::vector<std::uint16_t> parse_token_shard(std::string_view bytes, const std::
   }
   const std::int64_t count = header[2];
   const std::int64_t expected = static_cast<std::int64_t>(sizeof(header)) + count * 2;
-  if (count < 0 || static_cast<std::int64_t>(size) != expected) {
+  if (count < 0 || file_bytes != expected) {
     fail(ErrorCategory::corrupt_data, "token shard '", name, "' declares ", count, " tokens (", expected,
-         " bytes) but holds ", size, " bytes", static_cast<std::int64_t>(size) < expected ? " (truncated)" : "");
+         " bytes) but holds ", file_bytes, " bytes", file_bytes < expected ? " (truncated)" : "");
   }
+  return count;
+}
+
+std::vector<std::uint16_t> parse_token_shard(std::string_view bytes, const std::string& name) {
+  const std::int64_t count = check_token_shard(bytes, static_cast<std::int64_t>(bytes.size()), name);
   std::vector<std::uint16_t> tokens(static_cast<std::size_t>(count));
-  if (!tokens.empty()) std::memcpy(tokens.data(), bytes.data() + sizeof(header), tokens.size() * 2);
+  if (!tokens.empty()) std::memcpy(tokens.data(), bytes.data() + token_shard_header_bytes, tokens.size() * 2);
   return tokens;
 }
 

@@ -13,6 +13,12 @@ namespace loom::data {
 inline constexpr std::int32_t token_shard_magic = 20240520;
 inline constexpr std::int32_t token_shard_version = 1;
 
+inline constexpr std::size_t token_shard_header_bytes = 1024;
+
+// Checks a shard's header against the file's size and returns its token count: a corrupt_data
+// Error naming the file and what was wrong (short file, magic, version, a count the size
+// contradicts). `bytes` holds at least the header when the file does.
+std::int64_t check_token_shard(std::string_view bytes, std::int64_t file_bytes, const std::string& name);
 // Reads a whole shard; a missing file is an io Error, a bad magic/version, a truncated or
 // oversized file a corrupt_data Error naming the file and what was wrong.
 std::vector<std::uint16_t> read_token_shard(const std::string& path);
