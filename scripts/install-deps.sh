@@ -13,7 +13,7 @@ packages=(
 )
 case "${1:-}" in
   --run) ;;
-  "") packages+=(libeigen3-dev catch2 libopenblas-dev qemu-user python3 python3-prometheus-client python3-matplotlib clang libclang-rt-14-dev) ;;
+  "") packages+=(libeigen3-dev catch2 libopenblas-dev qemu-user python3 python3-pip python3-prometheus-client python3-matplotlib clang libclang-rt-14-dev) ;;
   *) echo "install-deps: unknown argument '$1' (usage: install-deps.sh [--run])" >&2; exit 2 ;;
 esac
 
@@ -23,8 +23,24 @@ for package in "${packages[@]}"; do
     missing+=("$package")
   fi
 done
+# The tests' Python references that Debian does not package: Hugging Face tokenizers (the BPE
+# tokenizer's reference), from PyPI into Debian's interpreter, which the tests run.
+python_packages=()
+if [ "${1:-}" != "--run" ]; then
+  for module in tokenizers; do
+    /usr/bin/python3 -c "import $module" 2>/dev/null || python_packages+=("$module")
+  done
+fi
+install_python() {
+  [ ${#python_packages[@]} -eq 0 ] && return 0
+  echo "install-deps: pip installing ${python_packages[*]}"
+  $sudo /usr/bin/python3 -m pip install -q --break-system-packages --root-user-action=ignore "${python_packages[@]}"
+}
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages are installed"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  install_python
   exit 0
 fi
 
@@ -40,3 +56,4 @@ echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -q
 $sudo apt-get install -y -q "${missing[@]}"
+install_python

@@ -111,6 +111,14 @@ RunData::RunData(const RunConfig& config, loom::data::Partition partition) : con
     held_out_ = std::make_unique<loom::data::TokenBatches>(std::move(held), 256, config.batch, steps);
   }
   train_ = std::make_unique<loom::data::Prefetcher>(std::move(train), config.prefetch);
+  if (!config.tokenizer.empty()) {
+    bpe_ = std::make_unique<loom::data::BpeTokenizer>(loom::data::BpeTokenizer::load(config.tokenizer));
+    loom::require(bpe_->vocab_size() <= config.model.vocab_size, "--tokenizer ", config.tokenizer, " has ",
+                  bpe_->vocab_size(), " tokens, more than the model's vocabulary of ", config.model.vocab_size,
+                  ": give --vocab ", bpe_->vocab_size(), " or more");
+    loom::require(bpe_->special_id("<|endoftext|>").has_value(), "--tokenizer ", config.tokenizer,
+                  " has no <|endoftext|> token to start samples from");
+  }
 }
 
 Evaluation RunData::evaluate(loom::nn::GPT& model, bool with_sample) {
@@ -125,11 +133,17 @@ Evaluation RunData::evaluate(loom::nn::GPT& model, bool with_sample) {
   if (auto* task = dynamic_cast<loom::data::AdditionTask*>(held_out_.get())) {
     e.metric_name = "exact-match accuracy";
     e.metric = addition_accuracy(model, *task, config_.batch, e.sample);
+  } else if (with_sample && bpe_) {  // a document's start, as the shards mark it
+    const auto out = loom::nn::generate(model, {{*bpe_->special_id("<|endoftext|>")}},
+                                        {.max_new_tokens = 100, .temperature = 0.8f});
+    std::vector<std::int32_t> ids = out.front();
+    std::erase_if(ids, [&](std::int32_t id) { return id >= bpe_->vocab_size(); });  // the model's padding ids
+    e.sample = bpe_->decode(ids);
   } else if (with_sample) {
     const loom::data::ByteTokenizer bytes;
     const auto out = loom::nn::generate(model, {bytes.encode("\n")}, {.max_new_tokens = 200, .temperature = 0.8f});
     if (model.config().vocab_size <= 256) e.sample = bytes.decode(out.front());
-    else e.sample = "(token ids; no GPT-2 decoder in loom yet)";
+    else e.sample = "(token ids: give --tokenizer to read them)";
   }
   return e;
 }

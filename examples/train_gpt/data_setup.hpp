@@ -5,6 +5,7 @@
 #include <string>
 
 #include "loom/data/batch_source.hpp"
+#include "loom/data/bpe_tokenizer.hpp"
 #include "loom/data/prefetcher.hpp"
 #include "loom/data/shard_stream.hpp"
 #include "loom/nn/gpt.hpp"
@@ -38,6 +39,7 @@ class RunData {
   std::unique_ptr<loom::data::Prefetcher> train_;
   std::unique_ptr<loom::data::BatchSource> held_out_;
   std::string description_;
+  std::unique_ptr<loom::data::BpeTokenizer> bpe_;  // --tokenizer: samples decoded with it
   std::int64_t steps_ = 0;
 };
 

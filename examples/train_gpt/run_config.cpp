@@ -89,6 +89,8 @@ void RunConfig::add_to(CLI::App& app) {
   app.add_option("--data-order", data_order, "shards: windows shuffled per epoch from --seed, or sequential")
       ->check(CLI::IsMember({"shuffled", "sequential"}));
   app.add_option("--prefetch", prefetch, "batches the background loader keeps ready")->check(CLI::Range(1, 64));
+  app.add_option("--tokenizer", tokenizer, "the shards' BPE vocabulary (tokenizer.json, or a directory with it or "
+                 "vocab.json + merges.txt), to read the samples with");
   app.add_option("--digits", digits, "digits per operand of the addition task")->check(CLI::Range(1, 9));
   app.add_option("--seed", seed, "seed of the initialisation and the data stream");
   app.add_option("--eval-every", eval_every, "evaluate every N steps (0: only at the end)")

@@ -34,6 +34,7 @@ struct RunConfig {
   std::string data = "addition";  // addition | text:PATH | shards:PATH-OR-GLOB[,...]
   std::string data_order = "shuffled";  // shards: windows shuffled per epoch, or sequential
   int prefetch = 2;                     // batches the loader keeps ready
+  std::string tokenizer;                // a GPT-2 BPE vocabulary to read samples with
   int digits = 2;
   std::uint64_t seed = 1;
   std::int64_t eval_every = 500;

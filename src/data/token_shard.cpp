@@ -1,6 +1,8 @@
 #include "loom/data/token_shard.hpp"
 
 #include <array>
+#include <cstdio>
+#include <filesystem>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -64,6 +66,44 @@ void write_token_shard(const std::string& path, const std::vector<std::uint16_t>
   out.write(reinterpret_cast<const char*>(header.data()), sizeof(header));
   out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
   if (!out) fail(ErrorCategory::io, "cannot write token shard '", path, "'");
+}
+
+TokenShardWriter::TokenShardWriter(std::string prefix, std::int64_t shard_tokens)
+    : prefix_(std::move(prefix)), shard_tokens_(shard_tokens) {
+  require(shard_tokens >= 1 && shard_tokens <= 0x7fffffff, "token shards: ", shard_tokens,
+          " tokens per shard do not fit the header (1 to 2^31 - 1)");
+  const std::filesystem::path folder = std::filesystem::path(prefix_).parent_path();
+  std::error_code error;
+  if (!folder.empty()) std::filesystem::create_directories(folder, error);
+  if (error) fail(ErrorCategory::io, "cannot create the shards' folder '", folder.string(), "': ", error.message());
+}
+
+TokenShardWriter::~TokenShardWriter() = default;  // the buffer is in memory until a shard is written whole
+
+void TokenShardWriter::add(const std::vector<std::int32_t>& tokens) {
+  for (const std::int32_t token : tokens) {
+    require(token >= 0 && token < 65536, "token shards: token ", token, " does not fit llm.c's uint16 tokens");
+    buffer_.push_back(static_cast<std::uint16_t>(token));
+    if (static_cast<std::int64_t>(buffer_.size()) == shard_tokens_) close_shard();
+  }
+  total_ += static_cast<std::int64_t>(tokens.size());
+}
+
+void TokenShardWriter::close_shard() {
+  char number[16];
+  std::snprintf(number, sizeof number, "_%06zu.bin", written_.size());
+  const std::string path = prefix_ + number, temporary = path + ".tmp";
+  write_token_shard(temporary, buffer_);
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) fail(ErrorCategory::io, "cannot rename '", temporary, "' to '", path, "': ", error.message());
+  written_.push_back(path);
+  buffer_.clear();
+}
+
+std::vector<std::string> TokenShardWriter::finish() {
+  if (!buffer_.empty()) close_shard();
+  return written_;
 }
 
 }  // namespace loom::data

@@ -63,4 +63,10 @@ void require(bool ok, const Parts&... parts) {
   if (!ok) fail(ErrorCategory::invalid_argument, parts...);
 }
 
+// The same for input of another kind (corrupt_data for a damaged file, io for a missing one).
+template <class... Parts>
+void require(bool ok, ErrorCategory category, const Parts&... parts) {
+  if (!ok) fail(category, parts...);
+}
+
 }  // namespace loom

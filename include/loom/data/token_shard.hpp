@@ -27,4 +27,30 @@ std::vector<std::uint16_t> parse_token_shard(std::string_view bytes, const std::
 // Writes a shard (for tools and tests); io Error on failure.
 void write_token_shard(const std::string& path, const std::vector<std::uint16_t>& tokens);
 
+// Writes a token stream as numbered shards of at most `shard_tokens` tokens each (the prefix's
+// folder is created):
+// `PREFIX_000000.bin`, `PREFIX_000001.bin`, ... Each shard is written as PREFIX_n.bin.tmp and
+// renamed once whole, so a crash never leaves a shard that reads as complete. Tokens must fit
+// uint16 (llm.c's format; an invalid_argument Error naming the token otherwise).
+class TokenShardWriter {
+ public:
+  TokenShardWriter(std::string prefix, std::int64_t shard_tokens);
+  ~TokenShardWriter();  // an unfinished shard's .tmp file is removed
+  TokenShardWriter(const TokenShardWriter&) = delete;
+  TokenShardWriter& operator=(const TokenShardWriter&) = delete;
+
+  void add(const std::vector<std::int32_t>& tokens);
+  // Completes the last shard; returns every shard's path.
+  std::vector<std::string> finish();
+  std::int64_t tokens() const noexcept { return total_; }
+
+ private:
+  void close_shard();
+  std::string prefix_;
+  std::int64_t shard_tokens_;
+  std::vector<std::uint16_t> buffer_;  // the current shard's tokens
+  std::vector<std::string> written_;
+  std::int64_t total_ = 0;
+};
+
 }  // namespace loom::data
