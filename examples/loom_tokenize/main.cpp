@@ -148,8 +148,9 @@ int main(int argc, char** argv) {
                   static_cast<double>(bytes.load()) / 1e6, files.size(),
                   std::chrono::duration<double>(Clock::now() - start).count(), out.c_str());
       if (tokenizer.vocab_size() < vocab_size) {
-        std::printf("the text offered no pair %lld times for the other %lld merges (--min-frequency)\n",
-                    static_cast<long long>(min_frequency), static_cast<long long>(vocab_size - tokenizer.vocab_size()));
+        std::printf("%lld tokens short of --vocab-size: no pair of the text occurs --min-frequency (%lld) times "
+                    "any more\n", static_cast<long long>(vocab_size - tokenizer.vocab_size()),
+                    static_cast<long long>(min_frequency));
       }
       return 0;
     }
@@ -179,11 +180,16 @@ int main(int argc, char** argv) {
       progress.show(f + 1, files.size(), documents, writer.tokens(), bytes, false);
     }
     progress.show(files.size(), files.size(), documents, writer.tokens(), bytes, true);
+    loom::require(documents > 0, "loom-tokenize encode: the files hold no documents",
+                  field.empty() ? "" : " (no non-blank JSON lines)");
     const std::vector<std::string> shards = writer.finish();
     std::printf("wrote %zu shards (%s ... %s), %lld tokens\n", shards.size(), shards.front().c_str(),
                 shards.back().c_str(), static_cast<long long>(writer.tokens()));
     return 0;
   } catch (const loom::Error& error) {
+    std::fprintf(stderr, "loom-tokenize: %s\n", error.what());
+    return 1;
+  } catch (const std::exception& error) {  // the standard library's (a file system refusing, a JSON dump)
     std::fprintf(stderr, "loom-tokenize: %s\n", error.what());
     return 1;
   }

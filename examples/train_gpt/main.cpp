@@ -323,7 +323,8 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
     for (const loom::io::SaveReport& earlier : trainer.finished_saves()) committed(earlier);
     committed(s);
   };
-  train_gpt::RunTelemetry telemetry(config, device, world.rank(), world.launch().local_rank, dp.planner.get());
+  train_gpt::RunTelemetry telemetry(config, device, world.rank(), world.launch().local_rank, dp.planner.get(),
+                                    dp.comm.get());
   log.line("%s\n", telemetry.sampling_line().c_str());
   const loom::train::StopRequests stops(config.time_limit);
   bool mfu_warned = false;
@@ -354,10 +355,8 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
                  config.precision.c_str(), static_cast<long long>(r.step), peak / world.size());
       }
     }
-    // Every rank's own link: each rank says it (once per collective kind).
     for (const std::string& warning : telemetry.step(r, trainer, logged, mfu, hfu)) {
-      std::printf("warning at step %lld: %s\n", static_cast<long long>(r.step), warning.c_str());
-      std::fflush(stdout);
+      log.line("warning at step %lld: %s\n", static_cast<long long>(r.step), warning.c_str());
     }
     if (logged) {
       log.line("step %5lld/%lld | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s", static_cast<long long>(r.step),

@@ -16,8 +16,8 @@ std::string for_rank(std::string path, int rank) {
 }
 
 RunTelemetry::RunTelemetry(const RunConfig& config, const loom::Device& device, int rank, int local_rank,
-                           const loom::topo::Planner* planner)
-    : rank_(rank), planner_(planner) {
+                           const loom::topo::Planner* planner, loom::comm::Communicator* data_group)
+    : rank_(rank), planner_(planner), path_check_({}, data_group) {
   // One file per rank when the path names the rank; rank 0's alone otherwise.
   const auto mine = [&](const std::string& path) {
     return !path.empty() && (rank == 0 || path.find("{rank}") != std::string::npos) ? for_rank(path, rank) : "";
@@ -64,7 +64,7 @@ std::vector<std::string> RunTelemetry::step(const loom::train::StepResult& resul
   if (planner_ != nullptr) loom::telemetry::predict(communication, *planner_);
   std::vector<std::string> warnings;
   for (const loom::telemetry::PathFinding& f : path_check_.add(communication)) {
-    warnings.push_back(loom::telemetry::describe(f, rank_));
+    warnings.push_back(loom::telemetry::describe(f));
   }
   if (!logged || (!metrics_ && prometheus_.empty())) return warnings;
   loom::telemetry::StepMetrics m = loom::train::step_metrics(result, trainer, rank_);

@@ -25,14 +25,16 @@ class RunTelemetry {
  public:
   // Opens the metrics file (an io Error naming it when it cannot) and starts GPU sampling where
   // there is something to sample; `line` says what sampling does, or why it does not.
-  // planner: the data group's cost model (null: one process), for the collectives' predicted time.
+  // planner: the data group's cost model (null: one process), for the collectives' predicted time;
+  // data_group: the ranks whose collectives are measured, for the path check (null: one process).
   RunTelemetry(const RunConfig& config, const loom::Device& device, int rank, int local_rank,
-               const loom::topo::Planner* planner);
+               const loom::topo::Planner* planner, loom::comm::Communicator* data_group);
 
   // After every step: keeps the straggler window and the run's totals, and checks the achieved
   // bandwidth against the cost model's (path_check.hpp); at a logged step, writes the files, with
-  // the prediction beside the step's communication. Returns this rank's warnings to print (a
-  // likely wrong path, once per collective kind).
+  // the prediction beside the step's communication. Returns the warnings to print (a likely wrong
+  // path, once per collective kind; the same on every rank of the data group). Every rank of the
+  // data group must call it after every step.
   std::vector<std::string> step(const loom::train::StepResult& result, const loom::train::Trainer& trainer, bool logged,
             std::optional<double> mfu, std::optional<double> hfu);
   const std::string& sampling_line() const { return sampling_line_; }

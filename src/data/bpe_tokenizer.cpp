@@ -14,6 +14,16 @@ namespace loom::data {
 
 namespace {
 
+// Special tokens must be texts of their own: an empty one would match everywhere.
+void check_specials(const std::vector<std::string>& specials, const std::string& name) {
+  for (std::size_t i = 0; i < specials.size(); ++i) {
+    require(!specials[i].empty(), "'", name, "': a special token is empty");
+    for (std::size_t j = 0; j < i; ++j) {
+      require(specials[i] != specials[j], "'", name, "': the special token '", specials[i], "' is named twice");
+    }
+  }
+}
+
 std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
   return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
 }
@@ -79,6 +89,7 @@ std::pair<std::string, std::string> merge_parts(const nlohmann::json& merge, con
 BpeTokenizer BpeTokenizer::from_vocab_merges(std::string_view vocab_json, std::string_view merges_txt,
                                              const std::string& name, const std::vector<std::string>& specials) {
   BpeTokenizer t;
+  check_specials(specials, name);
   read_vocab(parse_json(vocab_json, name + " (vocab.json)"), name + " (vocab.json)", specials, t.tokens_, t.specials_);
   nlohmann::json merges = nlohmann::json::array();
   std::size_t line_number = 0, from = 0;
@@ -93,8 +104,13 @@ BpeTokenizer BpeTokenizer::from_vocab_merges(std::string_view vocab_json, std::s
     merges.push_back(std::string(line));
   }
   t.index(name);  // the bytes first: merges are resolved against the vocabulary's spellings
+  // Special tokens are whole texts, never the parts or result of a merge.
   std::unordered_map<std::string, std::int32_t> by_spelling;
-  for (std::size_t id = 0; id < t.tokens_.size(); ++id) by_spelling.emplace(spelled(t.tokens_[id]), static_cast<std::int32_t>(id));
+  for (std::size_t id = 0; id < t.tokens_.size(); ++id) {
+    const bool special = std::any_of(t.specials_.begin(), t.specials_.end(),
+                                     [&](const auto& s) { return s.second == static_cast<std::int32_t>(id); });
+    if (!special) by_spelling.emplace(spelled(t.tokens_[id]), static_cast<std::int32_t>(id));
+  }
   for (const auto& merge : merges) {
     const std::string where = "'" + name + "' (merges.txt) merge " + std::to_string(t.merges_.size() + 1);
     const auto [a, b] = merge_parts(merge, where);
@@ -121,20 +137,27 @@ BpeTokenizer tokenizer_from_json(const nlohmann::json& root, const std::string& 
   require(!model.value("ignore_merges", false) && !model.value("byte_fallback", false),
           ErrorCategory::invalid_argument, "'", name, "': ignore_merges and byte_fallback are not GPT-2's byte-level "
           "BPE; loom does not read them");
-  // The pre-tokenizer must be ByteLevel (alone, or the last of a Sequence with GPT-2's split).
+  // GPT-2's pre-tokenizer exactly: ByteLevel with its own pattern (use_regex), no prefix space, no
+  // normalizer. Others (a Split with another pattern before ByteLevel, as Llama 3's and Qwen's
+  // files have) would load and then give other ids than Hugging Face's: they are refused.
   const nlohmann::json& pre = root.contains("pre_tokenizer") ? root["pre_tokenizer"] : nlohmann::json();
-  const bool byte_level = pre.is_object() && (pre.value("type", "") == "ByteLevel" ||
-                                              (pre.value("type", "") == "Sequence" && pre.contains("pretokenizers") &&
-                                               !pre["pretokenizers"].empty() &&
-                                               pre["pretokenizers"].back().value("type", "") == "ByteLevel"));
-  require(byte_level, ErrorCategory::invalid_argument, "'", name, "' does not pre-tokenize with ByteLevel; loom reads "
-          "GPT-2's byte-level BPE only");
+  const std::string pre_type = pre.is_object() ? pre.value("type", std::string()) : std::string("none");
+  require(pre_type == "ByteLevel" && pre.value("use_regex", true), ErrorCategory::invalid_argument, "'", name,
+          "' pre-tokenizes with ", pre_type == "ByteLevel" ? "ByteLevel without GPT-2's pattern (use_regex false)"
+                                                           : pre_type,
+          "; loom reads GPT-2's byte-level BPE only (a ByteLevel pre-tokenizer with its pattern)");
   require(!pre.value("add_prefix_space", false), ErrorCategory::invalid_argument, "'", name,
           "' adds a prefix space (add_prefix_space); GPT-2 does not, nor does loom");
+  require(!root.contains("normalizer") || root["normalizer"].is_null(), ErrorCategory::invalid_argument, "'", name,
+          "' normalizes text before tokenizing; GPT-2 does not, nor does loom");
   std::vector<std::string> specials;
   if (root.contains("added_tokens") && root["added_tokens"].is_array()) {
     for (const auto& added : root["added_tokens"]) {
-      if (added.value("special", false) && added.contains("content")) specials.push_back(added.value("content", std::string()));
+      const std::string content = added.value("content", std::string());
+      if (added.value("special", false) && !content.empty() &&
+          std::find(specials.begin(), specials.end(), content) == specials.end()) {
+        specials.push_back(content);
+      }
     }
   }
   require(model.contains("vocab") && model.contains("merges") && model["merges"].is_array(),
@@ -184,6 +207,7 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
 BpeTokenizer BpeTokenizer::from_merges(const std::vector<std::pair<std::string, std::string>>& merges,
                                        const std::vector<std::string>& specials) {
   BpeTokenizer t;
+  check_specials(specials, "BPE merges");
   for (int b = 0; b < 256; ++b) t.tokens_.emplace_back(1, static_cast<char>(b));
   // GPT-2's order for the bytes: the printable ones first, as its alphabet numbers them.
   std::stable_sort(t.tokens_.begin(), t.tokens_.end(), [](const std::string& x, const std::string& y) {
@@ -233,6 +257,8 @@ void BpeTokenizer::index(const std::string& name) {
   for (std::size_t rank = 0; rank < merges_.size(); ++rank) {
     const auto [a, b] = merges_[rank];
     const auto merged = ids_.find(tokens_[static_cast<std::size_t>(a)] + tokens_[static_cast<std::size_t>(b)]);
+    require(merged != ids_.end(), ErrorCategory::corrupt_data, "'", name, "': merge ", rank + 1,
+            " makes a token that is not in the vocabulary (or only as a special token)");
     // A pair listed twice keeps its first (lowest) rank, as Hugging Face's loader does.
     ranks_.emplace(pair_key(a, b), std::make_pair(static_cast<std::int32_t>(rank), merged->second));
   }
@@ -386,7 +412,9 @@ std::string BpeTokenizer::tokenizer_json() const {
 }
 
 void BpeTokenizer::save(const std::string& dir) const {
-  std::filesystem::create_directories(dir);
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) fail(ErrorCategory::io, "cannot create '", dir, "': ", error.message());
   const auto write = [&](const std::string& file, const std::string& text) {
     const std::string path = (std::filesystem::path(dir) / file).string();
     std::ofstream out(path, std::ios::binary | std::ios::trunc);

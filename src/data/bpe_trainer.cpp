@@ -8,6 +8,7 @@
 namespace loom::data {
 
 void PieceCounts::add(std::string_view text, const std::vector<std::string>& specials) {
+  for (const std::string& special : specials) require(!special.empty(), "BPE training: a special token is empty");
   // Special tokens are not text to learn from: the text between them is counted.
   std::size_t from = 0;
   while (from <= text.size()) {
@@ -76,7 +77,8 @@ BpeTokenizer train_bpe(const PieceCounts& pieces, const BpeTrainOptions& options
   std::priority_queue<Entry, std::vector<Entry>, decltype(later)> heap(later);
   for (const auto& [k, count] : pair_count) heap.emplace(count, k);
   std::vector<std::pair<std::string, std::string>> merges;
-  while (static_cast<std::int64_t>(merges.size()) < wanted && !heap.empty()) {
+  // Until the vocabulary has its size: a merge that spells a token made before adds no token.
+  while (static_cast<std::int64_t>(spelling.size()) - 256 < wanted && !heap.empty()) {
     const auto [count, k] = heap.top();
     heap.pop();
     const auto current = pair_count.find(k);

@@ -75,7 +75,12 @@ void Prefetcher::seek(std::int64_t position) {
   stop();  // the worker may be inside source_->next(): it finishes that batch first
   ready_.clear();
   error_ = nullptr;
-  source_->seek(position);
+  try {
+    source_->seek(position);
+  } catch (...) {
+    source_->seek(position_);  // back where the consumer is: the batches read ahead are gone
+    throw;
+  }
   position_ = position;
 }
 

@@ -65,6 +65,7 @@ void write_token_shard(const std::string& path, const std::vector<std::uint16_t>
   if (!out) fail(ErrorCategory::io, "cannot create token shard '", path, "'");
   out.write(reinterpret_cast<const char*>(header.data()), sizeof(header));
   out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
+  out.close();  // a full disk may only show when the buffer is flushed
   if (!out) fail(ErrorCategory::io, "cannot write token shard '", path, "'");
 }
 
@@ -78,7 +79,7 @@ TokenShardWriter::TokenShardWriter(std::string prefix, std::int64_t shard_tokens
   if (error) fail(ErrorCategory::io, "cannot create the shards' folder '", folder.string(), "': ", error.message());
 }
 
-TokenShardWriter::~TokenShardWriter() = default;  // the buffer is in memory until a shard is written whole
+TokenShardWriter::~TokenShardWriter() = default;
 
 void TokenShardWriter::add(const std::vector<std::int32_t>& tokens) {
   for (const std::int32_t token : tokens) {
@@ -93,8 +94,13 @@ void TokenShardWriter::close_shard() {
   char number[16];
   std::snprintf(number, sizeof number, "_%06zu.bin", written_.size());
   const std::string path = prefix_ + number, temporary = path + ".tmp";
-  write_token_shard(temporary, buffer_);
   std::error_code error;
+  try {
+    write_token_shard(temporary, buffer_);
+  } catch (const Error&) {
+    std::filesystem::remove(temporary, error);  // a part written is no shard
+    throw;
+  }
   std::filesystem::rename(temporary, path, error);
   if (error) fail(ErrorCategory::io, "cannot rename '", temporary, "' to '", path, "': ", error.message());
   written_.push_back(path);

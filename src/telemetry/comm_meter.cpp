@@ -133,7 +133,7 @@ class ObservedCommunicator : public comm::Communicator {
                       start, step](const comm::Completion& completion) {
       const auto end = CommMeter::Clock::now();
       const auto size = static_cast<std::int64_t>(bytes);
-      // A failed call moved nothing worth a bandwidth; its span still shows in the trace.
+      // A failed call is not metered at all (neither counted nor timed); its span still shows in the trace.
       if (const auto m = meter.lock(); m && completion.succeeded) m->add(kind, size, start, end, completion.device_seconds);
       if (const auto t = trace.lock()) t->host_span(label, "communication", TraceTrack::communication, start, end, size, step);
     });

@@ -44,9 +44,10 @@ struct WorkState {
   // Called once by complete(), on the completing thread, before waiters see the operation done
   // (a meter's or a tracer's: what they record is in place when wait() returns).
   std::function<void(const Completion&)> completed;
-  bool completing = false;
-  // Set by a GPU backend before complete(): the operation's time on the device.
-  std::optional<double> device_seconds;  // complete() has begun (under mutex)
+  bool completing = false;  // complete() has begun (under mutex)
+  // The operation's time on the device: set by a GPU backend, without the mutex, on the thread
+  // that then calls complete() (whose lock publishes it to every later reader).
+  std::optional<double> device_seconds;
   // The first completion wins: a call failed by a watchdog stays failed when it returns later.
   void complete(std::exception_ptr failure);
 };

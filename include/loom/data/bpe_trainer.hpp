@@ -1,8 +1,9 @@
 // Trains a GPT-2 style byte-level BPE vocabulary from a user's text (`loom-tokenize train`), since
 // nothing can be downloaded where loom often runs. Text is cut into GPT-2's pieces (special tokens
 // first taken out), the pieces are counted, and merges are learnt greedily: the most frequent
-// adjacent pair in the counted pieces becomes the next merge, ties going to the pair of smaller
-// ids, until the vocabulary has its size or no pair occurs `min_frequency` times. The result
+// adjacent pair in the counted pieces becomes the next merge, ties going to the pair made first
+// (bytes by value, then merged tokens in the order they were made), until the vocabulary has its
+// size or no pair occurs `min_frequency` times. The result
 // holds the 256 bytes, the merges and the special tokens, and saves as Hugging Face's files.
 #pragma once
 
@@ -33,7 +34,8 @@ class PieceCounts {
   std::unordered_map<std::string, std::int64_t> counts_;
 };
 
-// An invalid_argument Error when the size leaves no room (below 256 + the specials).
+// An invalid_argument Error when the size leaves no room (below 256 + the specials), or a special
+// token is empty or named twice.
 BpeTokenizer train_bpe(const PieceCounts& pieces, const BpeTrainOptions& options);
 
 }  // namespace loom::data

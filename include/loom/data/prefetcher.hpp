@@ -1,6 +1,7 @@
 // Prepares batches on a background thread while the steps compute: up to `depth` batches are kept
-// ready ahead of the consumer. The source is only ever used by one thread at a time (the worker's,
-// or the caller's in seek()). Its errors reach the caller of next(), in stream order: the batches
+// ready ahead of the consumer. The source's next() and seek() are only ever called by one thread
+// at a time (the worker's, or the caller's in seek()); consumed_at, position_at and vocab_size are
+// forwarded from the caller's thread and must not depend on the source's position. Its errors reach the caller of next(), in stream order: the batches
 // before the failure are handed out first. The worker starts at the first next(), so a source
 // that is sought right after construction (a resume) reads nothing twice. take_stats() tells
 // whether the loader keeps up: the batches the consumer had to wait for, and for how long.

@@ -11,8 +11,9 @@
 // epoch's order. In order `sequential` the order is the windows' own. In order `shuffled`, each
 // epoch first permutes the pieces (one per shard) and then the windows inside each piece. Both
 // permutations are keyed by (seed, epoch) and need no memory (shuffled_index, dataset.hpp). A
-// rank still reads one shard at a time, which keeps the page cache warm and a cold disk
-// sequential. Ranks take interleaved whole global batches (rank r: r, r + N, ...), like
+// rank still reads one shard at a time, whose pages the page cache then holds together; inside
+// it the windows come in random order (a cold disk serves them as random reads: data_bench
+// measures that case). Ranks take interleaved whole global batches (rank r: r, r + N, ...), like
 // TokenBatches: the stream is the same at any number of ranks, and a checkpoint resumes where the
 // job's count divides over the new ranks. Sequential order over one shard gives exactly
 // TokenBatches' batches.

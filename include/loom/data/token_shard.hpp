@@ -29,13 +29,14 @@ void write_token_shard(const std::string& path, const std::vector<std::uint16_t>
 
 // Writes a token stream as numbered shards of at most `shard_tokens` tokens each (the prefix's
 // folder is created):
-// `PREFIX_000000.bin`, `PREFIX_000001.bin`, ... Each shard is written as PREFIX_n.bin.tmp and
-// renamed once whole, so a crash never leaves a shard that reads as complete. Tokens must fit
+// `PREFIX_000000.bin`, `PREFIX_000001.bin`, ... A shard's tokens are held in memory, then written
+// as PREFIX_n.bin.tmp (removed again when the write fails) and renamed once whole, so a crash never
+// leaves a shard that reads as complete. Tokens must fit
 // uint16 (llm.c's format; an invalid_argument Error naming the token otherwise).
 class TokenShardWriter {
  public:
   TokenShardWriter(std::string prefix, std::int64_t shard_tokens);
-  ~TokenShardWriter();  // an unfinished shard's .tmp file is removed
+  ~TokenShardWriter();  // tokens not yet in a finished shard are dropped (they are held in memory)
   TokenShardWriter(const TokenShardWriter&) = delete;
   TokenShardWriter& operator=(const TokenShardWriter&) = delete;
 

@@ -8,7 +8,11 @@
 // connections. It judges each collective kind on its own and says so once per kind. It judges
 // only calls the backend timed on the device (comm::Completion::device_seconds). A host span also
 // holds the wait for the compute stream and, on the CPU, the scheduling of busy cores; judging it
-// would raise false alarms (a 2-rank CPU run on 2 cores reads 0.2-0.4 of the model).
+// would raise false alarms (a 2-rank CPU run on 2 cores reads 0.2-0.4 of the model). A device time
+// still includes the wait for peers that arrive later, which alone can halve a short bucket's
+// figure on a healthy machine. So, given the group, the ranks compare their windows in one small
+// all-gather and judge the fastest rank's time: the last rank to arrive waited for no one. Every
+// rank of the group then makes the same findings.
 #pragma once
 
 #include <array>
@@ -39,19 +43,22 @@ struct PathFinding {
   double ratio() const { return achieved_bus_bytes_per_second / predicted_bus_bytes_per_second; }
 };
 
-// "rank 1: all_reduce achieved 21.4 GB/s of bus bandwidth over 40 calls of 24.0 MiB, 0.12 of the
-// 178.6 GB/s the cost model predicts for this link: a likely wrong path (...)".
-std::string describe(const PathFinding& finding, int rank);
+// "all_reduce achieved 21.4 GB/s of bus bandwidth over 40 calls of 24.0 MiB on 8 ranks, 0.12 of the
+// 178.6 GB/s the topology's cost model predicts: a likely wrong path (...)".
+std::string describe(const PathFinding& finding);
 
 class PathCheck {
  public:
-  explicit PathCheck(PathCheckOptions options = {});
+  // group: the communicator whose collectives are measured, null for one process. Every rank of
+  // it must call add() at the same steps (at a window's end it takes part in an all-gather).
+  explicit PathCheck(PathCheckOptions options = {}, comm::Communicator* group = nullptr);
   // One step's totals, predictions set (predict()); the findings made at this step, each
   // collective kind at most once per run.
   std::vector<PathFinding> add(const CommTotals& step);
 
  private:
   PathCheckOptions options_;
+  comm::Communicator* group_;
   std::int64_t steps_ = 0;
   CommTotals window_;
   std::array<bool, collective_kinds> unpredicted_{};  // a step of the window had calls but no prediction

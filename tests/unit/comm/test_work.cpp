@@ -67,7 +67,16 @@ TEST_CASE("Work::on_complete reports success and the backend's device time", "[c
   auto failed = std::make_shared<loom::comm::detail::WorkState>();
   const loom::comm::Work broken(failed);
   CHECK(broken.error() == nullptr);
+  seen.reset();
+  bool done_inside = true;
+  broken.on_complete([&](const Completion& c) {  // the callback that complete(failure) runs
+    seen = c;
+    done_inside = broken.is_completed();
+  });
   failed->complete(std::make_exception_ptr(std::runtime_error("peer gone")));
+  REQUIRE(seen);
+  CHECK_FALSE(seen->succeeded);  // the failure is known to the callback, before waiters see it done
+  CHECK_FALSE(done_inside);
   seen.reset();
   broken.on_complete([&](const Completion& c) { seen = c; });
   REQUIRE(seen);

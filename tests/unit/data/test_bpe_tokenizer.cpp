@@ -104,7 +104,7 @@ TEST_CASE("damaged vocabularies are named", "[data]") {
   REQUIRE_THROWS_MATCHES(
       BpeTokenizer::from_tokenizer_json("{\"model\": {\"type\": \"BPE\"}, \"pre_tokenizer\": {\"type\": \"Whitespace\"}}",
                                         "t.json"),
-      loom::Error, IsError(ErrorCategory::invalid_argument, {"does not pre-tokenize with ByteLevel"}));
+      loom::Error, IsError(ErrorCategory::invalid_argument, {"pre-tokenizes with Whitespace"}));
   // Found by fuzzing: fields of the wrong type, and a special added token without content.
   REQUIRE_THROWS_MATCHES(BpeTokenizer::from_tokenizer_json("{\"model\": {\"type\": null}}", "t.json"), loom::Error,
                          IsError(ErrorCategory::corrupt_data, {"t.json", "a field of the wrong type"}));
@@ -113,6 +113,29 @@ TEST_CASE("damaged vocabularies are named", "[data]") {
       "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}";
   REQUIRE_THROWS_MATCHES(BpeTokenizer::from_tokenizer_json(no_content, "t.json"), loom::Error,
                          IsError(ErrorCategory::corrupt_data, {"no token for byte"}));
+  // Pre-tokenizers other than GPT-2's would give other ids than Hugging Face's: refused.
+  const auto with_pre = [&](const std::string& pre, const std::string& normalizer = "null") {
+    return "{\"normalizer\": " + normalizer + ", \"pre_tokenizer\": " + pre +
+           ", \"model\": {\"type\": \"BPE\", \"vocab\": " + vocab + ", \"merges\": []}}";
+  };
+  CHECK(BpeTokenizer::from_tokenizer_json(with_pre("{\"type\": \"ByteLevel\"}"), "t.json").vocab_size() == t.vocab_size());
+  REQUIRE_THROWS_MATCHES(
+      BpeTokenizer::from_tokenizer_json(with_pre("{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\"}, "
+                                                 "{\"type\": \"ByteLevel\", \"use_regex\": false}]}"), "t.json"),
+      loom::Error, IsError(ErrorCategory::invalid_argument, {"pre-tokenizes with Sequence", "GPT-2's byte-level BPE only"}));
+  REQUIRE_THROWS_MATCHES(
+      BpeTokenizer::from_tokenizer_json(with_pre("{\"type\": \"ByteLevel\", \"use_regex\": false}"), "t.json"),
+      loom::Error, IsError(ErrorCategory::invalid_argument, {"without GPT-2's pattern"}));
+  REQUIRE_THROWS_MATCHES(
+      BpeTokenizer::from_tokenizer_json(with_pre("{\"type\": \"ByteLevel\"}", "{\"type\": \"NFC\"}"), "t.json"),
+      loom::Error, IsError(ErrorCategory::invalid_argument, {"normalizes text"}));
+  // A merge may not make or use a special token; special tokens may not be empty or repeated.
+  REQUIRE_THROWS_MATCHES(BpeTokenizer::from_vocab_merges(vocab, merges + "<|endoftext| >\n", "v"), loom::Error,
+                         IsError(ErrorCategory::corrupt_data, {"unknown token '<|endoftext|'"}));
+  REQUIRE_THROWS_MATCHES(BpeTokenizer::from_merges({}, {""}), loom::Error,
+                         IsError(ErrorCategory::invalid_argument, {"a special token is empty"}));
+  REQUIRE_THROWS_MATCHES(BpeTokenizer::from_merges({}, {"<s>", "<s>"}), loom::Error,
+                         IsError(ErrorCategory::invalid_argument, {"'<s>' is named twice"}));
   REQUIRE_THROWS_MATCHES(BpeTokenizer::load("/nonexistent/tokenizer.json"), loom::Error,
                          IsError(ErrorCategory::io, {"cannot open '/nonexistent/tokenizer.json'"}));
 }
