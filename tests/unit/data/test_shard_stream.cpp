@@ -43,6 +43,14 @@ struct ScratchDir {
   std::string operator/(const std::string& name) const { return (path / name).string(); }
 };
 
+// "s3.bin" (built in steps: GCC 12 warns falsely about "s" + to_string + ".bin", -Wrestrict).
+std::string numbered(const std::string& stem, std::size_t i) {
+  std::string name = stem;
+  name += std::to_string(i);
+  name += ".bin";
+  return name;
+}
+
 std::vector<std::uint16_t> ramp(std::int64_t n, int start, int vocab) {
   std::vector<std::uint16_t> tokens(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) tokens[static_cast<std::size_t>(i)] = static_cast<std::uint16_t>((start + i * 7) % vocab);
@@ -87,7 +95,7 @@ TEST_CASE("unequal shards are read window by window, never across a shard's end"
                                                           ramp(250, 3, 500)};
   std::vector<std::string> paths;
   for (std::size_t i = 0; i < shards.size(); ++i) {
-    paths.push_back(dir / ("s" + std::to_string(i) + ".bin"));
+    paths.push_back(dir / numbered("s", i));
     data::write_token_shard(paths.back(), shards[i]);
   }
   const data::ShardSet set(paths);
@@ -116,7 +124,7 @@ TEST_CASE("a shuffled epoch visits every window once, in an order drawn from the
   const ScratchDir dir;
   std::vector<std::string> paths;
   for (int i = 0; i < 5; ++i) {
-    paths.push_back(dir / ("s" + std::to_string(i) + ".bin"));
+    paths.push_back(dir / numbered("s", i));
     data::write_token_shard(paths.back(), ramp(200 + 37 * i, i, 300));
   }
   const data::ShardSet set(paths);
@@ -246,7 +254,7 @@ TEST_CASE("streaming 2 GiB of shards keeps resident memory within 64 MiB", "[dat
   std::vector<std::string> paths;
   std::vector<std::uint16_t> block(static_cast<std::size_t>(chunk));
   for (int s = 0; s < 2; ++s) {
-    paths.push_back(dir / ("big" + std::to_string(s) + ".bin"));
+    paths.push_back(dir / numbered("big", static_cast<std::size_t>(s)));
     std::ofstream out(paths.back(), std::ios::binary);
     std::int32_t header[256] = {data::token_shard_magic, data::token_shard_version, static_cast<std::int32_t>(per_shard)};
     out.write(reinterpret_cast<const char*>(header), sizeof header);
