@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes loom's readers with libFuzzer: the safetensors reader, a checkpoint's state.json, a sharded
 # checkpoint's rank file (its piece table and pieces), the llm.c token-shard reader, the topology
-# JSON loader and the BPE vocabulary readers (vocab.json + merges.txt, tokenizer.json) (fuzz/*.cpp).
+# JSON loader, the BPE vocabulary readers (vocab.json + merges.txt, tokenizer.json) and the llm.c
+# model file reader (fuzz/*.cpp).
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     (default: 60 s each, every target)
 # Builds fuzz/ with clang++ (ASan + UBSan) into $LOOM_FUZZ_BUILD_DIR (default build-fuzz/), then
 # runs each target for SECONDS from its seed corpus fuzz/corpus/<target>/ (new inputs go to a
@@ -14,7 +15,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:-60}
 shift $(($# > 0 ? 1 : 0))
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors checkpoint_state piece_file token_shard topology_json bpe_vocab tokenizer_json)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors checkpoint_state piece_file token_shard topology_json bpe_vocab tokenizer_json llmc_model)
 build=${LOOM_FUZZ_BUILD_DIR:-$root/build-fuzz}
 case $seconds in ''|*[!0-9]*) echo "fuzz: SECONDS must be a whole number, got '$seconds'" >&2; exit 2;; esac
 

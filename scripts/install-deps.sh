@@ -13,7 +13,7 @@ packages=(
 )
 case "${1:-}" in
   --run) ;;
-  "") packages+=(libeigen3-dev catch2 libopenblas-dev qemu-user python3 python3-pip python3-prometheus-client python3-matplotlib clang libclang-rt-14-dev) ;;
+  "") packages+=(libeigen3-dev catch2 libopenblas-dev qemu-user python3 python3-pip python3-prometheus-client python3-matplotlib python3-torch clang libclang-rt-14-dev) ;;
   *) echo "install-deps: unknown argument '$1' (usage: install-deps.sh [--run])" >&2; exit 2 ;;
 esac
 
@@ -31,16 +31,31 @@ if [ "${1:-}" != "--run" ]; then
     /usr/bin/python3 -c "import $module" 2>/dev/null || python_packages+=("$module")
   done
 fi
+# Hugging Face transformers (the model import's reference, GPT2LMHeadModel) in a directory of its
+# own, tests/examples put it first on PYTHONPATH: the last release that runs on Debian's PyTorch
+# 1.13 (4.46) wants older tokenizers and huggingface_hub than the ones above, and pip must not
+# replace Debian's numpy under torch, so exactly these versions go there, without dependencies.
+reference_dir="${LOOM_PYTHON_REFERENCE_DIR:-/opt/loom/python-reference}"
+reference_packages=(transformers==4.46.3 tokenizers==0.20.3 huggingface_hub==0.26.5 safetensors==0.4.5 regex==2024.11.6
+  requests==2.32.3 urllib3==2.2.3 idna==3.10 certifi==2024.8.30 charset-normalizer==3.4.0 pyyaml==6.0.2
+  packaging==24.2 filelock==3.16.1 tqdm==4.67.1 fsspec==2024.10.0 typing_extensions==4.12.2)
 install_python() {
-  [ ${#python_packages[@]} -eq 0 ] && return 0
-  echo "install-deps: pip installing ${python_packages[*]}"
-  $sudo /usr/bin/python3 -m pip install -q --break-system-packages --root-user-action=ignore "${python_packages[@]}"
+  if [ ${#python_packages[@]} -gt 0 ]; then
+    echo "install-deps: pip installing ${python_packages[*]}"
+    $sudo /usr/bin/python3 -m pip install -q --break-system-packages --root-user-action=ignore "${python_packages[@]}"
+  fi
+  [ "${1:-}" = "--run" ] && return 0
+  if ! PYTHONPATH="$reference_dir" /usr/bin/python3 -c "import transformers, safetensors; assert transformers.__version__ == '4.46.3'" 2>/dev/null; then
+    echo "install-deps: pip installing transformers 4.46.3 into $reference_dir"
+    $sudo /usr/bin/python3 -m pip install -q --root-user-action=ignore --no-deps --upgrade --target "$reference_dir" \
+      "${reference_packages[@]}"
+  fi
 }
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages are installed"
   sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  install_python
+  install_python "${1:-}"
   exit 0
 fi
 
@@ -56,4 +71,4 @@ echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -q
 $sudo apt-get install -y -q "${missing[@]}"
-install_python
+install_python "${1:-}"

@@ -28,10 +28,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "run_plan.hpp"
 #include "data_setup.hpp"
 #include "loom/comm/agreement.hpp"
+#include "loom/convert/gpt_weights.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/gpu_info.hpp"
 #include "loom/ddp/gradient_reducer.hpp"
@@ -209,8 +211,32 @@ std::int64_t resume_or_start(const train_gpt::RunConfig& config, loom::train::Tr
   return trainer.steps_done();
 }
 
-int run(const train_gpt::RunConfig& config, loom::World& world) {
+// --init-from: the weights, and the architecture they set (flags given as well must agree).
+std::optional<loom::convert::GPTWeights> initial_weights(train_gpt::RunConfig& config) {
+  if (config.init_from.empty()) return std::nullopt;
+  loom::convert::GPTWeights weights = loom::convert::read_gpt_weights(config.init_from);
+  const loom::nn::GPTConfig& theirs = weights.config;
+  loom::nn::GPTConfig& mine = config.model;
+  for (const auto& [flag, value, wanted] :
+       {std::tuple{"--layers", &mine.layers, theirs.layers}, std::tuple{"--heads", &mine.heads, theirs.heads},
+        std::tuple{"--channels", &mine.channels, theirs.channels}, std::tuple{"--context", &mine.context, theirs.context},
+        std::tuple{"--vocab", &mine.vocab_size, theirs.vocab_size}}) {
+    const bool given = std::find(config.architecture_flags.begin(), config.architecture_flags.end(), flag) !=
+                       config.architecture_flags.end();
+    loom::require(!given || *value == wanted, flag, " ", *value, " disagrees with ", config.init_from, ", whose model "
+                  "has ", wanted, " (--init-from sets the architecture: leave ", flag, " out)");
+    *value = wanted;
+  }
+  loom::require(config.data.starts_with("shards:"), "--init-from ", config.init_from, " has a vocabulary of ",
+                theirs.vocab_size, " tokens, but --data ", config.data, " is bytes: fine-tune on token shards "
+                "(--data shards:GLOB) made with the model's tokenizer");
+  return weights;
+}
+
+int run(const train_gpt::RunConfig& given, loom::World& world) {
   const Log log(world.rank() == 0);
+  train_gpt::RunConfig config = given;
+  std::optional<loom::convert::GPTWeights> initial = initial_weights(config);
   // One process uses --device as given; ranks of a job use the device loom::init picked (cuda:<local rank>).
   const loom::Device device = world.size() == 1 ? loom::Device::parse(config.device) : world.device();
   loom::nn::GPTConfig model_config = config.model;
@@ -224,6 +250,11 @@ int run(const train_gpt::RunConfig& config, loom::World& world) {
   // tensor parallelism each rank makes its blocks of every split layer.
   loom::nn::GPT model(model_config, loom::nn::Precision::parse(config.precision), device, config.seed,
                       loom::shard::space_layout(options.zero, dp.comm.get()), dp.tensor);
+  if (initial) {  // before the trainer, whose optimizer takes its fp32 masters from the values
+    loom::convert::load_gpt_weights(model, *initial);
+    log.line("initial weights: %s\n", initial->origin.c_str());
+    initial.reset();
+  }
   // --batch auto sizes the micro-batch now that the model exists, before the data and trainer
   // allocate anything for it.
   train_gpt::RunConfig sized = config;
@@ -482,6 +513,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "train_gpt: --batch-per-step goes with --batch auto; without it, the step is --batch x "
                    "--grad-accum\n");
       return exit_usage;
+    }
+    for (const char* flag : {"--layers", "--heads", "--channels", "--context", "--vocab"}) {
+      if (app.count(flag) > 0) config.architecture_flags.emplace_back(flag);
     }
     if (!init.device_type) init.device_type = loom::Device::parse(config.device).type();
     const std::unique_ptr<loom::World> world = loom::init(argc, argv, init);

@@ -89,6 +89,9 @@ void RunConfig::add_to(CLI::App& app) {
   app.add_option("--data-order", data_order, "shards: windows shuffled per epoch from --seed, or sequential")
       ->check(CLI::IsMember({"shuffled", "sequential"}));
   app.add_option("--prefetch", prefetch, "batches the background loader keeps ready")->check(CLI::Range(1, 64));
+  app.add_option("--init-from", init_from, "start from these weights (fine-tuning): hf:DIR (a Hugging Face GPT-2), "
+                 "llmc:FILE (an llm.c model file) or loom:PATH (a checkpoint, run directory or weights file); they "
+                 "set the architecture. A run that resumes from --checkpoint-dir ignores them");
   app.add_option("--tokenizer", tokenizer, "the shards' BPE vocabulary (tokenizer.json, or a directory with it or "
                  "vocab.json + merges.txt), to read the samples with");
   app.add_option("--digits", digits, "digits per operand of the addition task")->check(CLI::Range(1, 9));

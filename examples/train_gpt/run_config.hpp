@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "loom/nn/gpt.hpp"
 #include "loom/train/trainer.hpp"
@@ -35,6 +36,8 @@ struct RunConfig {
   std::string data_order = "shuffled";  // shards: windows shuffled per epoch, or sequential
   int prefetch = 2;                     // batches the loader keeps ready
   std::string tokenizer;                // a GPT-2 BPE vocabulary to read samples with
+  std::string init_from;                // hf:DIR | llmc:FILE | loom:PATH: the weights a new run starts from
+  std::vector<std::string> architecture_flags;  // --layers, --vocab, ... as given (--init-from checks them)
   int digits = 2;
   std::uint64_t seed = 1;
   std::int64_t eval_every = 500;

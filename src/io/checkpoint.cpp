@@ -125,21 +125,6 @@ std::vector<NamedTensor> gathered_weights(const model::Model& model, comm::Commu
   return weights;
 }
 
-// Copies a loaded tensor into what the space stores of its slot (all of it, or this rank's part).
-void load_value(const model::ParameterSpace& space, std::size_t slot_index, const Tensor& loaded) {
-  const model::Slot& slot = space.slots()[slot_index];
-  if (space.value_mode() == model::ValueMode::full) {
-    copy(slot.parameter->value(), loaded);
-    return;
-  }
-  const model::Unit& unit = space.units()[slot.unit];
-  const std::int64_t size = unit.elements / space.ranks();
-  const std::int64_t first = unit.begin + space.value_rank() * size;
-  const std::int64_t begin = std::max(first, slot.offset), end = std::min(first + size, slot.offset + slot.numel);
-  if (begin >= end) return;
-  copy(space.stored_values(begin, end), loaded.flatten().slice(begin - slot.offset, end - slot.offset));
-}
-
 std::string write_consolidated(const std::string& run_dir, const model::Model& model,
                                const optim::Optimizer& optimizer, const std::vector<NamedTensor>& weights,
                                const std::vector<optim::StateTensor>& optimizer_state,
@@ -259,14 +244,16 @@ std::int64_t verify_checkpoint(const std::string& dir, int part, int parts) {
   return manifest.progress.step;
 }
 
+std::string checkpoint_or_latest(const std::string& path) {
+  if (fs::exists(fs::path(path) / "state.json")) return path;
+  const std::optional<std::string> latest = latest_checkpoint(path);
+  if (!latest) fail(ErrorCategory::io, "'", path, "' is neither a checkpoint (no state.json) nor a run directory with a "
+                    "'latest' checkpoint");
+  return *latest;
+}
+
 TrainingProgress load_checkpoint(const std::string& path, model::Model& model, optim::Optimizer& optimizer) {
-  std::string dir = path;
-  if (!fs::exists(fs::path(path) / "state.json")) {
-    const std::optional<std::string> latest = latest_checkpoint(path);
-    if (!latest) fail(ErrorCategory::io, "'", path, "' is neither a checkpoint (no state.json) nor a run directory with "
-                      "a 'latest' checkpoint");
-    dir = *latest;
-  }
+  const std::string dir = checkpoint_or_latest(path);
   detail::CheckpointManifest read = detail::read_manifest(dir);
   require_matching_config(read, model, dir);
   require(read.precision == model.precision().name(), "checkpoint '", dir, "' was trained in ", read.precision,
@@ -292,9 +279,9 @@ TrainingProgress load_checkpoint(const std::string& path, model::Model& model, o
   // Everything is checked before anything is copied: a refused checkpoint leaves the run as it was.
   require_same_tensors(weights.tensors, model_targets, (fs::path(dir) / data_files[0]).string());
   require_same_tensors(state.tensors, state_targets, (fs::path(dir) / data_files[1]).string());
-  const model::ParameterSpace& space = model.parameter_space();
+  model::ParameterSpace& space = model.parameter_space();
   for (std::size_t s = 0; s < space.slots().size(); ++s) {
-    load_value(space, s, weights.tensors.at(space.slots()[s].parameter->name()));
+    space.assign(s, weights.tensors.at(space.slots()[s].parameter->name()));
   }
   optim::scatter_state(optimizer, state.tensors);
   optimizer.set_steps_taken(manifest.optimizer_steps);

@@ -36,7 +36,20 @@ FileDigest write_assembled(const std::string& path, const std::vector<std::strin
 }
 
 std::map<std::string, std::string> weights_metadata(const detail::CheckpointManifest& m) {
-  return {{"format", "pt"}, {"loom_config", m.config.dump()}, {"loom_precision", m.precision}};
+  return {{"format", "pt"}, {"loom_architecture", m.architecture}, {"loom_config", m.config.dump()},
+          {"loom_precision", m.precision}};
+}
+
+// The architecture's sizes from a manifest's or a weights file's config object.
+std::map<std::string, std::int64_t> config_sizes(const json& config, const std::string& where) {
+  require(config.is_object(), "'", where, "': the model config is not a JSON object");
+  std::map<std::string, std::int64_t> sizes;
+  for (const auto& [field, value] : config.items()) {
+    require(value.is_number_integer(), "'", where, "': model config field '", field, "' is ", value.dump(),
+            ", not an integer");
+    sizes[field] = value.get<std::int64_t>();
+  }
+  return sizes;
 }
 
 }  // namespace
@@ -125,6 +138,54 @@ void export_weights(const std::string& dir, const std::string& out_file) {
   SafetensorsWriter writer(out_file, specs, weights_metadata(m));
   for (const auto& [at, name] : order) writer.write(name, read_safetensors_tensor(model, index, name));
   writer.finish();
+}
+
+ModelWeights read_model_weights(const std::string& path) {
+  ModelWeights weights;
+  if (fs::is_directory(path)) {
+    const std::string dir = checkpoint_or_latest(path);
+    const detail::CheckpointManifest m = detail::read_manifest(dir);
+    weights.architecture = m.architecture;
+    weights.config = config_sizes(m.config, dir);
+    weights.precision = m.precision;
+    verify_checkpoint(dir);
+    if (m.version == 2) {
+      const auto files = detail::open_piece_files(dir, m);
+      const auto stored = detail::stored_tensors(files);
+      for (const std::string& name : m.model_tensors) {
+        const auto it = stored.find(name);
+        if (it == stored.end()) fail(ErrorCategory::corrupt_data, "checkpoint '", dir, "': state.json lists '", name,
+                                     "', which no file holds");
+        weights.tensors[name] = detail::assemble_tensor(files, it->second);
+      }
+    } else {
+      weights.tensors = read_safetensors((fs::path(dir) / "model.safetensors").string()).tensors;
+    }
+    return weights;
+  }
+  SafetensorsContents file = read_safetensors(path);
+  const auto config = file.metadata.find("loom_config");
+  require(config != file.metadata.end(), "'", path, "' is not a loom weights file (its metadata has no loom_config; "
+          "loom-ckpt export and loom-convert write them)");
+  json parsed = json::parse(config->second, nullptr, false);
+  require(!parsed.is_discarded(), "'", path, "': its loom_config metadata is not JSON");
+  weights.config = config_sizes(parsed, path);
+  const auto architecture = file.metadata.find("loom_architecture");
+  // Weights files written before other models existed name none: they hold a GPT.
+  weights.architecture = architecture != file.metadata.end() ? architecture->second : "gpt";
+  const auto precision = file.metadata.find("loom_precision");
+  weights.precision = precision != file.metadata.end() ? precision->second : "";
+  weights.tensors = std::move(file.tensors);
+  return weights;
+}
+
+void write_model_weights(const std::string& file, const ModelWeights& weights) {
+  std::vector<NamedTensor> tensors;
+  for (const auto& [name, tensor] : weights.tensors) tensors.push_back({name, tensor});
+  json config = json::object();
+  for (const auto& [field, value] : weights.config) config[field] = value;
+  write_safetensors(file, tensors, {{"format", "pt"}, {"loom_architecture", weights.architecture},
+                                    {"loom_config", config.dump()}, {"loom_precision", weights.precision}});
 }
 
 }  // namespace loom::io

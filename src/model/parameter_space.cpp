@@ -1,7 +1,9 @@
 #include "loom/model/parameter_space.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <set>
+#include <span>
 #include <vector>
 #include <utility>
 
@@ -360,19 +362,23 @@ void fill_normal_in_box(const Tensor& out, std::uint64_t seed, const Parameter& 
 
 }  // namespace
 
+std::pair<std::int64_t, std::int64_t> ParameterSpace::stored_range(const Slot& slot) const {
+  std::int64_t begin = slot.offset, end = slot.offset + slot.numel;
+  if (mode_ == ValueMode::sharded) {
+    const Unit& unit = units_[slot.unit];
+    const std::int64_t size = unit.elements / ranks_, first = unit.begin + value_rank_ * size;
+    begin = std::max(begin, first);
+    end = std::min(end, first + size);
+  }
+  return {begin, end};
+}
+
 void ParameterSpace::initialize(std::uint64_t seed) {
   value_origin_ = loom::detail::concat("initialised from seed ", seed);
   for (const Slot& slot : slots_) {
     const Init& init = slot.parameter->init();
     if (init.kind == Init::Kind::keep) continue;
-    // The part of the slot stored here: all of it, or its overlap with this rank's slice.
-    std::int64_t begin = slot.offset, end = slot.offset + slot.numel;
-    if (mode_ == ValueMode::sharded) {
-      const Unit& unit = units_[slot.unit];
-      const std::int64_t size = unit.elements / ranks_, first = unit.begin + value_rank_ * size;
-      begin = std::max(begin, first);
-      end = std::min(end, first + size);
-    }
+    const auto [begin, end] = stored_range(slot);
     if (begin >= end) continue;
     const Tensor host = Tensor::empty({end - begin}, DType::f32);
     if (init.kind == Init::Kind::normal) {
@@ -389,6 +395,58 @@ void ParameterSpace::initialize(std::uint64_t seed) {
       copy(stored, narrow);
     }
   }
+}
+
+namespace {
+
+// Copies box `box` of `whole` (a host tensor of the partition's global shape) into `out`, the
+// parameter's local elements from box.first on, a run along the innermost dimension at a time.
+void copy_box(const Tensor& whole, const Box& box, const Tensor& out) {
+  const Shape& global = whole.shape();
+  const std::int64_t rank = global.rank();
+  const std::int64_t inner = box.extent[rank - 1];
+  const std::int64_t runs = box.extent.numel() / std::max<std::int64_t>(inner, 1);
+  const auto element = static_cast<std::int64_t>(dtype_size(whole.dtype()));
+  const std::span<const std::uint8_t> from = whole.as_bytes().span<std::uint8_t>();
+  const std::span<std::uint8_t> to = out.as_bytes().span<std::uint8_t>();
+  for (std::int64_t r = 0; r < runs && inner > 0; ++r) {
+    // Run r starts at coordinates (r unravelled over the box's outer extents, the box's column).
+    std::int64_t rest = r, at = box.offset[static_cast<std::size_t>(rank - 1)], stride = global[rank - 1];
+    for (std::int64_t d = rank - 2; d >= 0; --d) {
+      at += (rest % box.extent[d] + box.offset[static_cast<std::size_t>(d)]) * stride;
+      rest /= box.extent[d];
+      stride *= global[d];
+    }
+    std::copy_n(from.begin() + at * element, inner * element, to.begin() + (box.first + r * inner) * element);
+  }
+}
+
+}  // namespace
+
+void ParameterSpace::assign(std::size_t slot_index, const Tensor& whole) {
+  require(slot_index < slots_.size(), "parameter space: slot ", slot_index, " is outside [0, ", slots_.size(), ")");
+  const Slot& slot = slots_[slot_index];
+  const Parameter& p = *slot.parameter;
+  const Partition& partition = p.partition();
+  require(whole.defined() && whole.shape() == partition.global, "parameter '", p.name(), "' is ", partition.global,
+          " but the tensor given for it is ", whole);
+  require(whole.dtype() == DType::f32 || whole.dtype() == DType::f16 || whole.dtype() == DType::bf16, "parameter '",
+          p.name(), "': a ", whole.dtype(), " tensor cannot be its value (f32, f16 or bf16)");
+  const auto [begin, end] = stored_range(slot);
+  if (begin >= end) return;
+  const Tensor host = whole.device().is_cpu() ? whole : whole.to(Device::cpu());
+  Tensor local = host;
+  if (p.shape() != partition.global) {  // this rank's blocks of a split tensor
+    local = Tensor::empty(p.shape(), host.dtype());
+    for (const Box& box : boxes(partition, p.shape())) copy_box(host, box, local);
+  }
+  Tensor part = local.flatten().slice(begin - slot.offset, end - slot.offset);
+  if (part.dtype() != storage_) {
+    const Tensor narrow = Tensor::empty(part.shape(), storage_);
+    kernels::cast(part, narrow);
+    part = narrow;
+  }
+  copy(stored_values(begin, end), part);
 }
 
 std::vector<ShardRange> ParameterSpace::shard(int rank) const {

@@ -60,6 +60,9 @@ TrainingProgress load_checkpoint(const std::string& path, model::Model& model, o
 
 // The checkpoint `latest` names in run_dir, if there is one.
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);
+// path itself when it is a checkpoint directory (it holds state.json), else the checkpoint `latest`
+// names in it; an io Error when it is neither.
+std::string checkpoint_or_latest(const std::string& path);
 
 // Reads a checkpoint directory's state.json and checks its files without a model (the size and
 // CRC-32 of each file; sharded: also the piece tables, which must cover every tensor exactly once);

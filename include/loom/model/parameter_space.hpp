@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/core/stream.hpp"
@@ -161,6 +162,12 @@ class ParameterSpace {
   // writing only what this space stores: in sharded mode a rank makes exactly its slices, the same
   // bits one process makes for the whole tensor. Padding stays zero.
   void initialize(std::uint64_t seed);
+  // Sets slot `slot`'s parameter from `whole`, the entire tensor it is a part of (its partition's
+  // global shape; any device; f32, f16 or bf16, rounded to the storage dtype as cast() rounds),
+  // writing only what this space stores: the parameter's boxes of it (tensor parallelism), all of
+  // them or their overlap with this rank's slice (sharded). Weights read from a file take this way
+  // in (checkpoints, convert/); set_value_origin() should then say where they came from.
+  void assign(std::size_t slot, const Tensor& whole);
   // Where the values came from, in words: "initialised from seed N" after initialize(), or what a
   // data-parallel engine recorded ("broadcast from rank 0"); empty when unknown. Ranks that each
   // hold only their own slices must have the same origin: no broadcast could make them agree.
@@ -177,6 +184,9 @@ class ParameterSpace {
   const std::string& claimed_by() const noexcept { return claimed_by_; }
 
  private:
+  // The elements of a slot this space stores: all of it, or its overlap with this rank's slice
+  // (sharded); begin >= end when it stores none.
+  std::pair<std::int64_t, std::int64_t> stored_range(const Slot& slot) const;
   void lay_out(int ranks);
   void rebind(const Tensor& values, const Tensor& grads);
 
