@@ -178,7 +178,8 @@ def main(argv):
     with open(os.path.join(directory, "state.json")) as f:
         manifest = json.load(f)
     config = json.dumps(manifest["config"], separators=(",", ":"), sort_keys=True)
-    metadata = {"format": "pt", "loom_config": config, "loom_precision": manifest["precision"]}
+    metadata = {"format": "pt", "loom_architecture": manifest.get("architecture", "gpt"), "loom_config": config,
+                "loom_precision": manifest["precision"]}
     if manifest["format"] == "loom-checkpoint-2":
         names = list(manifest["tensors"]["model"])
         if "--optimizer" in argv:

@@ -41,11 +41,13 @@ bool Stream::query() const {
   return device_.is_cpu() || cudart::stream_query(device_.index(), native_);
 }
 
-void Stream::wait(const Event& event) const {
-  require(event.device() == device_, "stream on ", device_, " cannot wait for an event on ",
-          event.device());
-  require(event.recorded(), "stream on ", device_, " asked to wait for an event never recorded");
-  if (device_.is_cuda()) cudart::stream_wait_event(device_.index(), native_, event.native_handle());
+void Stream::wait(const Event& event) const { loom::wait(ref(), event); }
+
+void wait(StreamRef stream, const Event& event) {
+  const Device device = stream.device();
+  require(event.device() == device, "stream on ", device, " cannot wait for an event on ", event.device());
+  require(event.recorded(), "stream on ", device, " asked to wait for an event never recorded");
+  if (device.is_cuda()) cudart::stream_wait_event(device.index(), stream.native_handle(), event.native_handle());
 }
 
 Event::Event(Device device, bool enable_timing) : device_(device), timing_(enable_timing) {

@@ -171,7 +171,17 @@ void GPT::run_forward(const Tensor& tokens, const Tensor& targets, StreamRef str
   const bool targets_checked =
       targets.defined() && check_on_host(targets, config_.vocab_size, static_cast<std::int32_t>(defaults.ignore_index),
                                          "target");
-  tokens_ = detail::on_device(tokens, staged_tokens_, device_, stream);
+  Tensor staged_targets;
+  if (device_.is_cuda() && tokens.device().is_cpu() && (!targets.defined() || targets.device().is_cpu())) {
+    // A host batch goes up through page-locked memory on the stager's stream (core/device_stager.hpp).
+    if (!stager_) stager_ = std::make_unique<DeviceStager>(device_);
+    const std::vector<Tensor> staged =
+        stager_->stage(targets.defined() ? std::vector<Tensor>{tokens, targets} : std::vector<Tensor>{tokens}, stream);
+    tokens_ = staged[0];
+    if (targets.defined()) staged_targets = staged[1];
+  } else {
+    tokens_ = detail::on_device(tokens, staged_tokens_, device_, stream);
+  }
   const std::int64_t c = config_.channels, vp = vocab_.rows, rows = batch * steps;
   const detail::PoolScope pooled(pool_.get());  // (null without checkpointing: layers allocate as before)
   if (pool_ && tokens.shape() != pooled_shape_) {
@@ -202,7 +212,7 @@ void GPT::run_forward(const Tensor& tokens, const Tensor& targets, StreamRef str
     targets_ = Tensor();
     return;
   }
-  targets_ = detail::on_device(targets, staged_targets_, device_, stream);
+  targets_ = staged_targets.defined() ? staged_targets : detail::on_device(targets, staged_targets_, device_, stream);
   if (split_loss_) return;  // forward_into combines the blocks' losses
   detail::ensure_buffer(losses_, {rows}, DType::f32, device_);
   kernels::CrossEntropyOptions ce;

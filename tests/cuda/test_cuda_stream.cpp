@@ -1,6 +1,7 @@
 // CUDA streams and events: ordering across streams and timing.
 #include <catch2/catch.hpp>
 
+#include "loom/core/device_stager.hpp"
 #include "loom/core/stream.hpp"
 #include "loom/core/tensor.hpp"
 #include "loom/core/tensor_ops.hpp"
@@ -48,4 +49,24 @@ TEST_CASE("timed events measure device work", "[cuda][stream]") {
   CHECK(ms > 0.0f);
   CHECK(ms < 10000.0f);
   CHECK_THROWS_AS(start.record(loom::StreamRef(Device::cuda(1), nullptr)), loom::Error);
+}
+
+TEST_CASE("DeviceStager's copies reach a busy compute stream in order", "[cuda][stream][stager]") {
+  const Device gpu = Device::cuda(0);
+  Stream compute(gpu);
+  loom::DeviceStager stager(gpu, 3);
+  const Tensor busy = Tensor::empty({1 << 24}, DType::f32, gpu);
+  const Tensor seen = Tensor::empty({8, 256}, DType::i32, gpu);
+  for (std::int32_t b = 0; b < 8; ++b) {
+    // The compute stream is behind the host: a stager that overwrote a slot still being read, or
+    // a consumer that did not wait for the copy, would leave a wrong row.
+    for (int i = 0; i < 5; ++i) loom::fill(busy, i, compute);
+    const Tensor host = Tensor::full({256}, DType::i32, 1000.0 * b);
+    const std::vector<Tensor> staged = stager.stage({host}, compute);
+    REQUIRE(staged[0].device() == gpu);
+    loom::copy(seen.select(b), staged[0], compute);
+  }
+  compute.synchronize();
+  const std::vector<std::int32_t> values = seen.to_vector<std::int32_t>();
+  for (std::size_t i = 0; i < values.size(); ++i) REQUIRE(values[i] == 1000 * static_cast<std::int32_t>(i / 256));
 }

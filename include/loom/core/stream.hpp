@@ -33,6 +33,9 @@ class StreamRef {
 
 // Blocks until the work enqueued on stream is done (work on the default StreamRef already is).
 void synchronize(StreamRef stream);
+// Later work on stream waits for event (recorded, on stream's device) on the device, not the
+// host; nothing to do on the CPU, where the event's work is done.
+void wait(StreamRef stream, const Event& event);
 
 class Stream {
  public:

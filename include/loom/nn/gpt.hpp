@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "loom/comm/communicator.hpp"
+#include "loom/core/device_stager.hpp"
 #include "loom/model/model.hpp"
 #include "loom/nn/block.hpp"
 #include "loom/nn/layernorm.hpp"
@@ -139,6 +140,7 @@ class GPT final : public model::Model {
   std::unique_ptr<model::ParameterSpace> space_;
 
   Tensor staged_tokens_, staged_targets_;  // device copies of host batches, reused
+  std::unique_ptr<DeviceStager> stager_;  // on a GPU: host batches up through page-locked memory
   Tensor tokens_, targets_, embedded_, final_norm_, logits_, losses_, dlosses_, dresidual_, loss_value_;
   std::int64_t counted_targets_ = 0;
 };
