@@ -20,35 +20,21 @@
 #include "loom/data/bpe_trainer.hpp"
 #include "loom/data/token_shard.hpp"
 #include "loom/io/files.hpp"
+#include "text_parts.hpp"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A file's documents: the whole file, or with a JSONL field, each line's field.
-std::vector<std::string> documents_of(const std::string& path, const std::string& field) {
-  std::string text = loom::io::read_file(path);
-  if (field.empty()) return {std::move(text)};
-  std::vector<std::string> documents;
-  std::size_t from = 0, line = 0;
-  while (from < text.size()) {
-    std::size_t end = text.find('\n', from);
-    if (end == std::string::npos) end = text.size();
-    ++line;
-    const std::string_view row(text.data() + from, end - from);
-    from = end + 1;
-    if (row.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    nlohmann::json value;
-    try {
-      value = nlohmann::json::parse(row);
-    } catch (const nlohmann::json::exception& e) {
-      loom::fail(loom::ErrorCategory::corrupt_data, "'", path, "' line ", line, " is not JSON: ", e.what());
-    }
-    loom::require(value.is_object() && value.contains(field) && value[field].is_string(),
-                  loom::ErrorCategory::corrupt_data, "'", path, "' line ", line, " has no string field \"", field, "\"");
-    documents.push_back(value[field].get<std::string>());
+// The next round of parts: two per thread, so every core has work while the round lasts.
+std::vector<loom_tokenize::TextPart> next_round(loom_tokenize::TextParts& parts, unsigned threads) {
+  std::vector<loom_tokenize::TextPart> round;
+  while (round.size() < 2 * static_cast<std::size_t>(threads)) {
+    std::optional<loom_tokenize::TextPart> part = parts.next();
+    if (!part) break;
+    round.push_back(std::move(*part));
   }
-  return documents;
+  return round;
 }
 
 // Runs body(i) for i in [0, n) on `threads` threads.
@@ -97,6 +83,7 @@ int main(int argc, char** argv) {
   std::string vocab, out, field;
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   std::int64_t vocab_size = 0, min_frequency = 2, shard_tokens = 100'000'000;
+  std::size_t part_kb = 4096;
   std::vector<std::string> specials{"<|endoftext|>"};
   CLI::App* train = app.add_subcommand("train", "learn a byte-level BPE vocabulary from text files");
   train->add_option("--vocab-size", vocab_size, "tokens in all: 256 bytes + merges + special tokens")->required();
@@ -113,6 +100,8 @@ int main(int argc, char** argv) {
     command->add_option("files", files, "text files (JSONL with --jsonl-field)")->required()->check(CLI::ExistingFile);
     command->add_option("--jsonl-field", field, "read JSON lines, each document in this field (e.g. text)");
     command->add_option("--threads", threads, "threads (default: every core)")->check(CLI::Range(1u, 1024u));
+    command->add_option("--part-kb", part_kb, "text read and tokenized per task, in KiB (a large file is cut into "
+                        "parts where GPT-2's pieces end, which change no id)")->check(CLI::Range(1ul, 1ul << 22));
   }
   ids->add_option("files", files, "text files: a JSON line each")->required()->check(CLI::ExistingFile);
   CLI11_PARSE(app, argc, argv);
@@ -129,23 +118,27 @@ int main(int argc, char** argv) {
     }
     if (train->parsed()) {
       const auto start = Clock::now();
-      std::vector<loom::data::PieceCounts> counts(files.size());
-      std::atomic<std::int64_t> bytes{0};
-      parallel_for(files.size(), threads, [&](std::size_t i) {
-        for (const std::string& document : documents_of(files[i], field)) {
-          counts[i].add(document, specials);
-          bytes += static_cast<std::int64_t>(document.size());
-        }
-      });
+      // Counted part by part: a part ends where a piece does, so the counts are the whole files'.
+      loom_tokenize::TextParts parts(files, field, specials, part_kb * 1024);
       loom::data::PieceCounts all;
-      for (const auto& c : counts) all.merge(c);
+      std::int64_t bytes = 0;
+      for (auto round = next_round(parts, threads); !round.empty(); round = next_round(parts, threads)) {
+        std::vector<loom::data::PieceCounts> counts(round.size());
+        parallel_for(round.size(), threads, [&](std::size_t i) {
+          for (const std::string& document : round[i].documents) counts[i].add(document, specials);
+        });
+        for (std::size_t i = 0; i < round.size(); ++i) {
+          all.merge(counts[i]);
+          bytes += round[i].bytes;
+        }
+      }
       const loom::data::BpeTokenizer tokenizer = loom::data::train_bpe(
           all, {.vocab_size = vocab_size, .specials = specials, .min_frequency = min_frequency});
       tokenizer.save(out);
       std::printf("trained %lld tokens (256 bytes, %zu merges, %zu special) from %.1f MB of text in %zu files in %.1f s; "
                   "wrote %s/vocab.json, merges.txt and tokenizer.json\n",
                   static_cast<long long>(tokenizer.vocab_size()), tokenizer.merges(), specials.size(),
-                  static_cast<double>(bytes.load()) / 1e6, files.size(),
+                  static_cast<double>(bytes) / 1e6, files.size(),
                   std::chrono::duration<double>(Clock::now() - start).count(), out.c_str());
       if (tokenizer.vocab_size() < vocab_size) {
         std::printf("%lld tokens short of --vocab-size: no pair of the text occurs --min-frequency (%lld) times "
@@ -162,22 +155,27 @@ int main(int argc, char** argv) {
                   " does not fit llm.c's uint16 tokens");
     loom::data::TokenShardWriter writer(out, shard_tokens);
     Progress progress;
+    loom_tokenize::TextParts parts(files, field, tokenizer.special_tokens(), part_kb * 1024);
     std::int64_t documents = 0, bytes = 0;
-    for (std::size_t f = 0; f < files.size(); ++f) {
-      const std::vector<std::string> docs = documents_of(files[f], field);
-      // Each document is <|endoftext|> and its tokens, as llm.c's data scripts write them.
-      std::vector<std::vector<std::int32_t>> encoded(docs.size());
-      parallel_for(docs.size(), threads, [&](std::size_t i) {
-        encoded[i].push_back(*end_of_text);
-        const std::vector<std::int32_t> tokens = tokenizer.encode(docs[i]);
-        encoded[i].insert(encoded[i].end(), tokens.begin(), tokens.end());
+    std::size_t files_done = 0;
+    for (auto round = next_round(parts, threads); !round.empty(); round = next_round(parts, threads)) {
+      // Each document is <|endoftext|> and its tokens, as llm.c's data scripts write them; a text
+      // file's later parts continue its document.
+      std::vector<std::vector<std::int32_t>> encoded(round.size());
+      parallel_for(round.size(), threads, [&](std::size_t i) {
+        for (const std::string& document : round[i].documents) {
+          if (!round[i].continues) encoded[i].push_back(*end_of_text);
+          const std::vector<std::int32_t> tokens = tokenizer.encode(document);
+          encoded[i].insert(encoded[i].end(), tokens.begin(), tokens.end());
+        }
       });
-      for (std::size_t i = 0; i < docs.size(); ++i) {
+      for (std::size_t i = 0; i < round.size(); ++i) {
         writer.add(encoded[i]);
-        bytes += static_cast<std::int64_t>(docs[i].size());
-        ++documents;
+        bytes += round[i].bytes;
+        documents += round[i].continues ? 0 : static_cast<std::int64_t>(round[i].documents.size());
+        files_done += round[i].ends_file ? 1 : 0;
       }
-      progress.show(f + 1, files.size(), documents, writer.tokens(), bytes, false);
+      progress.show(files_done, files.size(), documents, writer.tokens(), bytes, false);
     }
     progress.show(files.size(), files.size(), documents, writer.tokens(), bytes, true);
     loom::require(documents > 0, "loom-tokenize encode: the files hold no documents",

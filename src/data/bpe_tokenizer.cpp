@@ -347,6 +347,30 @@ std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {
   return out;
 }
 
+std::vector<std::string> BpeTokenizer::special_tokens() const {
+  std::vector<std::string> specials;
+  for (const auto& special : specials_) specials.push_back(special.first);
+  return specials;
+}
+
+std::size_t gpt2_cut_point(std::string_view text, std::size_t at_most, std::span<const std::string> specials) {
+  const auto white = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'; };
+  const auto printable = [](char c) { return c > ' ' && c < 0x7f; };
+  for (std::size_t n = std::min(at_most, text.size()); n >= 1; --n) {
+    if (n == text.size() || !white(text[n]) || !printable(text[n - 1])) continue;
+    // A special token that holds white space could straddle the cut.
+    const bool inside = std::any_of(specials.begin(), specials.end(), [&](const std::string& special) {
+      const std::size_t length = special.size();
+      if (length == 0) return false;
+      const std::size_t from = n >= length ? n - length + 1 : 0;
+      const std::size_t found = text.substr(from, std::min(text.size() - from, 2 * length - 1)).find(special);
+      return found != std::string_view::npos && from + found < n;
+    });
+    if (!inside) return n;
+  }
+  return 0;
+}
+
 std::string BpeTokenizer::decode(std::span<const std::int32_t> ids) const {
   std::string text;
   for (std::size_t i = 0; i < ids.size(); ++i) {

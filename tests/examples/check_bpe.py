@@ -8,7 +8,8 @@ usage: check_bpe.py LOOM_TOKENIZE WORK_DIR CORPUS_FILES...
    digits, white space runs, Unicode of several scripts and classes, <|endoftext|>) and on 300
    random ones, and every text decodes back byte for byte (also text that is not UTF-8).
 2. A vocabulary trained by `loom-tokenize train` loads into tokenizers, which gives loom's ids.
-3. `loom-tokenize encode` writes llm.c shards holding <|endoftext|> + each document's ids, in order.
+3. `loom-tokenize encode` writes llm.c shards holding <|endoftext|> + each document's ids, in order,
+   also when it cuts the files into parts of 1 KiB (lines of JSONL, and text files inside documents).
 Prints one line per check; exits 1 on the first failure.
 """
 import json
@@ -126,6 +127,15 @@ loom_dir = os.path.join(work, "loom_vocab")
 out = subprocess.run([loom, "train", "--vocab-size", "2000", "--out", loom_dir, *corpus], capture_output=True, text=True)
 if out.returncode != 0:
     fail(f"loom-tokenize train: {out.stderr.strip()}")
+# Counted in parts of 1 KiB, the corpus trains the same vocabulary.
+out = subprocess.run([loom, "train", "--vocab-size", "2000", "--part-kb", "1", "--out", loom_dir + "_parts", *corpus],
+                     capture_output=True, text=True)
+if out.returncode != 0:
+    fail(f"loom-tokenize train --part-kb 1: {out.stderr.strip()}")
+for name in ("vocab.json", "merges.txt", "tokenizer.json"):
+    if open(os.path.join(loom_dir, name), "rb").read() != open(os.path.join(loom_dir + "_parts", name), "rb").read():
+        fail(f"loom-tokenize train --part-kb 1 wrote another {name} than whole files give")
+print("ok: loom-tokenize train counts the corpus in parts of 1 KiB into the same vocabulary files")
 trained = Tokenizer.from_file(os.path.join(loom_dir, "tokenizer.json"))
 if trained.get_vocab_size() != 2000:
     fail(f"loom's trained vocabulary has {trained.get_vocab_size()} tokens in tokenizers, not 2000: {out.stdout}")
@@ -144,26 +154,49 @@ documents = [t for t in texts[:80] if "<|endoftext|>" not in t]
 with open(os.path.join(work, "docs.jsonl"), "w", encoding="utf-8") as f:
     for d in documents:
         f.write(json.dumps({"id": 1, "text": d}) + "\n")
-prefix = os.path.join(work, "shards", "docs")
-os.makedirs(os.path.dirname(prefix), exist_ok=True)
-out = subprocess.run([loom, "encode", "--vocab", hf_dir, "--out", prefix, "--shard-tokens", "500", "--jsonl-field",
-                      "text", "--threads", "2", os.path.join(work, "docs.jsonl")], capture_output=True, text=True)
-if out.returncode != 0:
-    fail(f"loom-tokenize encode: {out.stderr.strip()}")
 eot = reference.token_to_id("<|endoftext|>")
-expected = []
-for d in documents:
-    expected += [eot] + reference.encode(d).ids
-shards = sorted(p for p in os.listdir(os.path.dirname(prefix)))
-tokens = []
-for name in shards:
-    with open(os.path.join(os.path.dirname(prefix), name), "rb") as f:
-        header = struct.unpack("<256i", f.read(1024))
-        body = f.read()
-    if header[:2] != (20240520, 1) or len(body) != 2 * header[2] or header[2] > 500:
-        fail(f"shard {name}: header {header[:3]} against {len(body)} bytes of tokens")
-    tokens += list(struct.unpack(f"<{header[2]}H", body))
-if tokens != expected or len(shards) != (len(expected) + 499) // 500:
-    fail(f"loom-tokenize encode: {len(tokens)} tokens in {len(shards)} shards, expected {len(expected)}")
+
+
+def encoded_shards(name, args, inputs, shard_tokens):
+    """loom-tokenize encode's shards of `inputs`, as one token list."""
+    prefix = os.path.join(work, name, "docs")
+    os.makedirs(os.path.dirname(prefix), exist_ok=True)
+    out = subprocess.run([loom, "encode", "--vocab", hf_dir, "--out", prefix, "--shard-tokens", str(shard_tokens),
+                          "--threads", "2", *args, *inputs], capture_output=True, text=True)
+    if out.returncode != 0:
+        fail(f"loom-tokenize encode {' '.join(args)}: {out.stderr.strip()}")
+    shards = sorted(p for p in os.listdir(os.path.dirname(prefix)))
+    tokens = []
+    for shard in shards:
+        with open(os.path.join(os.path.dirname(prefix), shard), "rb") as f:
+            header = struct.unpack("<256i", f.read(1024))
+            body = f.read()
+        if header[:2] != (20240520, 1) or len(body) != 2 * header[2] or header[2] > shard_tokens:
+            fail(f"shard {shard}: header {header[:3]} against {len(body)} bytes of tokens")
+        tokens += list(struct.unpack(f"<{header[2]}H", body))
+    if len(shards) != (len(tokens) + shard_tokens - 1) // shard_tokens:
+        fail(f"loom-tokenize encode {' '.join(args)}: {len(tokens)} tokens in {len(shards)} shards of {shard_tokens}")
+    return tokens, len(shards)
+
+
+for part_kb in ("4096", "1"):  # whole files, and parts of 1 KiB cut inside lines and documents
+    tokens, count = encoded_shards("shards_" + part_kb, ["--jsonl-field", "text", "--part-kb", part_kb],
+                                   [os.path.join(work, "docs.jsonl")], 500)
+    expected = []
+    for d in documents:
+        expected += [eot] + reference.encode(d).ids
+    if tokens != expected:
+        fail(f"loom-tokenize encode --part-kb {part_kb}: {len(tokens)} tokens, expected {len(expected)}")
 print(f"ok: loom-tokenize encode wrote {len(documents)} JSONL documents as <|endoftext|> + their ids in "
-      f"{len(shards)} shards of at most 500 tokens")
+      f"{count} shards of at most 500 tokens, whole and in parts of 1 KiB")
+# Text files, each one document: cut into parts of 1 KiB, they give the ids of the whole files.
+tokens, count = encoded_shards("shards_text", ["--part-kb", "1"], corpus, 100000)
+expected = []
+for path in corpus:
+    expected += [eot] + reference.encode(open(path, encoding="utf-8").read()).ids
+if tokens != expected:
+    first = next((i for i, (a, b) in enumerate(zip(tokens, expected)) if a != b), min(len(tokens), len(expected)))
+    fail(f"loom-tokenize encode of the corpus in 1 KiB parts differs from tokenizers at token {first} "
+         f"({len(tokens)} tokens, expected {len(expected)})")
+print(f"ok: {len(corpus)} text files encoded in parts of 1 KiB ({sum(os.path.getsize(p) for p in corpus) // 1024} KiB) "
+      f"give tokenizers' ids of the whole files ({len(tokens)} tokens)")

@@ -29,6 +29,13 @@
 
 namespace loom::data {
 
+// The largest n <= at_most at which text can be cut so that encoding text[0, n) and then
+// text[n, end) gives encode(text), and counting their pieces counts text's: before an ASCII
+// white-space byte that follows a printable ASCII byte (GPT-2's pattern always ends a piece
+// there) and inside none of the special tokens. 0 when there is none. A long document is
+// encoded or counted in parts cut there: in parallel, in bounded memory.
+std::size_t gpt2_cut_point(std::string_view text, std::size_t at_most, std::span<const std::string> specials);
+
 class BpeTokenizer {
  public:
   // vocab.json and merges.txt's contents (`name` is used in errors). Special tokens: those of
@@ -48,6 +55,10 @@ class BpeTokenizer {
 
   std::vector<std::int32_t> encode(std::string_view text) const;           // special tokens recognised
   std::vector<std::int32_t> encode_ordinary(std::string_view text) const;  // special tokens as text
+  // gpt2_cut_point with this vocabulary's special tokens.
+  std::size_t cut_point(std::string_view text, std::size_t at_most) const {
+    return gpt2_cut_point(text, at_most, special_tokens());
+  }
   // Raw bytes; an invalid_argument Error naming the first id outside the vocabulary.
   std::string decode(std::span<const std::int32_t> ids) const;
 
@@ -55,6 +66,7 @@ class BpeTokenizer {
   std::optional<std::int32_t> id_of(std::string_view token_bytes) const;
   const std::string& bytes_of(std::int32_t id) const { return tokens_.at(static_cast<std::size_t>(id)); }
   std::optional<std::int32_t> special_id(std::string_view special) const;
+  std::vector<std::string> special_tokens() const;
   std::size_t merges() const noexcept { return merges_.size(); }
 
   // Hugging Face's files, which `tokenizers` and `transformers` load: vocab.json, merges.txt and

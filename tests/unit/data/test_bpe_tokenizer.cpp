@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "loom/data/bpe_tokenizer.hpp"
+#include "loom/data/bpe_trainer.hpp"
 #include "support/tensor_checks.hpp"
 
 using loom::ErrorCategory;
@@ -138,4 +139,40 @@ TEST_CASE("damaged vocabularies are named", "[data]") {
                          IsError(ErrorCategory::invalid_argument, {"'<s>' is named twice"}));
   REQUIRE_THROWS_MATCHES(BpeTokenizer::load("/nonexistent/tokenizer.json"), loom::Error,
                          IsError(ErrorCategory::io, {"cannot open '/nonexistent/tokenizer.json'"}));
+}
+
+TEST_CASE("a text cut at cut_point encodes as the whole", "[data]") {
+  const std::vector<std::string> texts = {
+      "Hello world's  end\n\n  x 123 !!  it's  I'll they're\t\ttabs\r\n and more words here.\n",
+      "a<|endoftext|>b  <|endoftext|>\n\nc d  e\u00a0f \u3000g\n<x y> z <x y>\n",
+      "   leading and trailing   ",
+      "Ünïcödé 日本語のテキスト Привет мир ١٢٣ 3.14159 😀😀 café naïve   \n  done",
+  };
+  loom::data::PieceCounts counts;
+  for (const std::string& t : texts) counts.add(t, {"<|endoftext|>", "<x y>"});
+  loom::data::BpeTrainOptions options;
+  options.vocab_size = 320;
+  options.specials = {"<|endoftext|>", "<x y>"};
+  options.min_frequency = 1;
+  const BpeTokenizer tokenizer = loom::data::train_bpe(counts, options);
+  std::size_t checked = 0;
+  for (const std::string& text : texts) {
+    const Ids whole = tokenizer.encode(text);
+    for (std::size_t limit = 0; limit <= text.size(); ++limit) {
+      const std::size_t n = tokenizer.cut_point(text, limit);
+      REQUIRE(n <= limit);
+      if (n == 0) continue;
+      Ids parts = tokenizer.encode(std::string_view(text).substr(0, n));
+      const Ids rest = tokenizer.encode(std::string_view(text).substr(n));
+      parts.insert(parts.end(), rest.begin(), rest.end());
+      INFO(text << " cut at " << n);
+      REQUIRE(parts == whole);
+      ++checked;
+    }
+  }
+  CHECK(checked > 100);
+  // No cut inside a special token that holds white space: "<x y>" stays whole.
+  const std::string special = "ab<x y>";
+  CHECK(tokenizer.cut_point(special, 5) == 0);
+  CHECK(tokenizer.cut_point("ab cd", 4) == 2);
 }
