@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <vector>
 
@@ -48,14 +49,20 @@ loom::Tensor read_token_lines(const std::string& path) {
   std::ifstream in(path);
   loom::require(in.good(), loom::ErrorCategory::io, "cannot read '", path, "'");
   std::vector<std::int32_t> ids;
-  std::int64_t rows = 0, cols = -1;
+  std::int64_t rows = 0, cols = -1, line_number = 0;
   for (std::string line; std::getline(in, line);) {
+    ++line_number;
     std::istringstream fields(line);
     std::int64_t n = 0;
-    for (std::int64_t id; fields >> id; ++n) ids.push_back(static_cast<std::int32_t>(id));
-    loom::require(fields.eof(), "'", path, "' line ", rows + 1, " holds something that is not a token id");
+    for (std::int64_t id; fields >> id; ++n) {
+      loom::require(id >= 0 && id <= std::numeric_limits<std::int32_t>::max(), "'", path, "' line ", line_number,
+                    ": token id ", id, " is negative or beyond int32");
+      ids.push_back(static_cast<std::int32_t>(id));
+    }
+    loom::require(fields.eof(), "'", path, "' line ", line_number, " holds something that is not a token id");
     if (n == 0) continue;
-    loom::require(cols < 0 || n == cols, "'", path, "' line ", rows + 1, " has ", n, " ids but the first has ", cols);
+    loom::require(cols < 0 || n == cols, "'", path, "' line ", line_number, " has ", n, " ids but the first "
+                  "sequence has ", cols);
     cols = n;
     ++rows;
   }

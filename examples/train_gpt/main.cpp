@@ -227,9 +227,10 @@ std::optional<loom::convert::GPTWeights> initial_weights(train_gpt::RunConfig& c
                   "has ", wanted, " (--init-from sets the architecture: leave ", flag, " out)");
     *value = wanted;
   }
-  loom::require(config.data.starts_with("shards:"), "--init-from ", config.init_from, " has a vocabulary of ",
-                theirs.vocab_size, " tokens, but --data ", config.data, " is bytes: fine-tune on token shards "
-                "(--data shards:GLOB) made with the model's tokenizer");
+  // The addition task and text: data are bytes, which only a model of 256 tokens reads.
+  loom::require(config.data.starts_with("shards:") || theirs.vocab_size == 256, "--init-from ", config.init_from,
+                " has a vocabulary of ", theirs.vocab_size, " tokens, but --data ", config.data, " is bytes (256): "
+                "fine-tune on token shards (--data shards:GLOB) made with the model's tokenizer");
   return weights;
 }
 

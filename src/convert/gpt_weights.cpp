@@ -51,7 +51,7 @@ void check_gpt_weights(const GPTWeights& weights) {
             weights.config.context, " has it ", shape);
     require(t.dtype() == DType::f32 || t.dtype() == DType::f16 || t.dtype() == DType::bf16, from, ": tensor '", name,
             "' is ", t.dtype(), ", not a float (f32, f16 or bf16)");
-    require(!dtype || *dtype == t.dtype(), from, ": tensor '", name, "' is ", t.dtype(), " but the others are ", *dtype);
+    if (dtype) require(*dtype == t.dtype(), from, ": tensor '", name, "' is ", t.dtype(), " but the others are ", *dtype);
     require(t.device().is_cpu(), from, ": tensor '", name, "' is on ", t.device(), " (weights are held on the host)");
     dtype = t.dtype();
   }

@@ -245,11 +245,13 @@ void write_hf_gpt2(const GPTWeights& weights, const std::string& dir) {
                  {"torch_dtype", dtype == DType::bf16 ? "bfloat16" : dtype == DType::f16 ? "float16" : "float32"}};
   // GPT-2's own vocabulary ends with <|endoftext|>, which it uses to begin and end text.
   if (c.vocab_size == 50257) config["bos_token_id"] = config["eos_token_id"] = 50256;
-  const std::string model_file = (root / "model.safetensors").string();
-  detail::write_then_rename(model_file, [&](const std::string& temporary) {
-    io::write_safetensors(temporary, out, {{"format", "pt"}});
-  });
-  io::write_file_atomically((root / "config.json").string(), config.dump(2) + "\n");
+  // Both written before either replaces what is there: never new weights with an old config.
+  detail::write_then_rename(
+      {{(root / "model.safetensors").string(),
+        [&](const std::string& temporary) { io::write_safetensors(temporary, out, {{"format", "pt"}}); }},
+       {(root / "config.json").string(), [&](const std::string& temporary) {
+          io::write_file_atomically(temporary, config.dump(2) + "\n");
+        }}});
 }
 
 }  // namespace loom::convert

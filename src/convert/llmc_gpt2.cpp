@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 #include "loom/core/error.hpp"
 #include "loom/io/files.hpp"
@@ -46,7 +47,8 @@ void write_llmc_gpt2(const GPTWeights& weights, const std::string& path) {
   header[6] = static_cast<std::int32_t>(c.channels);
   header[7] = static_cast<std::int32_t>(file_vocab);
   detail::write_then_rename(path, [&](const std::string& temporary) {
-    std::FILE* file = std::fopen(temporary.c_str(), "wb");
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> owned(std::fopen(temporary.c_str(), "wb"), &std::fclose);
+    std::FILE* file = owned.get();
     if (file == nullptr) fail(ErrorCategory::io, "cannot open '", temporary, "' for writing");
     bool ok = std::fwrite(header.data(), sizeof(header), 1, file) == 1;
     auto put = [&](const Tensor& t) {
@@ -60,13 +62,13 @@ void write_llmc_gpt2(const GPTWeights& weights, const std::string& path) {
     for (const FileTensor& t : file_tensors) {
       if (!t.per_layer) {
         const Tensor& tensor = weights.tensors.at(t.loom);
-        put(std::string_view(t.llmc) == "wte" ? detail::with_rows(tensor, file_vocab) : tensor);
+        // The rows past the vocabulary are padding: written as zeros, as llm.c pads.
+        put(std::string_view(t.llmc) == "wte" ? detail::with_rows(tensor.slice(0, c.vocab_size), file_vocab) : tensor);
         continue;
       }
       for (std::int64_t l = 0; l < c.layers; ++l) put(weights.tensors.at(layer_name(l, t.loom)));
     }
-    ok = std::fflush(file) == 0 && ok;
-    ok = std::fclose(file) == 0 && ok;
+    ok = std::fclose(owned.release()) == 0 && ok;
     if (!ok) fail(ErrorCategory::io, "cannot write '", temporary, "'");
     io::sync_path(temporary);
   });

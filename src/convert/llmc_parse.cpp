@@ -75,8 +75,10 @@ GPTWeights parse_llmc_gpt2(std::string_view bytes, const std::string& name) {
     const Shape shape(loom_extents(t, c, file_vocab));
     if (!t.per_layer) {
       const Tensor read = next(shape);
-      // llm.c pads its vocabulary to 128, loom to 64: the rows past the vocabulary are padding.
-      weights.tensors[t.loom] = std::string_view(t.llmc) == "wte" ? detail::with_rows(read, c.padded_vocab()) : read;
+      // llm.c pads its vocabulary to 128, loom to 64: the rows past the vocabulary are padding,
+      // which the loss never reads, and start as zeros.
+      weights.tensors[t.loom] =
+          std::string_view(t.llmc) == "wte" ? detail::with_rows(read.slice(0, c.vocab_size), c.padded_vocab()) : read;
       continue;
     }
     for (std::int64_t l = 0; l < c.layers; ++l) weights.tensors[layer_name(l, t.loom)] = next(shape);

@@ -10,21 +10,27 @@ namespace loom::convert::detail {
 
 namespace fs = std::filesystem;
 
-void write_then_rename(const std::string& path, const std::function<void(const std::string&)>& write) {
-  require(!fs::is_directory(path), "'", path, "' is a directory; give a file to write");
-  const std::string temporary = path + ".tmp";
-  std::error_code ignored;
+void write_then_rename(const std::vector<std::pair<std::string, FileWriter>>& files) {
+  for (const auto& [path, write] : files) {
+    require(!fs::is_directory(path), "'", path, "' is a directory; give a file to write");
+  }
+  std::size_t written = 0;
   try {
-    write(temporary);
-    std::error_code error;
-    fs::rename(temporary, path, error);
-    if (error) fail(ErrorCategory::io, "cannot rename '", temporary, "' to '", path, "': ", error.message());
+    for (const auto& [path, write] : files) {
+      write(path + ".tmp");
+      ++written;
+    }
   } catch (...) {
-    fs::remove(temporary, ignored);
+    std::error_code ignored;
+    for (std::size_t i = 0; i <= written && i < files.size(); ++i) fs::remove(files[i].first + ".tmp", ignored);
     throw;
   }
-  const fs::path parent = fs::absolute(fs::path(path)).parent_path();
-  io::sync_path(parent.string());
+  for (const auto& [path, write] : files) {
+    std::error_code error;
+    fs::rename(path + ".tmp", path, error);
+    if (error) fail(ErrorCategory::io, "cannot rename '", path, ".tmp' to '", path, "': ", error.message());
+    io::sync_path(fs::absolute(fs::path(path)).parent_path().string());
+  }
 }
 
 }  // namespace loom::convert::detail

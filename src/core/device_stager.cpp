@@ -13,9 +13,9 @@ DeviceStager::DeviceStager(Device device, int slots) : device_(device), side_(de
 }
 
 DeviceStager::~DeviceStager() {
+  // No event is recorded here: the caller's stream may be gone. Its last batch's readers are the
+  // caller's to finish (header).
   try {
-    if (previous_ >= 0) slots_[static_cast<std::size_t>(previous_)].released.record(
-        slots_[static_cast<std::size_t>(previous_)].used_on);
     for (Slot& slot : slots_) {
       if (slot.released.recorded()) slot.released.synchronize();
     }
@@ -32,6 +32,10 @@ std::vector<Tensor> DeviceStager::stage(const std::vector<Tensor>& host, StreamR
   if (previous_ >= 0) {
     Slot& previous = slots_[static_cast<std::size_t>(previous_)];
     previous.released.record(previous.used_on);
+  }
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    require(host[i].defined() && host[i].device().is_cpu(), "DeviceStager: tensor ", i, " is not a host tensor: ",
+            host[i]);
   }
   Slot& slot = slots_[static_cast<std::size_t>(next_)];
   // The page-locked buffers are free once their last copy is done: at most a copy's wait.
@@ -52,10 +56,7 @@ std::vector<Tensor> DeviceStager::stage(const std::vector<Tensor>& host, StreamR
       slot.on_device.push_back(Tensor::empty(t.shape(), t.dtype(), device_));
     }
   }
-  for (std::size_t i = 0; i < host.size(); ++i) {
-    require(host[i].device().is_cpu(), "DeviceStager: tensor ", i, " is on ", host[i].device(), ", not the host");
-    copy(slot.pinned[i], host[i]);
-  }
+  for (std::size_t i = 0; i < host.size(); ++i) copy(slot.pinned[i], host[i]);
   if (slot.released.recorded()) side_.wait(slot.released);
   for (std::size_t i = 0; i < host.size(); ++i) copy(slot.on_device[i], slot.pinned[i], side_);
   slot.copied.record(side_);

@@ -148,8 +148,7 @@ ModelWeights read_model_weights(const std::string& path) {
     weights.architecture = m.architecture;
     weights.config = config_sizes(m.config, dir);
     weights.precision = m.precision;
-    verify_checkpoint(dir);
-    if (m.version == 2) {
+    if (m.version == 2) {  // each piece is checked against its CRC-32 as it is assembled
       const auto files = detail::open_piece_files(dir, m);
       const auto stored = detail::stored_tensors(files);
       for (const std::string& name : m.model_tensors) {
@@ -158,15 +157,24 @@ ModelWeights read_model_weights(const std::string& path) {
                                      "', which no file holds");
         weights.tensors[name] = detail::assemble_tensor(files, it->second);
       }
-    } else {
-      weights.tensors = read_safetensors((fs::path(dir) / "model.safetensors").string()).tensors;
+    } else {  // the model's file alone is checked: the optimizer's is no business of the weights
+      const std::string model = (fs::path(dir) / "model.safetensors").string();
+      const std::string bytes = read_file(model);
+      const auto expected = m.files.find("model.safetensors");
+      require(expected != m.files.end(), ErrorCategory::corrupt_data, "checkpoint '", dir, "': state.json lists no "
+              "model.safetensors");
+      const std::uint32_t crc = crc32({reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()});
+      require(bytes.size() == expected->second.bytes && crc == expected->second.crc32, ErrorCategory::corrupt_data,
+              "checkpoint file '", model, "' is damaged: ", bytes.size(), " bytes with CRC-32 ", crc, ", expected ",
+              expected->second.bytes, " bytes with CRC-32 ", expected->second.crc32);
+      weights.tensors = parse_safetensors(bytes, model).tensors;
     }
     return weights;
   }
   SafetensorsContents file = read_safetensors(path);
   const auto config = file.metadata.find("loom_config");
   require(config != file.metadata.end(), "'", path, "' is not a loom weights file (its metadata has no loom_config; "
-          "loom-ckpt export and loom-convert write them)");
+          "loom-ckpt export and loom-convert write them; a Hugging Face model is read by its directory, hf:DIR)");
   json parsed = json::parse(config->second, nullptr, false);
   require(!parsed.is_discarded(), "'", path, "': its loom_config metadata is not JSON");
   weights.config = config_sizes(parsed, path);

@@ -172,13 +172,13 @@ void GPT::run_forward(const Tensor& tokens, const Tensor& targets, StreamRef str
       targets.defined() && check_on_host(targets, config_.vocab_size, static_cast<std::int32_t>(defaults.ignore_index),
                                          "target");
   Tensor staged_targets;
-  if (device_.is_cuda() && tokens.device().is_cpu() && (!targets.defined() || targets.device().is_cpu())) {
-    // A host batch goes up through page-locked memory on the stager's stream (core/device_stager.hpp).
+  if (device_.is_cuda() && tokens.device().is_cpu() && targets.defined() && targets.device().is_cpu()) {
+    // A training or evaluation batch (its shape fixed) goes up through page-locked memory on the
+    // stager's stream (core/device_stager.hpp); generate()'s growing window takes the plain copy.
     if (!stager_) stager_ = std::make_unique<DeviceStager>(device_);
-    const std::vector<Tensor> staged =
-        stager_->stage(targets.defined() ? std::vector<Tensor>{tokens, targets} : std::vector<Tensor>{tokens}, stream);
+    const std::vector<Tensor> staged = stager_->stage({tokens, targets}, stream);
     tokens_ = staged[0];
-    if (targets.defined()) staged_targets = staged[1];
+    staged_targets = staged[1];
   } else {
     tokens_ = detail::on_device(tokens, staged_tokens_, device_, stream);
   }

@@ -58,8 +58,8 @@ TEST_CASE("DeviceStager's copies reach a busy compute stream in order", "[cuda][
   const Tensor busy = Tensor::empty({1 << 24}, DType::f32, gpu);
   const Tensor seen = Tensor::empty({8, 256}, DType::i32, gpu);
   for (std::int32_t b = 0; b < 8; ++b) {
-    // The compute stream is behind the host: a stager that overwrote a slot still being read, or
-    // a consumer that did not wait for the copy, would leave a wrong row.
+    // The compute stream is far behind the host: a stager that refilled a slot's device buffer
+    // before the compute stream had read it would leave a later batch's values in an earlier row.
     for (int i = 0; i < 5; ++i) loom::fill(busy, i, compute);
     const Tensor host = Tensor::full({256}, DType::i32, 1000.0 * b);
     const std::vector<Tensor> staged = stager.stage({host}, compute);
@@ -69,4 +69,25 @@ TEST_CASE("DeviceStager's copies reach a busy compute stream in order", "[cuda][
   compute.synchronize();
   const std::vector<std::int32_t> values = seen.to_vector<std::int32_t>();
   for (std::size_t i = 0; i < values.size(); ++i) REQUIRE(values[i] == 1000 * static_cast<std::int32_t>(i / 256));
+}
+
+TEST_CASE("DeviceStager's consumer waits for a copy still in flight", "[cuda][stream][stager]") {
+  const Device gpu = Device::cuda(0);
+  Stream consumer(gpu);
+  loom::DeviceStager stager(gpu, 2);
+  // 64 MiB take a millisecond or more to cross; the idle consumer reads them at once, so a read
+  // that did not wait for the copy would see the previous contents (poisoned, then batch b - 2's).
+  const std::int64_t n = 1 << 24;
+  const Tensor seen = Tensor::empty({n}, DType::f32, gpu);
+  for (int b = 0; b < 4; ++b) {
+    loom::test::poison(seen);
+    const Tensor host = Tensor::full({n}, DType::f32, 1.0 + b);
+    const std::vector<Tensor> staged = stager.stage({host}, consumer);
+    loom::copy(seen, staged[0], consumer);
+    consumer.synchronize();
+    const std::vector<float> values = seen.to_vector<float>();
+    INFO("batch " << b);
+    for (std::size_t i = 0; i < values.size(); i += 65537) REQUIRE(values[i] == 1.0f + static_cast<float>(b));
+    REQUIRE(values.back() == 1.0f + static_cast<float>(b));
+  }
 }

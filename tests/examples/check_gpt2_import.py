@@ -31,7 +31,7 @@ import sys
 try:
     import numpy as np
     import torch
-    from safetensors.numpy import load_file
+    from safetensors.numpy import load_file, save_file
     from transformers import GPT2Config, GPT2LMHeadModel
 except ImportError as error:
     print(f"SKIP: {error}: the reference needs PyTorch (python3-torch) and transformers 4.46 "
@@ -179,11 +179,16 @@ json.dump(config, open("bad_config/config.json", "w"))
 untied = make_model()
 untied.config.tie_word_embeddings = False
 untied.lm_head.weight = torch.nn.Parameter(untied.transformer.wte.weight.detach().clone() + 1)
-untied.save_pretrained("untied", safe_serialization=True)
+untied.save_pretrained("untied_config", safe_serialization=True)
+shutil.copytree("hf", "untied_head")  # a config that says tied, and an lm_head that is not
+tensors = load_file("hf/model.safetensors")
+tensors["lm_head.weight"] = tensors["transformer.wte.weight"] + 1
+save_file(tensors, "untied_head/model.safetensors", metadata={"format": "pt"})
 open("truncated.bin", "wb").write(open("model.bin", "rb").read()[:-4])
 cases = [
     ([convert, "inspect", "hf:bad_config"], r"transformer\.wte\.weight' is \(97, 32\) but config\.json \(n_embd 48"),
-    ([convert, "inspect", "hf:untied"], r"tie_word_embeddings is false|lm_head\.weight differs from wte"),
+    ([convert, "inspect", "hf:untied_config"], r"tie_word_embeddings is false but loom's GPT ties the head"),
+    ([convert, "inspect", "hf:untied_head"], r"lm_head\.weight differs from wte"),
     ([convert, "inspect", "llmc:truncated.bin"], r"truncated"),
     ([train_gpt, "--init-from", "hf:hf", "--layers", "3", "--data", "shards:shards/*.bin", "--steps", "1"],
      r"--layers 3 disagrees with hf:hf, whose model has 2"),
@@ -192,5 +197,5 @@ for args, pattern in cases:
     done = run(*args, ok=False)
     if done.returncode == 0 or not re.search(pattern, done.stderr):
         fail(f"{' '.join(args[1:])}: exit {done.returncode}, expected an error matching {pattern!r}: {done.stderr.strip()}")
-print(f"ok: {len(cases)} kinds of bad input are refused by name (config against tensors, untied head, truncated "
-      "llm.c file, a flag against --init-from)")
+print(f"ok: {len(cases)} kinds of bad input are refused by name (config against tensors, an untied head by config "
+      "and by tensors, a truncated llm.c file, a flag against --init-from)")

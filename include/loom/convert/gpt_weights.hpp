@@ -18,7 +18,8 @@
 //   (head tied to wte)           lm_head.weight, tied (usually absent)  (tied)
 // q, k and v lie one after another along the output dimension in all three, each split by heads
 // into contiguous blocks; biases have the same order. The rows of wte past the vocabulary are
-// padding the loss never reads: imports zero them, Hugging Face exports drop them.
+// padding the loss never reads: imports make them zeros, exports drop them (Hugging Face) or
+// write zeros (llm.c).
 #pragma once
 
 #include <map>

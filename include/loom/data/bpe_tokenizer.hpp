@@ -29,11 +29,11 @@
 
 namespace loom::data {
 
-// The largest n <= at_most at which text can be cut so that encoding text[0, n) and then
-// text[n, end) gives encode(text), and counting their pieces counts text's: before an ASCII
-// white-space byte that follows a printable ASCII byte (GPT-2's pattern always ends a piece
-// there) and inside none of the special tokens. 0 when there is none. A long document is
-// encoded or counted in parts cut there: in parallel, in bounded memory.
+// The largest n <= at_most (and short of text's end) at which text can be cut so that encoding
+// text[0, n) and then text[n, end) gives encode(text), and counting their pieces counts text's:
+// before an ASCII white-space byte that follows a printable ASCII byte (GPT-2's pattern always
+// ends a piece there) and inside none of the special tokens. 0 when there is none. A long
+// document is encoded or counted in parts cut there: in parallel, in bounded memory.
 std::size_t gpt2_cut_point(std::string_view text, std::size_t at_most, std::span<const std::string> specials);
 
 class BpeTokenizer {

@@ -1,7 +1,7 @@
 // DeviceStager's ring on the CPU, where its copies are immediate: what stage() returns equals the
 // host tensors, stays as it was for slots - 1 further calls while the host tensors change, follows
 // a change of batch shape, and refuses a stream of another device. (On a GPU the same calls are
-// checked by tests/cuda/test_cuda_runtime.cpp.)
+// checked by tests/cuda/test_cuda_stream.cpp.)
 #include <catch2/catch.hpp>
 
 #include <vector>
