@@ -197,21 +197,27 @@ struct VerifiedCheckpoint {
 
 VerifiedCheckpoint read_verified(const std::string& dir, detail::CheckpointManifest manifest) {
   VerifiedCheckpoint v{std::move(manifest), {}};
-  for (const char* file : data_files) {
-    const std::string file_path = (fs::path(dir) / file).string();
-    const std::string bytes = read_file(file_path);
-    const std::uint32_t crc = crc32(std::span(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()));
-    const detail::CheckpointManifest::File& expected = v.manifest.files.at(file);
-    if (bytes.size() != expected.bytes || crc != expected.crc32) {
-      fail(ErrorCategory::corrupt_data, "checkpoint file '", file_path, "' is damaged: ", bytes.size(),
-           " bytes with CRC-32 ", crc, ", expected ", expected.bytes, " bytes with CRC-32 ", expected.crc32);
-    }
-    v.contents.push_back(parse_safetensors(bytes, file_path));
-  }
+  for (const char* file : data_files) v.contents.push_back(detail::read_verified_file(dir, v.manifest, file));
   return v;
 }
 
 }  // namespace
+
+SafetensorsContents detail::read_verified_file(const std::string& dir, const detail::CheckpointManifest& manifest,
+                                               const char* file) {
+  const std::string file_path = (fs::path(dir) / file).string();
+  const auto expected = manifest.files.find(file);
+  require(expected != manifest.files.end(), ErrorCategory::corrupt_data, "checkpoint '", dir, "': state.json lists no ",
+          file);
+  const std::string bytes = read_file(file_path);
+  const std::uint32_t crc = crc32(std::span(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()));
+  if (bytes.size() != expected->second.bytes || crc != expected->second.crc32) {
+    fail(ErrorCategory::corrupt_data, "checkpoint file '", file_path, "' is damaged: ", bytes.size(),
+         " bytes with CRC-32 ", crc, ", expected ", expected->second.bytes, " bytes with CRC-32 ",
+         expected->second.crc32);
+  }
+  return parse_safetensors(bytes, file_path);
+}
 
 std::int64_t verify_checkpoint(const std::string& dir) { return verify_checkpoint(dir, 0, 1); }
 

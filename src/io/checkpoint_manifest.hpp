@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "loom/io/checkpoint.hpp"
+#include "loom/io/safetensors.hpp"
 
 namespace loom::io::detail {
 
@@ -43,5 +44,9 @@ struct CheckpointManifest {
 CheckpointManifest parse_manifest(std::string_view text, const std::string& state_path);
 // parse_manifest of a checkpoint directory's state.json.
 CheckpointManifest read_manifest(const std::string& dir);
+
+// A consolidated checkpoint's data file `file` (one of checkpoint_data_files), read once, its size
+// and CRC-32 checked against the manifest on the bytes that are then parsed (src/io/checkpoint.cpp).
+SafetensorsContents read_verified_file(const std::string& dir, const CheckpointManifest& manifest, const char* file);
 
 }  // namespace loom::io::detail

@@ -158,16 +158,7 @@ ModelWeights read_model_weights(const std::string& path) {
         weights.tensors[name] = detail::assemble_tensor(files, it->second);
       }
     } else {  // the model's file alone is checked: the optimizer's is no business of the weights
-      const std::string model = (fs::path(dir) / "model.safetensors").string();
-      const std::string bytes = read_file(model);
-      const auto expected = m.files.find("model.safetensors");
-      require(expected != m.files.end(), ErrorCategory::corrupt_data, "checkpoint '", dir, "': state.json lists no "
-              "model.safetensors");
-      const std::uint32_t crc = crc32({reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()});
-      require(bytes.size() == expected->second.bytes && crc == expected->second.crc32, ErrorCategory::corrupt_data,
-              "checkpoint file '", model, "' is damaged: ", bytes.size(), " bytes with CRC-32 ", crc, ", expected ",
-              expected->second.bytes, " bytes with CRC-32 ", expected->second.crc32);
-      weights.tensors = parse_safetensors(bytes, model).tensors;
+      weights.tensors = detail::read_verified_file(dir, m, "model.safetensors").tensors;
     }
     return weights;
   }
