@@ -106,7 +106,7 @@ struct CallQueue::State {
     queue.pop_front();
     --queued;
     current = call.work;
-    started = Clock::now();
+    if (timeout.count() > 0) started = Clock::now();  // for the watchdog alone
     return call;
   }
 

@@ -14,13 +14,19 @@ void detail::WorkState::complete(std::exception_ptr failure) {
     completing = true;
     callback = std::move(completed);
     error = std::move(failure);  // waiters read it only once done is set; late callbacks at once
+    if (!callback) {  // most calls: done under this one lock
+      device_wait = nullptr;
+      done.store(true, std::memory_order_release);
+    }
+  }
+  if (!callback) {
+    done_changed.notify_all();
+    return;
   }
   // A callback that throws must not leave the operation half complete: its waiters would hang.
-  if (callback) {
-    try {
-      callback(Completion{error == nullptr, device_seconds});
-    } catch (...) {
-    }
+  try {
+    callback(Completion{error == nullptr, device_seconds});
+  } catch (...) {
   }
   {
     const std::lock_guard lock(mutex);

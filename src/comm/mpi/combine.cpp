@@ -66,7 +66,22 @@ void combine_in_order(void* out, std::span<const void* const> inputs, std::int64
       if (o != inputs[0]) std::copy_n(static_cast<const T*>(inputs[0]), count, o);
       return;
     }
-    // In chunks: out may be one of the inputs, so a chunk is read from every input before it is written.
+    // Element by element, out may be the first or second input: then the partial sums go straight
+    // into out, chunk by chunk (in cache for the later inputs), with no copy.
+    const bool direct = std::none_of(inputs.begin() + 2, inputs.end(), [o](const void* in) { return in == o; });
+    if (direct) {
+      for (std::int64_t start = 0; start < count; start += chunk) {
+        const std::int64_t n = std::min(chunk, count - start);
+        combine_fast(o + start, static_cast<const T*>(inputs[0]) + start, static_cast<const T*>(inputs[1]) + start, n, fn,
+                     op);
+        for (std::size_t k = 2; k < inputs.size(); ++k) {
+          combine_fast(o + start, o + start, static_cast<const T*>(inputs[k]) + start, n, fn, op);
+        }
+      }
+      return;
+    }
+    // Otherwise a later input's chunk would be overwritten before it is read: each chunk is
+    // summed aside first.
     T partial[chunk];
     for (std::int64_t start = 0; start < count; start += chunk) {
       const std::int64_t n = std::min(chunk, count - start);

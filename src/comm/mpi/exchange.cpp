@@ -21,7 +21,7 @@ void exchange_and_combine(const MpiPeers& peers, const SegmentedExchange& x, DTy
   const MPI_Datatype type = element_type(dtype);
   // Two receives in flight (posted before the peer's sends arrive), then all the sends; each
   // segment that arrives is combined, and its landing place given to the next but one.
-  std::vector<MPI_Request> requests(static_cast<std::size_t>(sends + 2), MPI_REQUEST_NULL);
+  const std::span<MPI_Request> requests = peers.transfers.requests(static_cast<std::size_t>(sends + 2));
   auto* landing = peers.transfers.scratch<unsigned char>(
       0, static_cast<std::size_t>(std::min<std::int64_t>(receives, 2) * per_segment) * element);
   const auto post = [&](std::int64_t k) {
@@ -41,8 +41,7 @@ void exchange_and_combine(const MpiPeers& peers, const SegmentedExchange& x, DTy
   const auto* mine = static_cast<const unsigned char*>(x.mine);
   auto* destination = static_cast<unsigned char*>(x.destination);
   for (std::int64_t k = 0; k < receives; ++k) {
-    peers.transfers.wait_all(std::span<MPI_Request>(&requests[static_cast<std::size_t>(k % 2)], 1), peers.what,
-                             requests);
+    peers.transfers.wait_all(requests.subspan(static_cast<std::size_t>(k % 2), 1), peers.what, requests);
     const std::int64_t begin = k * per_segment, n = std::min(per_segment, x.receive_count - begin);
     const auto offset = static_cast<std::size_t>(begin) * element;
     const void* received = landing + static_cast<std::size_t>(k % 2 * per_segment) * element;
@@ -59,8 +58,8 @@ void exchange_with_all(const MpiPeers& peers, std::int64_t count, DType dtype, R
   const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
   auto* theirs = peers.transfers.scratch<unsigned char>(0, bytes * static_cast<std::size_t>(p - 1));
   const MPI_Datatype type = element_type(dtype);
-  std::vector<MPI_Request> requests(2 * static_cast<std::size_t>(p - 1), MPI_REQUEST_NULL);
-  std::vector<const void*> inputs(static_cast<std::size_t>(p));
+  const std::span<MPI_Request> requests = peers.transfers.requests(2 * static_cast<std::size_t>(p - 1));
+  const std::span<const void*> inputs = peers.transfers.pointers(static_cast<std::size_t>(p));
   for (int q = 0, slot = 0; q < p; ++q) {
     if (q == r) {
       inputs[static_cast<std::size_t>(q)] = mine;

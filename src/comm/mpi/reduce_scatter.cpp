@@ -38,7 +38,7 @@ void direct_all_gather(const MpiPeers& peers, const void* in, void* out, std::in
   const int p = peers.size, r = peers.rank;
   auto* output = static_cast<unsigned char*>(out);
   const auto bytes = static_cast<std::size_t>(block_bytes);
-  std::vector<MPI_Request> requests(2 * static_cast<std::size_t>(p - 1), MPI_REQUEST_NULL);
+  const std::span<MPI_Request> requests = peers.transfers.requests(2 * static_cast<std::size_t>(p - 1));
   for (int q = 0, slot = 0; q < p; ++q) {
     if (q == r) continue;
     check_mpi(MPI_Irecv(output + static_cast<std::size_t>(q) * bytes, static_cast<int>(block_bytes), MPI_BYTE, q,

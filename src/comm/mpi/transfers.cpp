@@ -50,6 +50,17 @@ void* MpiTransfers::scratch(int slot, std::size_t bytes) {
   return buffer->data();
 }
 
+std::span<MPI_Request> MpiTransfers::requests(std::size_t count) {
+  if (requests_.size() < count) requests_.resize(count);
+  std::fill_n(requests_.begin(), count, MPI_REQUEST_NULL);
+  return {requests_.data(), count};
+}
+
+std::span<const void*> MpiTransfers::pointers(std::size_t count) {
+  if (pointers_.size() < count) pointers_.resize(count);
+  return {pointers_.data(), count};
+}
+
 template <class Done>
 void MpiTransfers::poll(Done&& done, const std::string& what) {
   // Most waits end within a few tests: those read no clock.

@@ -49,6 +49,10 @@ class MpiTransfers {
   T* scratch(int slot, std::size_t count) {
     return static_cast<T*>(scratch(slot, count * sizeof(T)));
   }
+  // `count` null requests, and `count` pointers, reused from call to call (an allocation and a
+  // free cost a small call more than MPI's own bookkeeping). One algorithm step uses them at a time.
+  std::span<MPI_Request> requests(std::size_t count);
+  std::span<const void*> pointers(std::size_t count);
 
   // Returns once every request has completed. Throws the abort (or an MPI error, which aborts the
   // communicator), parking the requests still pending, and those of `also_pending`.
@@ -67,6 +71,8 @@ class MpiTransfers {
   MpiStatus& status_;
   std::vector<std::shared_ptr<void>> held_;
   std::shared_ptr<std::vector<unsigned char>> scratch_[scratch_slots];
+  std::vector<MPI_Request> requests_;
+  std::vector<const void*> pointers_;
   std::vector<MPI_Request> parked_;
   std::vector<std::shared_ptr<void>> kept_;
 };
