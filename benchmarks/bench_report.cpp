@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "build_commit.hpp"  // generated at build time: LOOM_BUILD_COMMIT
 #include "loom/core/build_info.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/gpu_info.hpp"
@@ -115,7 +116,7 @@ nlohmann::json make_record(const std::string& benchmark, const nlohmann::json& c
                     {"memory_bytes", p.total_memory_bytes}});
   }
   return {{"benchmark", benchmark},
-          {"commit", commit != nullptr ? commit : LOOM_CONFIGURE_COMMIT},
+          {"commit", commit != nullptr ? commit : LOOM_BUILD_COMMIT},
           {"machine", {{"host", host}, {"cpus", std::thread::hardware_concurrency()}, {"cpu", cpu_description()},
                        {"gpus", gpus},
                        {"build", to_string(build_info())}}},
