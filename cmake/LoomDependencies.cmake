@@ -15,6 +15,13 @@ set(THREADS_PREFER_PTHREAD_FLAG ON)
 find_package(Threads REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)  # checkpoint manifests and safetensors headers (private)
 find_package(ZLIB REQUIRED)  # CRC-32 of checkpoint files and pieces (private)
+# Encryption at rest, key ids, the audit log's hashes (private): libsodium, through pkg-config.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(SODIUM IMPORTED_TARGET libsodium)
+if(NOT SODIUM_FOUND)
+  message(FATAL_ERROR "libsodium not found (pkg-config libsodium): install it with "
+                      "'apt-get install libsodium-dev' (scripts/install-deps.sh does)")
+endif()
 find_package(OpenMP REQUIRED COMPONENTS CXX)  # the CPU kernels' threads
 
 # ---- CUDA toolkit, cuBLAS/cuBLASLt, NCCL, cuDNN ----------------------------------------------

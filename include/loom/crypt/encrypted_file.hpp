@@ -1,0 +1,124 @@
+// loom's encrypted file format, for checkpoints and token shards at rest.
+//
+// libsodium's crypto_secretstream_xchacha20poly1305 over fixed-size chunks, so files of any size
+// stream through a chunk of memory, and every chunk is authenticated in its place: an altered,
+// dropped, reordered, truncated or appended chunk fails by name, and nothing of a file that fails
+// is handed on as good data.
+//
+//   header, 80 bytes (authenticated as the first chunk's additional data):
+//     0  "LOOMCRYP"                       8  format version (u32 LE, 1)
+//     12 plaintext bytes per chunk (u32 LE, 1 KiB .. 64 MiB)
+//     16 key id (16 bytes: BLAKE2b keyed with the key, never the key)
+//     32 secretstream header (24 bytes)   56 zeros (8)
+//     64 BLAKE2b-128 of bytes 0..63 (unkeyed: a damaged header is told from a wrong key)
+//   chunks: each chunk_bytes of plaintext + 17 bytes (tag and MAC); the last one, tagged final,
+//   holds the rest (0 .. chunk_bytes) and ends the file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "loom/crypt/key.hpp"
+
+namespace loom::crypt {
+
+inline constexpr std::size_t header_bytes = 80;
+inline constexpr std::size_t default_chunk_bytes = std::size_t{1} << 20;
+inline constexpr std::size_t min_chunk_bytes = std::size_t{1} << 10;
+inline constexpr std::size_t max_chunk_bytes = std::size_t{64} << 20;
+
+// What the header says; no key needed.
+struct EncryptedFileInfo {
+  std::uint32_t version = 0;
+  std::size_t chunk_bytes = 0;
+  KeyId key_id{};
+  std::uint64_t file_bytes = 0;
+  std::uint64_t chunks = 0;           // from the file's size
+  std::uint64_t plaintext_bytes = 0;  // from the file's size
+};
+
+// Whether the file starts with the encrypted format's magic (a cheap test, no key).
+bool is_encrypted_file(const std::string& path);
+// Reads and checks the header: corrupt_data Error naming the path for a plain file, another
+// version, a damaged header or a size no chunk sequence has.
+EncryptedFileInfo inspect_encrypted_file(const std::string& path);
+
+// Writes an encrypted file from sequential writes. close() writes the final chunk, fsyncs and
+// closes; a writer destroyed without close() removes its incomplete file.
+class EncryptingWriter {
+ public:
+  // Creates (or truncates) path with `mode` (owner-only by default).
+  EncryptingWriter(const std::string& path, const SecretKey& key, std::size_t chunk_bytes = default_chunk_bytes,
+                   unsigned mode = 0600);
+  ~EncryptingWriter();
+  EncryptingWriter(const EncryptingWriter&) = delete;
+  EncryptingWriter& operator=(const EncryptingWriter&) = delete;
+
+  void write(std::span<const unsigned char> data);
+  void close();
+  std::uint64_t plaintext_bytes() const { return written_; }
+
+ private:
+  void seal(bool final);
+  std::string path_;
+  int fd_ = -1;
+  std::size_t chunk_bytes_;
+  struct State;
+  std::unique_ptr<State> state_;
+  std::vector<unsigned char> plain_, sealed_;
+  std::uint64_t written_ = 0;
+};
+
+// Reads an encrypted file sequentially, one authenticated chunk at a time: read() hands on only
+// bytes whose chunk was verified, and the end only after the final chunk was.
+class DecryptingReader {
+ public:
+  // Checks the header and the key id (a key other than the file's is an invalid_argument Error
+  // naming both ids).
+  DecryptingReader(const std::string& path, const SecretKey& key);
+  // Over bytes in memory (`name` for errors): the fuzz target's way in.
+  DecryptingReader(std::span<const unsigned char> file, const SecretKey& key, std::string name);
+  ~DecryptingReader();
+  DecryptingReader(const DecryptingReader&) = delete;
+  DecryptingReader& operator=(const DecryptingReader&) = delete;
+
+  // Up to out.size() bytes, from at most one newly verified chunk; 0 once the final chunk has been
+  // read. corrupt_data Error naming the file and chunk for a chunk that fails authentication, a
+  // missing final chunk, or bytes after it (from a call that hands on nothing).
+  std::size_t read(std::span<unsigned char> out);
+  const EncryptedFileInfo& info() const { return info_; }
+
+ private:
+  struct Source;
+  void open(const SecretKey& key);
+  bool next_chunk();
+  std::string name_;
+  std::unique_ptr<Source> source_;
+  struct State;
+  std::unique_ptr<State> state_;
+  EncryptedFileInfo info_;
+  std::vector<unsigned char> sealed_, plain_;
+  std::size_t plain_at_ = 0;
+  std::uint64_t chunk_index_ = 0;
+  bool finished_ = false;
+};
+
+// A whole encrypted file's plaintext, verified to its final chunk.
+std::vector<unsigned char> read_encrypted_file(const std::string& path, const SecretKey& key);
+// Writes bytes as an encrypted file atomically: to path + ".tmp", fsynced, renamed over path.
+void write_encrypted_file(const std::string& path, std::span<const unsigned char> bytes, const SecretKey& key,
+                          std::size_t chunk_bytes = default_chunk_bytes);
+// File to file, streaming (for loom-crypt): the output appears whole, under its name, or not at
+// all. decrypt_file keeps `mode` for what it writes too.
+void encrypt_file(const std::string& plain, const std::string& encrypted, const SecretKey& key,
+                  std::size_t chunk_bytes = default_chunk_bytes);
+void decrypt_file(const std::string& encrypted, const std::string& plain, const SecretKey& key, unsigned mode = 0600);
+// Re-encrypts a file under another key in place (same chunk size), streaming: every chunk is
+// verified under `from` first, and the file is replaced only once the new one is complete.
+void rekey_file(const std::string& path, const SecretKey& from, const SecretKey& to);
+
+}  // namespace loom::crypt
