@@ -159,28 +159,38 @@ EncryptingWriter::~EncryptingWriter() {
   }
 }
 
-void EncryptingWriter::seal(bool final) {
+void EncryptingWriter::seal(std::span<const unsigned char> plain, bool final) {
   unsigned long long length = 0;
   // The header is the first chunk's additional data: a changed header fails that chunk.
   const unsigned char* ad = state_->first ? state_->header : nullptr;
-  crypto_secretstream_xchacha20poly1305_push(&state_->stream, sealed_.data(), &length, plain_.data(), plain_.size(),
-                                             ad, ad != nullptr ? header_bytes : 0,
+  crypto_secretstream_xchacha20poly1305_push(&state_->stream, sealed_.data(), &length, plain.data(), plain.size(), ad,
+                                             ad != nullptr ? header_bytes : 0,
                                              final ? crypto_secretstream_xchacha20poly1305_TAG_FINAL : 0);
   state_->first = false;
   write_fully(fd_, sealed_.data(), static_cast<std::size_t>(length), path_);
+}
+
+void EncryptingWriter::seal_held(bool final) {
+  seal(plain_, final);
   sodium_memzero(plain_.data(), plain_.size());
   plain_.clear();
 }
 
 void EncryptingWriter::write(std::span<const unsigned char> data) {
   require(fd_ >= 0, "encrypted file '", path_, "': write after close");
+  // Whole chunks with more to follow are sealed straight from the caller's memory (no copy).
+  while (plain_.empty() && data.size() > chunk_bytes_) {
+    seal(data.first(chunk_bytes_), false);
+    data = data.subspan(chunk_bytes_);
+    written_ += chunk_bytes_;
+  }
   while (!data.empty()) {
     const std::size_t take = std::min(data.size(), chunk_bytes_ - plain_.size());
     plain_.insert(plain_.end(), data.begin(), data.begin() + static_cast<std::ptrdiff_t>(take));
     data = data.subspan(take);
     written_ += take;
     // A full chunk is sealed only when more follows: the final chunk may be full too.
-    if (plain_.size() == chunk_bytes_ && !data.empty()) seal(false);
+    if (plain_.size() == chunk_bytes_ && !data.empty()) seal_held(false);
   }
 }
 
@@ -188,7 +198,7 @@ void EncryptingWriter::close() {
   require(fd_ >= 0, "encrypted file '", path_, "': closed twice");
   // What is held (0 .. chunk_bytes: write() seals a full chunk only when more follows) is the
   // final chunk.
-  seal(true);
+  seal_held(true);
   if (::fsync(fd_) != 0) fail(ErrorCategory::io, "cannot fsync '", path_, "': ", std::strerror(errno));
   const int fd = fd_;
   fd_ = -1;

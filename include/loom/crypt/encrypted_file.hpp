@@ -63,7 +63,8 @@ class EncryptingWriter {
   std::uint64_t plaintext_bytes() const { return written_; }
 
  private:
-  void seal(bool final);
+  void seal(std::span<const unsigned char> plain, bool final);
+  void seal_held(bool final);  // what plain_ holds, then wiped
   std::string path_;
   int fd_ = -1;
   std::size_t chunk_bytes_;
