@@ -13,12 +13,14 @@
 #include <cerrno>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <thread>
 #include <utility>
 
 #include "loom/core/error.hpp"
+#include "src/comm/rendezvous_auth.hpp"
 
 namespace loom::comm {
 
@@ -28,16 +30,18 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 constexpr std::uint32_t magic = 0x4C4F4F4D;  // "LOOM"
-constexpr std::uint32_t protocol_version = 1;
+constexpr std::uint32_t protocol_version = 1;                // without a job secret
+constexpr std::uint32_t authenticated_protocol_version = 2;  // with one (rendezvous_auth.hpp)
+// How long a connecting peer has to prove it holds the job's secret before rank 0 drops it.
+constexpr auto handshake_limit = 5s;
 
 // Four big-endian words: magic, protocol version, world size, then the blob length (from rank 0)
 // or the sender's rank (the answer of every other rank over TCP).
 constexpr std::size_t header_bytes = 16;
 using Header = std::array<unsigned char, header_bytes>;
 
-Header make_header(int size, std::size_t last) {
-  const std::uint32_t words[4] = {magic, protocol_version, static_cast<std::uint32_t>(size),
-                                  static_cast<std::uint32_t>(last)};
+Header make_header(int size, std::size_t last, std::uint32_t version = protocol_version) {
+  const std::uint32_t words[4] = {magic, version, static_cast<std::uint32_t>(size), static_cast<std::uint32_t>(last)};
   Header header{};
   for (std::size_t i = 0; i < header_bytes; ++i)
     header[i] = static_cast<unsigned char>(words[i / 4] >> (24 - 8 * (i % 4)));
@@ -95,11 +99,20 @@ struct Context {
 };
 
 // Checks the first three words of a header (`from` names its sender) and returns the fourth.
-std::uint32_t check_header(const Context& ctx, const unsigned char* header, const char* from) {
+std::uint32_t check_header(const Context& ctx, const unsigned char* header, const char* from,
+                           std::uint32_t version = protocol_version) {
   if (word(header, 0) != magic) ctx.fail(ErrorCategory::corrupt_data, from, " is not a loom rendezvous (wrong magic)");
-  if (word(header, 1) != protocol_version)
+  if (word(header, 1) != version) {
+    const bool secrets_differ = (word(header, 1) == authenticated_protocol_version) != (version == authenticated_protocol_version);
+    if (secrets_differ && version == protocol_version)
+      ctx.fail(ErrorCategory::invalid_argument, from, " requires a job secret and this rank has none: set the same ",
+               "LOOM_JOB_TOKEN (or LOOM_KEY_FILE) on every rank");
+    if (secrets_differ)
+      ctx.fail(ErrorCategory::invalid_argument, from, " has no job secret but this rank has one (LOOM_JOB_TOKEN or ",
+               "LOOM_KEY_FILE): set the same secret on every rank, or none; its blob is refused");
     ctx.fail(ErrorCategory::corrupt_data, from, " speaks rendezvous protocol ", word(header, 1), ", this rank ",
-             protocol_version);
+             version);
+  }
   if (word(header, 2) != static_cast<std::uint32_t>(ctx.size))
     ctx.fail(ErrorCategory::corrupt_data, "world size mismatch: ", from, " says ", word(header, 2), ", this rank says ",
              ctx.size);
@@ -215,7 +228,67 @@ Fd listen_on(const Context& ctx, int port) {
   ctx.fail_errno("cannot listen on the port", error);
 }
 
-std::vector<unsigned char> serve(const Context& ctx, int port, std::span<const unsigned char> blob) {
+// Where a connected peer comes from, for the report of a refused one.
+std::string peer_address(int fd) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof address;
+  char text[INET6_ADDRSTRLEN] = "an unknown address";
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    if (address.ss_family == AF_INET)
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&address)->sin_addr, text, sizeof text);
+    else if (const auto* v6 = reinterpret_cast<sockaddr_in6*>(&address); address.ss_family == AF_INET6) {
+      if (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr))  // an IPv4 client of the dual-stack socket
+        ::inet_ntop(AF_INET, v6->sin6_addr.s6_addr + 12, text, sizeof text);
+      else
+        ::inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof text);
+    }
+  }
+  return text;
+}
+
+// A peer that did not prove it holds the job's secret: dropped, reported, and the job goes on.
+struct Refused {
+  std::string why;
+};
+
+struct ProvenPeer {
+  std::uint32_t rank;
+  detail::Challenge root, peer;
+};
+
+// Protocol 2, rank 0's side of one connection up to the proof: returns the peer's claimed rank
+// once its answer holds under the secret; throws Refused otherwise (within handshake_limit).
+ProvenPeer challenge_peer(const Context& ctx, int fd, const RendezvousSecret::Keys& keys) {
+  Context peer_ctx = ctx;
+  peer_ctx.deadline = std::min(ctx.deadline, Clock::now() + handshake_limit);
+  ProvenPeer proven{0, detail::fresh_challenge(), {}};
+  try {
+    send_all(peer_ctx, fd, make_header(ctx.size, 0, authenticated_protocol_version), "sending the challenge");
+    send_all(peer_ctx, fd, proven.root, "sending the challenge");
+    Header answer{};
+    recv_all(peer_ctx, fd, answer, "receiving the answer");
+    if (word(answer.data(), 0) != magic) throw Refused{"it is not a loom rendezvous (wrong magic)"};
+    if (word(answer.data(), 1) != authenticated_protocol_version)
+      throw Refused{loom::detail::concat("it speaks protocol ", word(answer.data(), 1), ": it has no job secret")};
+    detail::Tag tag{};
+    recv_all(peer_ctx, fd, proven.peer, "receiving the answer");
+    recv_all(peer_ctx, fd, tag, "receiving the answer");
+    if (!detail::answer_holds(keys, proven.root, proven.peer, answer, tag)) {
+      send_all(peer_ctx, fd, make_header(ctx.size, detail::refused_marker, authenticated_protocol_version),
+               "refusing the peer");
+      throw Refused{"its answer does not hold under the job's secret (another secret, or a replayed answer)"};
+    }
+    // Proven: from here on it is one of the job's ranks, and a size it disagrees on is an error.
+    proven.rank = check_header(ctx, answer.data(), "a connecting rank", authenticated_protocol_version);
+    return proven;
+  } catch (const Error& e) {
+    if (e.category() == ErrorCategory::corrupt_data) throw;  // a proven rank of another world size
+    throw Refused{e.what()};                                 // it stalled, or hung up
+  }
+}
+
+std::vector<unsigned char> serve(const Context& ctx, int port, std::span<const unsigned char> blob,
+                                 const RendezvousOptions& options) {
   const Fd listener = listen_on(ctx, port);
   const Header header = make_header(ctx.size, blob.size());
   std::vector<bool> seen(static_cast<std::size_t>(ctx.size), false);
@@ -227,11 +300,31 @@ std::vector<unsigned char> serve(const Context& ctx, int port, std::span<const u
       if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED) continue;
       ctx.fail_errno("accept", errno);
     }
-    send_all(ctx, peer.get(), header, "sending the header");
-    send_all(ctx, peer.get(), blob, "sending the blob");
-    Header answer{};
-    recv_all(ctx, peer.get(), answer, "receiving a rank's answer");
-    const std::uint32_t peer_rank = check_header(ctx, answer.data(), "a connecting rank");
+    std::uint32_t peer_rank = 0;
+    if (options.secret != nullptr) {
+      const std::string from = peer_address(peer.get());
+      ProvenPeer proven;
+      try {
+        proven = challenge_peer(ctx, peer.get(), options.secret->keys());
+      } catch (const Refused& refused) {
+        const std::string why = loom::detail::concat(ctx.where, ": refused a peer from ", from, ": ", refused.why);
+        if (options.on_refused) options.on_refused(why);
+        else std::fprintf(stderr, "loom: %s\n", why.c_str());
+        continue;
+      }
+      peer_rank = proven.rank;
+      const Header reply = make_header(ctx.size, blob.size() + detail::seal_nonce_bytes + detail::seal_overhead_bytes,
+                                       authenticated_protocol_version);
+      send_all(ctx, peer.get(), reply, "sending the header");
+      send_all(ctx, peer.get(), detail::seal_blob(options.secret->keys(), proven.root, proven.peer, reply, blob),
+               "sending the sealed blob");
+    } else {
+      send_all(ctx, peer.get(), header, "sending the header");
+      send_all(ctx, peer.get(), blob, "sending the blob");
+      Header answer{};
+      recv_all(ctx, peer.get(), answer, "receiving a rank's answer");
+      peer_rank = check_header(ctx, answer.data(), "a connecting rank");
+    }
     if (peer_rank == 0 || peer_rank >= seen.size() || seen[peer_rank])
       ctx.fail(
           ErrorCategory::corrupt_data, "a connecting rank claims rank ", peer_rank,
@@ -242,13 +335,45 @@ std::vector<unsigned char> serve(const Context& ctx, int port, std::span<const u
   return {blob.begin(), blob.end()};
 }
 
-std::vector<unsigned char> fetch(const Context& ctx, const std::string& host, int port) {
+// Protocol 2, a rank's side once connected: answers rank 0's challenge and opens its sealed blob.
+std::vector<unsigned char> fetch_authenticated(const Context& ctx, int fd, const RendezvousSecret::Keys& keys) {
+  Header challenge_header{};
+  recv_all(ctx, fd, challenge_header, "receiving rank 0's challenge");
+  check_header(ctx, challenge_header.data(), "rank 0", authenticated_protocol_version);
+  detail::Challenge root{};
+  recv_all(ctx, fd, root, "receiving rank 0's challenge");
+  const detail::Challenge mine = detail::fresh_challenge();
+  const Header answer = make_header(ctx.size, static_cast<std::size_t>(ctx.rank), authenticated_protocol_version);
+  send_all(ctx, fd, answer, "sending this rank's answer");
+  send_all(ctx, fd, mine, "sending this rank's answer");
+  send_all(ctx, fd, detail::answer_tag(keys, root, mine, answer), "sending this rank's answer");
+  Header reply{};
+  recv_all(ctx, fd, reply, "receiving rank 0's reply");
+  const std::uint32_t length = check_header(ctx, reply.data(), "rank 0", authenticated_protocol_version);
+  if (length == detail::refused_marker)
+    ctx.fail(ErrorCategory::invalid_argument, "rank 0 refused this rank: its job secret (LOOM_JOB_TOKEN or ",
+             "LOOM_KEY_FILE) differs from rank 0's");
+  const std::size_t overhead = detail::seal_nonce_bytes + detail::seal_overhead_bytes;
+  if (length <= overhead || length > max_rendezvous_blob_bytes + overhead)
+    ctx.fail(ErrorCategory::corrupt_data, "rank 0 announces a sealed blob of ", length, " bytes");
+  std::vector<unsigned char> sealed(length);
+  recv_all(ctx, fd, sealed, "receiving the sealed blob from rank 0");
+  std::optional<std::vector<unsigned char>> blob = detail::open_blob(keys, root, mine, reply, sealed);
+  if (!blob)
+    ctx.fail(ErrorCategory::corrupt_data, "rank 0's sealed blob does not open under this rank's job secret: ",
+             "whoever answered does not hold it");
+  return std::move(*blob);
+}
+
+std::vector<unsigned char> fetch(const Context& ctx, const std::string& host, int port,
+                                 const RendezvousOptions& options) {
   std::string error;
   Fd fd;
   while ((fd = try_connect(ctx, host, port, error)).get() < 0) {
     if (Clock::now() >= ctx.deadline) ctx.timed_out("no connection to rank 0 (last error: ", error, ")");
     std::this_thread::sleep_until(std::min(ctx.deadline, Clock::now() + 50ms));
   }
+  if (options.secret != nullptr) return fetch_authenticated(ctx, fd.get(), options.secret->keys());
   send_all(ctx, fd.get(), make_header(ctx.size, static_cast<std::size_t>(ctx.rank)), "sending this rank's answer");
   Header header{};
   recv_all(ctx, fd.get(), header, "receiving the header from rank 0");
@@ -326,14 +451,15 @@ bool check_common(const Context& ctx, std::span<const unsigned char> blob) {
 }  // namespace
 
 std::vector<unsigned char> tcp_share_blob(const std::string& host, int port, int rank, int size,
-                                          std::span<const unsigned char> blob, std::chrono::milliseconds timeout) {
+                                          std::span<const unsigned char> blob, std::chrono::milliseconds timeout,
+                                          const RendezvousOptions& options) {
   const bool ipv6 = host.find(':') != std::string::npos;
   const Context ctx{loom::detail::concat("tcp rendezvous with ", ipv6 ? "[" : "", host, ipv6 ? "]:" : ":", port), rank,
                     size, timeout};
   if (!check_common(ctx, blob)) return {blob.begin(), blob.end()};
   ctx.require(!host.empty(), "the host is empty");
   ctx.require(port >= 1 && port <= 65535, "the port is outside 1..65535");
-  return rank == 0 ? serve(ctx, port, blob) : fetch(ctx, host, port);
+  return rank == 0 ? serve(ctx, port, blob, options) : fetch(ctx, host, port, options);
 }
 
 std::vector<unsigned char> file_share_blob(const std::string& path, int rank, int size,

@@ -50,7 +50,16 @@ comm::NcclId share_nccl_id(const comm::LaunchInfo& launch, bool mpi_running, std
   } else if (!launch.master_addr.empty()) {
     int port = launch.master_port + 1;
     if (const char* text = std::getenv("LOOM_RENDEZVOUS_PORT"); text != nullptr) port = parse_count("LOOM_RENDEZVOUS_PORT", text);
-    shared = comm::tcp_share_blob(launch.master_addr, port, launch.rank, launch.size, mine, timeout);
+    // LOOM_JOB_TOKEN (or LOOM_KEY_FILE) authenticates it; without one, anyone who reaches the port
+    // could take a rank's place, which rank 0 says at start.
+    const std::optional<comm::RendezvousSecret> secret = comm::RendezvousSecret::from_environment();
+    if (!secret && launch.rank == 0) {
+      std::fprintf(stderr, "loom: the TCP rendezvous on port %d is unauthenticated: set LOOM_JOB_TOKEN (16+ random "
+                           "characters) on every rank to admit only this job's ranks (SECURITY.md)\n", port);
+    }
+    comm::RendezvousOptions options;
+    options.secret = secret ? &*secret : nullptr;
+    shared = comm::tcp_share_blob(launch.master_addr, port, launch.rank, launch.size, mine, timeout, options);
   } else {
     fail(ErrorCategory::invalid_argument, "init: ", launch.size, " GPU processes (", launch.launcher,
          ") need a way to share the NCCL id: launch with mpirun (loom built with MPI), with torchrun "

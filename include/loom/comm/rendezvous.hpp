@@ -6,11 +6,52 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
+namespace loom::crypt {
+class SecretKey;
+}
+
 namespace loom::comm {
+
+// A job's shared secret for the TCP rendezvous: a token (LOOM_JOB_TOKEN, at least 16 characters)
+// or a loom key file (LOOM_KEY_FILE), from which two keys are derived (libsodium's BLAKE2b KDF):
+// one authenticates the ranks' answers (HMAC-SHA-512-256 over rank 0's fresh challenge, so a
+// replayed answer fails), one seals rank 0's blob (XChaCha20-Poly1305, bound to both challenges).
+// Only ranks that prove they hold the secret get the blob, and they know it came from rank 0.
+class RendezvousSecret {
+ public:
+  static RendezvousSecret from_token(std::string_view token);
+  static RendezvousSecret from_key(const crypt::SecretKey& key);
+  // LOOM_JOB_TOKEN, else the key file LOOM_KEY_FILE names; none when neither is set.
+  static std::optional<RendezvousSecret> from_environment();
+  ~RendezvousSecret();
+  RendezvousSecret(RendezvousSecret&&) noexcept;
+  RendezvousSecret& operator=(RendezvousSecret&&) noexcept;
+
+  struct Keys;
+  const Keys& keys() const { return *keys_; }
+
+ private:
+  explicit RendezvousSecret(const unsigned char* master);
+  std::unique_ptr<Keys> keys_;
+};
+
+struct RendezvousOptions {
+  // With a secret (on every rank), the TCP rendezvous is authenticated (protocol 2): rank 0 sends
+  // each connecting peer a challenge, refuses (and reports through on_refused, default: a line on
+  // stderr) a peer that does not answer it with the secret, within 5 s, and goes on waiting for
+  // the job's ranks. Without one it is as before (protocol 1), and a rank with a secret refuses
+  // a rank 0 without one, and the reverse, by name.
+  const RendezvousSecret* secret = nullptr;
+  std::function<void(const std::string& why)> on_refused;
+};
 
 // The largest blob either transport carries; a header that announces more is corrupt data.
 inline constexpr std::size_t max_rendezvous_blob_bytes = std::size_t{1} << 20;
@@ -31,7 +72,8 @@ inline constexpr std::size_t max_rendezvous_blob_bytes = std::size_t{1} << 20;
 // not a rendezvous of this job (wrong magic or protocol version, a different world size, a
 // duplicate or impossible rank); io for socket failures (the port in use, a dropped connection).
 std::vector<unsigned char> tcp_share_blob(const std::string& host, int port, int rank, int size,
-                                          std::span<const unsigned char> blob, std::chrono::milliseconds timeout);
+                                          std::span<const unsigned char> blob, std::chrono::milliseconds timeout,
+                                          const RendezvousOptions& options = {});
 
 // Rank 0 writes `path` atomically (a temporary next to it, then rename) and returns without waiting
 // for readers, so it never times out; the others poll until the file appears and read it. The path

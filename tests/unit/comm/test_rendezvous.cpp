@@ -1,6 +1,9 @@
 // The rendezvous that shares an ncclUniqueId without MPI: 1, 2 and 4 ranks as threads over TCP on
 // 127.0.0.1 and through a file, with rank 0 starting late; timeouts when a peer never comes;
 // world size mismatches, foreign peers and truncated files as corrupt data; bad arguments.
+// With a job secret (protocol 2): ranks holding it get the blob; a peer with another secret or
+// none is refused and reported while the job completes; a rank with a secret refuses a rank 0
+// without one; an answer recorded by a fake rank 0 and replayed is refused.
 // Catch2's assertions are not thread-safe, so rank threads only record outcomes and the test
 // thread asserts on them.
 #include <catch2/catch.hpp>
@@ -9,12 +12,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -270,4 +275,186 @@ TEST_CASE("rendezvous: bad arguments", "[comm][rendezvous]") {
   // One rank needs no rendezvous, so it has no host, port or path to check.
   REQUIRE(tcp("", 0, 0, 1, unique_id) == unique_id);
   REQUIRE(file_share_blob("", 0, 1, unique_id, 0ms) == unique_id);
+}
+
+namespace {
+
+using loom::comm::RendezvousOptions;
+using loom::comm::RendezvousSecret;
+
+// A blocking connection to 127.0.0.1:port for the tests' hand-made peers (1 s send/receive limits).
+struct RawPeer {
+  int fd = -1;
+  explicit RawPeer(int port) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<std::uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int attempt = 0; attempt < 200; ++attempt) {  // rank 0 may not listen yet
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) break;
+      ::close(fd);
+      fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      std::this_thread::sleep_for(10ms);
+    }
+    timeval limit{1, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  }
+  ~RawPeer() { ::close(fd); }
+  Blob receive(std::size_t n) const {
+    Blob bytes(n);
+    std::size_t got = 0;
+    while (got < n) {
+      const ssize_t r = ::recv(fd, bytes.data() + got, n - got, 0);
+      if (r <= 0) break;
+      got += static_cast<std::size_t>(r);
+    }
+    bytes.resize(got);
+    return bytes;
+  }
+  void send(const Blob& bytes) const { (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL); }
+};
+
+// A listener on 127.0.0.1:port that accepts one connection.
+struct RawListener {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  explicit RawListener(int port) {
+    const int on = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<std::uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+    REQUIRE(::listen(fd, 4) == 0);
+  }
+  ~RawListener() { ::close(fd); }
+};
+
+constexpr const char* token = "0123456789abcdef-the-job";
+
+// What rank 0 reported as refused, from its thread; the job's real rank 1 waits for `count` of them.
+struct Refusals {
+  std::mutex mutex;
+  std::vector<std::string> seen;
+  std::atomic<int> count{0};
+  std::function<void(const std::string&)> callback() {
+    return [this](const std::string& why) {
+      const std::lock_guard lock(mutex);
+      seen.push_back(why);
+      ++count;
+    };
+  }
+  void wait_for(int n) const {
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (count < n && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("rendezvous: with a job secret every rank gets rank 0's blob", "[comm][rendezvous][crypt]") {
+  const RendezvousSecret secret = RendezvousSecret::from_token(token);
+  for (const int size : {2, 4}) {
+    const int port = free_port();
+    RendezvousOptions options;
+    options.secret = &secret;
+    require_all_got_unique_id(run_ranks(
+        size, [&](int rank) { return tcp_share_blob("127.0.0.1", port, rank, size, blob_of(rank), 10s, options); },
+        100ms));
+  }
+  CHECK_THROWS_WITH(RendezvousSecret::from_token("short"),
+                    Catch::Contains("the job token has 5 characters; use at least 16"));
+}
+
+TEST_CASE("rendezvous: a peer with another secret or none is refused and reported; the job completes",
+          "[comm][rendezvous][crypt]") {
+  const RendezvousSecret secret = RendezvousSecret::from_token(token);
+  const RendezvousSecret other = RendezvousSecret::from_token("another-secret-of-16+");
+  const int port = free_port();
+  Refusals refusals;
+  RendezvousOptions options, wrong;
+  options.secret = &secret;
+  options.on_refused = refusals.callback();
+  wrong.secret = &other;
+  // Threads 0-1 are the job; 2 claims rank 1 with another secret, 3 with none, both before rank 1.
+  const std::vector<Outcome> outcomes = run_ranks(4, [&](int thread) -> Blob {
+    switch (thread) {
+      case 0: return tcp_share_blob("127.0.0.1", port, 0, 2, unique_id, 10s, options);
+      case 1: refusals.wait_for(2); return tcp_share_blob("127.0.0.1", port, 1, 2, {}, 10s, options);
+      case 2: return tcp_share_blob("127.0.0.1", port, 1, 2, {}, 10s, wrong);
+      default: std::this_thread::sleep_for(100ms); return tcp_share_blob("127.0.0.1", port, 1, 2, {}, 10s);
+    }
+  });
+  require_all_got_unique_id({outcomes[0], outcomes[1]});
+  CHECK_THAT(describe(outcomes[2].error), Catch::Contains("rank 0 refused this rank: its job secret") &&
+                                              Catch::Contains("differs from rank 0's"));
+  CHECK_THAT(describe(outcomes[3].error),
+             Catch::Contains("rank 0 requires a job secret and this rank has none: set the same LOOM_JOB_TOKEN"));
+  REQUIRE(refusals.seen.size() == 2);
+  const std::string both = refusals.seen[0] + " | " + refusals.seen[1];
+  CHECK_THAT(both, Catch::Contains("refused a peer from 127.0.0.1: its answer does not hold under the job's secret"));
+  CHECK_THAT(both, Catch::Contains("refused a peer from 127.0.0.1: it speaks protocol 1: it has no job secret"));
+  // A rank with a secret refuses a rank 0 without one, before taking its blob.
+  const int plain_port = free_port();
+  const std::vector<Outcome> mixed = run_ranks(2, [&](int rank) -> Blob {
+    return rank == 0 ? tcp_share_blob("127.0.0.1", plain_port, 0, 2, unique_id, 2s)
+                     : tcp_share_blob("127.0.0.1", plain_port, 1, 2, {}, 2s, options);
+  });
+  CHECK_THAT(describe(mixed[1].error), Catch::Contains("rank 0 has no job secret but this rank has one"));
+}
+
+TEST_CASE("rendezvous: a recorded answer replayed to rank 0 is refused", "[comm][rendezvous][crypt]") {
+  const RendezvousSecret secret = RendezvousSecret::from_token(token);
+  RendezvousOptions options;
+  options.secret = &secret;
+  // A fake rank 0 records a real rank's answer to its challenge (header, challenge, tag: 80 bytes).
+  const int fake_port = free_port();
+  Blob recorded;
+  {
+    RawListener fake(fake_port);
+    std::thread rank([&] {
+      try {
+        tcp_share_blob("127.0.0.1", fake_port, 1, 2, {}, 2s, options);
+      } catch (const loom::Error&) {  // the fake rank 0 hangs up after recording
+      }
+    });
+    const int connection = ::accept(fake.fd, nullptr, nullptr);
+    Blob challenge{0x4C, 0x4F, 0x4F, 0x4D, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 0};
+    challenge.resize(16 + 32, 7);
+    (void)::send(connection, challenge.data(), challenge.size(), MSG_NOSIGNAL);
+    recorded.resize(80);
+    std::size_t got = 0;
+    while (got < recorded.size()) {
+      const ssize_t r = ::recv(connection, recorded.data() + got, recorded.size() - got, 0);
+      if (r <= 0) break;
+      got += static_cast<std::size_t>(r);
+    }
+    recorded.resize(got);
+    ::close(connection);
+    rank.join();
+  }
+  REQUIRE(recorded.size() == 80);
+  // The real rank 0 challenges afresh: the replayed answer is refused, the real rank 1 then joins.
+  const int port = free_port();
+  Refusals refusals;
+  options.on_refused = refusals.callback();
+  Blob reply_to_replay;
+  const std::vector<Outcome> outcomes = run_ranks(3, [&](int thread) -> Blob {
+    if (thread == 0) return tcp_share_blob("127.0.0.1", port, 0, 2, unique_id, 10s, options);
+    if (thread == 1) {
+      refusals.wait_for(1);
+      return tcp_share_blob("127.0.0.1", port, 1, 2, {}, 10s, options);
+    }
+    const RawPeer replayer(port);
+    replayer.receive(16 + 32);  // rank 0's fresh challenge
+    replayer.send(recorded);
+    reply_to_replay = replayer.receive(16);
+    return {};
+  });
+  require_all_got_unique_id({outcomes[0], outcomes[1]});
+  REQUIRE(reply_to_replay.size() == 16);
+  CHECK(Blob(reply_to_replay.begin() + 12, reply_to_replay.end()) == Blob{0xFF, 0xFF, 0xFF, 0xFF});  // refused
+  REQUIRE(refusals.seen.size() == 1);
+  CHECK_THAT(refusals.seen[0], Catch::Contains("another secret, or a replayed answer"));
 }
