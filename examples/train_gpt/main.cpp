@@ -39,6 +39,7 @@
 #include "loom/ddp/gradient_reducer.hpp"
 #include "loom/ddp/replicas.hpp"
 #include "loom/io/checkpoint.hpp"
+#include "loom/io/files.hpp"
 #include "loom/plan/plan.hpp"
 #include "loom/shard/memory.hpp"
 #include "loom/topo/detect.hpp"
@@ -519,6 +520,7 @@ int main(int argc, char** argv) {
       if (app.count(flag) > 0) config.architecture_flags.emplace_back(flag);
     }
     if (!init.device_type) init.device_type = loom::Device::parse(config.device).type();
+    loom::io::set_group_readable(config.group_readable);
     const std::unique_ptr<loom::World> world = loom::init(argc, argv, init);
     // A failure is reported while the World lives: its teardown (MPI's) must not delay or hide it.
     try {

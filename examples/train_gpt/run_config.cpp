@@ -112,6 +112,8 @@ void RunConfig::add_to(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--keep-every", keep_every, "also keep every checkpoint whose step is a multiple of this (0: none)")
       ->check(non_negative);
+  app.add_flag("--group-readable", group_readable, "checkpoints, metrics, traces and reports readable by the "
+               "group (0640 files, 0750 folders) instead of the owner only (0600, 0700)");
   app.add_flag("--async-save", async_save, "periodic saves copy the state to host memory and write it in the "
                "background while training goes on (the last save, and one on a stop, wait for it)");
   app.add_option("--checkpoint-write-mb", checkpoint_write_mb, "each rank writes checkpoints at most this many MB/s "

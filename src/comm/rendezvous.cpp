@@ -399,7 +399,7 @@ void write_all(const Context& ctx, int fd, std::span<const unsigned char> bytes,
 void publish(const Context& ctx, const std::string& path, std::span<const unsigned char> blob) {
   const Header header = make_header(ctx.size, blob.size());
   const std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  Fd fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  Fd fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
   if (fd.get() < 0) ctx.fail_errno(("cannot create '" + temporary + "'").c_str(), errno);
   try {
     write_all(ctx, fd.get(), header, "cannot write the temporary file");

@@ -25,13 +25,12 @@ fs::path temporary_dir(const std::string& run_dir, std::int64_t step) {
 }
 
 fs::path prepare_temporary(const std::string& run_dir, std::int64_t step) {
-  std::error_code error;
-  fs::create_directories(run_dir, error);
-  if (error) fail(ErrorCategory::io, "cannot create checkpoint directory '", run_dir, "': ", error.message());
+  require_not_writable_by_others(run_dir, "checkpoint folder");
+  create_private_directories(run_dir);
   const fs::path temporary = temporary_dir(run_dir, step);
+  std::error_code error;
   fs::remove_all(temporary, error);
-  fs::create_directory(temporary, error);
-  if (error) fail(ErrorCategory::io, "cannot create '", temporary.string(), "': ", error.message());
+  create_private_directories(temporary.string());
   return temporary;
 }
 

@@ -103,7 +103,7 @@ void consolidate_checkpoint(const std::string& dir, const std::string& out_dir) 
   verify_checkpoint(dir);
   const auto files = detail::open_piece_files(dir, m);
   const auto stored = detail::stored_tensors(files);
-  fs::create_directories(out_dir);
+  create_private_directories(out_dir);
   const char* names[] = {"model.safetensors", "optimizer.safetensors"};
   write_assembled((fs::path(out_dir) / names[0]).string(), m.model_tensors, files, stored, weights_metadata(m));
   write_assembled((fs::path(out_dir) / names[1]).string(), m.optimizer_tensors, files, stored,

@@ -3,10 +3,13 @@
 #include <zlib.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +19,45 @@
 #include "loom/core/error.hpp"
 
 namespace loom::io {
+
+namespace {
+std::atomic<bool> group_readable{false};
+}  // namespace
+
+void set_group_readable(bool readable) { group_readable.store(readable); }
+unsigned private_file_mode() { return group_readable.load() ? 0640 : 0600; }
+unsigned private_directory_mode() { return group_readable.load() ? 0750 : 0700; }
+
+void make_private(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) fail(ErrorCategory::io, "cannot stat '", path, "': ", std::strerror(errno));
+  const unsigned mode = S_ISDIR(info.st_mode) ? private_directory_mode() : private_file_mode();
+  if (::chmod(path.c_str(), mode) != 0) {
+    fail(ErrorCategory::io, "cannot make '", path, "' owner-only: ", std::strerror(errno));
+  }
+}
+
+void create_private_directories(const std::string& path) {
+  std::filesystem::path so_far;
+  for (const std::filesystem::path& part : std::filesystem::path(path)) {
+    so_far /= part;
+    if (so_far.empty() || std::filesystem::exists(so_far)) continue;
+    if (::mkdir(so_far.c_str(), private_directory_mode()) != 0 && errno != EEXIST) {
+      fail(ErrorCategory::io, "cannot create the directory '", so_far.string(), "': ", std::strerror(errno));
+    }
+    make_private(so_far.string());  // mkdir's mode passes through the umask
+  }
+}
+
+void require_not_writable_by_others(const std::string& dir, const char* what) {
+  struct stat info {};
+  if (::stat(dir.c_str(), &info) != 0) return;  // not there yet: it will be made owner-only
+  if ((info.st_mode & S_IWOTH) == 0) return;
+  char octal[8];
+  std::snprintf(octal, sizeof octal, "%04o", static_cast<unsigned>(info.st_mode & 07777));
+  fail(ErrorCategory::invalid_argument, what, " '", dir, "' has mode ", octal,
+       ": others may write into it, so anyone could replace what loom keeps there; run: chmod o-w '", dir, "'");
+}
 
 
 std::uint32_t crc32(std::span<const unsigned char> bytes, std::uint32_t crc) {
@@ -63,6 +105,7 @@ void write_file_atomically(const std::string& path, const std::string& contents)
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     if (!out) fail(ErrorCategory::io, "cannot create '", temporary, "'");
+    make_private(temporary);  // before anything is written into it
     out << contents;
     out.flush();
     if (!out) fail(ErrorCategory::io, "cannot write '", temporary, "'");

@@ -211,6 +211,7 @@ std::string prometheus_text(const StepMetrics& m) {
 
 MetricsFile::MetricsFile(const std::string& path) : path_(path), out_(path, std::ios::out | std::ios::trunc) {
   if (!out_) fail(ErrorCategory::io, "cannot open the metrics file '", path, "' for writing");
+  io::make_private(path);
 }
 
 void MetricsFile::write(const StepMetrics& m) {

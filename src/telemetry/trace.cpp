@@ -36,9 +36,7 @@ TraceRecorder::TraceRecorder(const TraceOptions& options, Device device, int ran
   require(!options.dir.empty(), "trace: no directory given");
   require(options.first_step >= 1 && options.last_step >= options.first_step, "trace: the step range ",
           options.first_step, "-", options.last_step, " is empty or starts before step 1");
-  std::error_code error;
-  std::filesystem::create_directories(options.dir, error);
-  if (error) fail(ErrorCategory::io, "trace: cannot create the directory '", options.dir, "': ", error.message());
+  io::create_private_directories(options.dir);
   // One reading of both clocks: steady spans become system-clock times that other processes share.
   const auto system = std::chrono::system_clock::now();
   const auto steady = Clock::now();

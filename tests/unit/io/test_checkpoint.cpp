@@ -3,6 +3,7 @@
 // errors, an interrupted save leaves the previous checkpoint and `latest` intact, and resuming is
 // exact: N steps + save + load + M steps equals N + M uninterrupted steps bit for bit.
 #include <catch2/catch.hpp>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <cstring>
@@ -365,4 +366,33 @@ TEST_CASE("a checkpoint's state.json is checked field by field before anything i
                        loom::Error, IsError(ErrorCategory::corrupt_data, {"lacks the field 'rank_00001.safetensors'"}));
   CHECK_THROWS_MATCHES(loom::io::detail::parse_manifest(with("\"format\": \"loom-checkpoint-1\"", "\"format\": \"loom-checkpoint-2\", \"world\": 0"), "s.json"),
                        loom::Error, IsError(ErrorCategory::corrupt_data, {"'world' = 0"}));
+}
+
+TEST_CASE("a checkpoint is owner-only, and a folder others may write into is refused", "[io]") {
+  const fs::path run = fresh_dir("private");
+  fs::remove(run);  // made by the save, owner-only
+  loom::nn::GPT model(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu(), 3);
+  loom::optim::SGD sgd(model.parameter_space(), {.momentum = 0.9f});
+  const mode_t old_umask = ::umask(0);  // a umask that would leave everything open
+  const std::string saved = loom::io::save_checkpoint(run.string(), model, sgd, {.step = 2});
+  ::umask(old_umask);
+  std::vector<std::string> wrong;
+  const auto check = [&](const fs::path& path) {
+    const auto mode = fs::status(path).permissions() & fs::perms::mask;
+    const auto want = fs::is_directory(path) ? fs::perms::owner_all : fs::perms::owner_read | fs::perms::owner_write;
+    if (mode != want) wrong.push_back(path.string());
+  };
+  check(run);
+  std::size_t files = 0;
+  for (const fs::directory_entry& entry : fs::recursive_directory_iterator(run)) {
+    check(entry.path());
+    files += entry.is_regular_file() ? 1 : 0;
+  }
+  CHECK(files == 3);  // latest, state.json and this rank's file
+  CHECK(wrong.empty());
+  const fs::path open = fresh_dir("open");
+  fs::permissions(open, fs::perms::all, fs::perm_options::replace);
+  CHECK_THROWS_MATCHES(loom::io::save_checkpoint(open.string(), model, sgd, {.step = 2}), loom::Error,
+                       IsError(ErrorCategory::invalid_argument, {"has mode 0777: others may write into it"}));
+  CHECK(fs::is_empty(open));
 }

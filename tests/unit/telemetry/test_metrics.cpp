@@ -133,6 +133,12 @@ TEST_CASE("the metrics file gets one line per step at once, and the Prometheus f
   next.step = 43;
   loom::telemetry::write_prometheus_file(prom, next);
   CHECK(read(prom) == loom::telemetry::prometheus_text(next));
+  // Both owner-only, whatever the umask.
+  const auto mode = [](const std::string& path) {
+    return std::filesystem::status(path).permissions() & std::filesystem::perms::mask;
+  };
+  CHECK(mode(lines) == (std::filesystem::perms::owner_read | std::filesystem::perms::owner_write));
+  CHECK(mode(prom) == (std::filesystem::perms::owner_read | std::filesystem::perms::owner_write));
   int files = 0;  // no temporary file left beside it
   for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir)) ++files;
   CHECK(files == 2);
