@@ -20,6 +20,7 @@
 #include "loom/core/error.hpp"
 #include "loom/crypt/encrypted_file.hpp"
 #include "loom/crypt/key.hpp"
+#include "loom/io/files.hpp"
 
 namespace fs = std::filesystem;
 using loom::crypt::SecretKey;
@@ -32,10 +33,8 @@ SecretKey required_key(const std::string& flag, const char* what) {
   return std::move(*key);
 }
 
-void make_private_dir(const fs::path& dir) {
-  fs::create_directories(dir);
-  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace);
-}
+// Folders this run creates are owner-only; folders that exist keep their modes.
+void make_private_dir(const fs::path& dir) { loom::io::create_private_directories(dir.string()); }
 
 // Applies `one(input, output)` to a file, or to every regular file under a folder (OUT mirrors IN).
 template <class One>
@@ -50,12 +49,17 @@ std::size_t each_file(const fs::path& in, const fs::path& out, One&& one) {
                 out.string(), "' is a file");
   make_private_dir(out);
   std::size_t files = 0;
-  for (const fs::directory_entry& entry : fs::recursive_directory_iterator(in)) {
-    const fs::path target = out / fs::relative(entry.path(), in);
-    if (entry.is_directory()) {
+  const fs::path out_inside = fs::weakly_canonical(out);
+  for (auto entry = fs::recursive_directory_iterator(in); entry != fs::recursive_directory_iterator(); ++entry) {
+    if (fs::weakly_canonical(entry->path()) == out_inside) {  // OUT inside IN: not its own input
+      entry.disable_recursion_pending();
+      continue;
+    }
+    const fs::path target = out / fs::relative(entry->path(), in);
+    if (entry->is_directory()) {
       make_private_dir(target);
-    } else if (entry.is_regular_file()) {
-      one(entry.path(), target);
+    } else if (entry->is_regular_file()) {
+      one(entry->path(), target);
       ++files;
     }
   }
@@ -137,7 +141,7 @@ int main(int argc, char** argv) {
           const loom::crypt::EncryptedFileInfo info = loom::crypt::inspect_encrypted_file(file.string());
           std::string verdict = "not verified (no key)";
           if (key) {
-            loom::crypt::read_encrypted_file(file.string(), *key);  // throws on the first bad chunk
+            loom::crypt::verify_encrypted_file(file.string(), *key);  // throws on the first bad chunk
             verdict = "verified";
           }
           std::printf("%s: loom encrypted v%u, key id %s, %llu bytes in %llu chunk(s) of %zu KiB, %s\n",

@@ -246,50 +246,118 @@ std::string peer_address(int fd) {
   return text;
 }
 
-// A peer that did not prove it holds the job's secret: dropped, reported, and the job goes on.
-struct Refused {
-  std::string why;
-};
+// The ranks a rank 0 has admitted: each once, none of them rank 0.
+void admit(const Context& ctx, std::vector<bool>& seen, std::uint32_t peer_rank) {
+  if (peer_rank == 0 || peer_rank >= seen.size() || seen[peer_rank])
+    ctx.fail(
+        ErrorCategory::corrupt_data, "a connecting rank claims rank ", peer_rank,
+        peer_rank == 0 || peer_rank >= seen.size() ? ", which is not a peer of rank 0" : ", which already connected");
+  seen[peer_rank] = true;
+}
 
-struct ProvenPeer {
-  std::uint32_t rank;
-  detail::Challenge root, peer;
-};
-
-// Protocol 2, rank 0's side of one connection up to the proof: returns the peer's claimed rank
-// once its answer holds under the secret; throws Refused otherwise (within handshake_limit).
-ProvenPeer challenge_peer(const Context& ctx, int fd, const RendezvousSecret::Keys& keys) {
-  Context peer_ctx = ctx;
-  peer_ctx.deadline = std::min(ctx.deadline, Clock::now() + handshake_limit);
-  ProvenPeer proven{0, detail::fresh_challenge(), {}};
-  try {
-    send_all(peer_ctx, fd, make_header(ctx.size, 0, authenticated_protocol_version), "sending the challenge");
-    send_all(peer_ctx, fd, proven.root, "sending the challenge");
-    Header answer{};
-    recv_all(peer_ctx, fd, answer, "receiving the answer");
-    if (word(answer.data(), 0) != magic) throw Refused{"it is not a loom rendezvous (wrong magic)"};
-    if (word(answer.data(), 1) != authenticated_protocol_version)
-      throw Refused{loom::detail::concat("it speaks protocol ", word(answer.data(), 1), ": it has no job secret")};
-    detail::Tag tag{};
-    recv_all(peer_ctx, fd, proven.peer, "receiving the answer");
-    recv_all(peer_ctx, fd, tag, "receiving the answer");
-    if (!detail::answer_holds(keys, proven.root, proven.peer, answer, tag)) {
-      send_all(peer_ctx, fd, make_header(ctx.size, detail::refused_marker, authenticated_protocol_version),
-               "refusing the peer");
-      throw Refused{"its answer does not hold under the job's secret (another secret, or a replayed answer)"};
+// Protocol 2, rank 0's side. Every connection gets a fresh challenge at once, and all pending
+// handshakes are served together (poll), each with its own handshake_limit: a stranger that
+// connects and stays silent costs the job nothing but a slot, and is dropped and reported.
+std::vector<unsigned char> serve_authenticated(const Context& ctx, const Fd& listener, std::span<const unsigned char> blob,
+                                               const RendezvousOptions& options) {
+  const RendezvousSecret::Keys& keys = options.secret->keys();
+  constexpr std::size_t answer_bytes = header_bytes + detail::challenge_bytes + detail::answer_tag_bytes;
+  struct Pending {
+    Fd fd;
+    std::string from;
+    Clock::time_point deadline;
+    detail::Challenge root;
+    std::array<unsigned char, answer_bytes> answer{};
+    std::size_t got = 0;
+  };
+  std::vector<Pending> pending;
+  std::vector<bool> seen(static_cast<std::size_t>(ctx.size), false);
+  const auto refuse = [&](Pending& peer, const std::string& why) {
+    const std::string line = loom::detail::concat(ctx.where, ": refused a peer from ", peer.from, ": ", why);
+    if (options.on_refused) options.on_refused(line);
+    else std::fprintf(stderr, "loom: %s\n", line.c_str());
+    peer.fd = Fd();
+  };
+  const Header challenge_header = make_header(ctx.size, 0, authenticated_protocol_version);
+  for (int connected = 1; connected < ctx.size;) {
+    auto wake = ctx.deadline;
+    std::vector<pollfd> watched{{listener.get(), POLLIN, 0}};
+    for (const Pending& peer : pending) {
+      watched.push_back({peer.fd.get(), POLLIN, 0});
+      wake = std::min(wake, peer.deadline);
     }
-    // Proven: from here on it is one of the job's ranks, and a size it disagrees on is an error.
-    proven.rank = check_header(ctx, answer.data(), "a connecting rank", authenticated_protocol_version);
-    return proven;
-  } catch (const Error& e) {
-    if (e.category() == ErrorCategory::corrupt_data) throw;  // a proven rank of another world size
-    throw Refused{e.what()};                                 // it stalled, or hung up
+    if (::poll(watched.data(), watched.size(), remaining_ms(wake)) < 0 && errno != EINTR) ctx.fail_errno("poll", errno);
+    const auto now = Clock::now();
+    for (std::size_t i = 0; i < pending.size(); ++i) {
+      Pending& peer = pending[i];
+      if ((watched[i + 1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+        const ssize_t got = ::recv(peer.fd.get(), peer.answer.data() + peer.got, answer_bytes - peer.got, 0);
+        if (got <= 0 && !(got < 0 && (errno == EINTR || errno == EAGAIN))) {
+          refuse(peer, "it hung up before answering the challenge");
+          continue;
+        }
+        if (got > 0) peer.got += static_cast<std::size_t>(got);
+      }
+      if (peer.got >= header_bytes && word(peer.answer.data(), 0) != magic) {
+        refuse(peer, "it is not a loom rendezvous (wrong magic)");
+      } else if (peer.got >= header_bytes && word(peer.answer.data(), 1) != authenticated_protocol_version) {
+        refuse(peer, loom::detail::concat("it speaks protocol ", word(peer.answer.data(), 1), ": it has no job secret"));
+      } else if (peer.got == answer_bytes) {
+        const std::span<const unsigned char> header(peer.answer.data(), header_bytes);
+        detail::Challenge theirs{};
+        detail::Tag tag{};
+        std::memcpy(theirs.data(), peer.answer.data() + header_bytes, theirs.size());
+        std::memcpy(tag.data(), peer.answer.data() + header_bytes + theirs.size(), tag.size());
+        if (!detail::answer_holds(keys, peer.root, theirs, header, tag)) {
+          const Header refusal = make_header(ctx.size, detail::refused_marker, authenticated_protocol_version);
+          (void)::send(peer.fd.get(), refusal.data(), refusal.size(), MSG_NOSIGNAL);  // a courtesy: it may be gone
+          refuse(peer, "its answer does not hold under the job's secret (another secret, or a replayed answer)");
+          continue;
+        }
+        // Proven: one of the job's ranks, so a size or rank it disagrees on is an error of the job.
+        admit(ctx, seen, check_header(ctx, peer.answer.data(), "a connecting rank", authenticated_protocol_version));
+        const Header reply = make_header(ctx.size, blob.size() + detail::seal_nonce_bytes + detail::seal_overhead_bytes,
+                                         authenticated_protocol_version);
+        send_all(ctx, peer.fd.get(), reply, "sending the header");
+        send_all(ctx, peer.fd.get(), detail::seal_blob(keys, peer.root, theirs, reply, blob), "sending the sealed blob");
+        peer.fd = Fd();
+        ++connected;
+      } else if (now >= peer.deadline) {
+        refuse(peer, loom::detail::concat("it did not answer the challenge within ",
+                                          std::chrono::duration_cast<std::chrono::seconds>(handshake_limit).count(), " s"));
+      }
+    }
+    std::erase_if(pending, [](const Pending& peer) { return peer.fd.get() < 0; });
+    if (connected == ctx.size) break;
+    if (now >= ctx.deadline) ctx.timed_out("only ", connected - 1, " of the ", ctx.size - 1, " other ranks connected");
+    for (;;) {  // every connection waiting, each challenged at once
+      Fd peer(::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+      if (peer.get() < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        ctx.fail_errno("accept", errno);
+      }
+      Pending fresh{std::move(peer), "", now + handshake_limit, detail::fresh_challenge()};
+      fresh.from = peer_address(fresh.fd.get());
+      std::array<unsigned char, header_bytes + detail::challenge_bytes> challenge{};
+      std::memcpy(challenge.data(), challenge_header.data(), header_bytes);
+      std::memcpy(challenge.data() + header_bytes, fresh.root.data(), fresh.root.size());
+      // A fresh socket's buffer takes 48 bytes at once; one that does not is refused.
+      if (::send(fresh.fd.get(), challenge.data(), challenge.size(), MSG_NOSIGNAL) !=
+          static_cast<ssize_t>(challenge.size())) {
+        refuse(fresh, "the challenge could not be sent to it");
+        continue;
+      }
+      pending.push_back(std::move(fresh));
+    }
   }
+  return {blob.begin(), blob.end()};
 }
 
 std::vector<unsigned char> serve(const Context& ctx, int port, std::span<const unsigned char> blob,
                                  const RendezvousOptions& options) {
   const Fd listener = listen_on(ctx, port);
+  if (options.secret != nullptr) return serve_authenticated(ctx, listener, blob, options);
   const Header header = make_header(ctx.size, blob.size());
   std::vector<bool> seen(static_cast<std::size_t>(ctx.size), false);
   for (int connected = 1; connected < ctx.size;) {
@@ -300,36 +368,11 @@ std::vector<unsigned char> serve(const Context& ctx, int port, std::span<const u
       if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED) continue;
       ctx.fail_errno("accept", errno);
     }
-    std::uint32_t peer_rank = 0;
-    if (options.secret != nullptr) {
-      const std::string from = peer_address(peer.get());
-      ProvenPeer proven;
-      try {
-        proven = challenge_peer(ctx, peer.get(), options.secret->keys());
-      } catch (const Refused& refused) {
-        const std::string why = loom::detail::concat(ctx.where, ": refused a peer from ", from, ": ", refused.why);
-        if (options.on_refused) options.on_refused(why);
-        else std::fprintf(stderr, "loom: %s\n", why.c_str());
-        continue;
-      }
-      peer_rank = proven.rank;
-      const Header reply = make_header(ctx.size, blob.size() + detail::seal_nonce_bytes + detail::seal_overhead_bytes,
-                                       authenticated_protocol_version);
-      send_all(ctx, peer.get(), reply, "sending the header");
-      send_all(ctx, peer.get(), detail::seal_blob(options.secret->keys(), proven.root, proven.peer, reply, blob),
-               "sending the sealed blob");
-    } else {
-      send_all(ctx, peer.get(), header, "sending the header");
-      send_all(ctx, peer.get(), blob, "sending the blob");
-      Header answer{};
-      recv_all(ctx, peer.get(), answer, "receiving a rank's answer");
-      peer_rank = check_header(ctx, answer.data(), "a connecting rank");
-    }
-    if (peer_rank == 0 || peer_rank >= seen.size() || seen[peer_rank])
-      ctx.fail(
-          ErrorCategory::corrupt_data, "a connecting rank claims rank ", peer_rank,
-          peer_rank == 0 || peer_rank >= seen.size() ? ", which is not a peer of rank 0" : ", which already connected");
-    seen[peer_rank] = true;
+    send_all(ctx, peer.get(), header, "sending the header");
+    send_all(ctx, peer.get(), blob, "sending the blob");
+    Header answer{};
+    recv_all(ctx, peer.get(), answer, "receiving a rank's answer");
+    admit(ctx, seen, check_header(ctx, answer.data(), "a connecting rank"));
     ++connected;
   }
   return {blob.begin(), blob.end()};

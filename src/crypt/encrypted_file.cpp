@@ -39,8 +39,10 @@ void header_digest(const unsigned char* header, unsigned char* out) {
 }
 
 // Parses a header (header_bytes of it); corrupt_data Error naming `name` when it is not one.
+// `whole`: the file's size must also be one a chunk sequence has (inspect; a reader instead names
+// the chunk where it goes wrong, which says more).
 EncryptedFileInfo parse_header(const unsigned char* header, std::size_t available, std::uint64_t file_bytes,
-                               const std::string& name) {
+                               const std::string& name, bool whole) {
   const bool has_magic = available >= sizeof magic && std::memcmp(header, magic, sizeof magic) == 0;
   if (!has_magic) {
     fail(ErrorCategory::corrupt_data, "'", name, "' is not a loom encrypted file (it does not start with LOOMCRYP): ",
@@ -69,7 +71,15 @@ EncryptedFileInfo parse_header(const unsigned char* header, std::size_t availabl
   std::memcpy(info.key_id.data(), header + 16, key_id_bytes);
   info.file_bytes = file_bytes;
   // Every chunk but the last is full; the last holds 0 .. chunk_bytes.
-  const std::uint64_t body = file_bytes - header_bytes, sealed = info.chunk_bytes + chunk_overhead;
+  const std::uint64_t sealed = info.chunk_bytes + chunk_overhead;
+  if (whole && file_bytes <= header_bytes) {
+    fail(ErrorCategory::corrupt_data, "'", name, "' has no chunk after its header: the file is truncated");
+  }
+  const std::uint64_t body = file_bytes - std::min<std::uint64_t>(file_bytes, header_bytes);
+  if (whole && body % sealed != 0 && body % sealed < chunk_overhead) {
+    fail(ErrorCategory::corrupt_data, "'", name, "' ends inside a chunk (", body % sealed,
+         " bytes, fewer than a chunk's tag and MAC): the file is truncated or was appended to");
+  }
   info.chunks = body == 0 ? 0 : (body + sealed - 1) / sealed;
   info.plaintext_bytes = body - std::min<std::uint64_t>(body, info.chunks * chunk_overhead);
   return info;
@@ -79,6 +89,31 @@ struct Descriptor {
   int fd = -1;
   ~Descriptor() {
     if (fd >= 0) ::close(fd);
+  }
+};
+
+// Opens an output file that only this user can read, and that is this user's own: a link or a
+// file someone else planted there (in a folder others may write into) is refused, never written
+// through. `fresh`: the file must not exist yet.
+int open_output(const std::string& path, unsigned mode, bool fresh) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (fresh ? O_EXCL : O_TRUNC), mode);
+  if (fd < 0) fail(ErrorCategory::io, "cannot create '", path, "': ", std::strerror(errno));
+  struct stat info {};
+  const bool own = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode) && info.st_uid == ::geteuid();
+  if (!own || ::fchmod(fd, mode) != 0) {
+    ::close(fd);
+    fail(ErrorCategory::io, "'", path, "' is not a regular file of this user's, or its mode cannot be set to ",
+         mode == 0600 ? "0600" : "the one asked for", ": refused");
+  }
+  return fd;
+}
+
+// Wipes a buffer of plaintext on every path out of a scope.
+struct Wiped {
+  std::vector<unsigned char>& buffer;
+  ~Wiped() {
+    buffer.resize(buffer.capacity());
+    sodium_memzero(buffer.data(), buffer.size());
   }
 };
 
@@ -128,9 +163,7 @@ EncryptingWriter::EncryptingWriter(const std::string& path, const SecretKey& key
   ensure_sodium();
   require(chunk_bytes >= min_chunk_bytes && chunk_bytes <= max_chunk_bytes, "encrypted file '", path,
           "': chunks of ", chunk_bytes, " bytes are outside ", min_chunk_bytes, " .. ", max_chunk_bytes);
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd_ < 0) fail(ErrorCategory::io, "cannot create '", path, "': ", std::strerror(errno));
-  ::fchmod(fd_, mode);  // whatever the umask or an older file had
+  fd_ = open_output(path, mode, false);
   unsigned char* h = state_->header;
   std::memset(h, 0, header_bytes);
   std::memcpy(h, magic, sizeof magic);
@@ -152,6 +185,7 @@ EncryptingWriter::EncryptingWriter(const std::string& path, const SecretKey& key
 }
 
 EncryptingWriter::~EncryptingWriter() {
+  plain_.resize(plain_.capacity());
   sodium_memzero(plain_.data(), plain_.size());
   if (fd_ >= 0) {  // never closed: the file is incomplete, and must not look like a result
     ::close(fd_);
@@ -244,12 +278,15 @@ DecryptingReader::DecryptingReader(std::span<const unsigned char> file, const Se
   open(key);
 }
 
-DecryptingReader::~DecryptingReader() { sodium_memzero(plain_.data(), plain_.size()); }
+DecryptingReader::~DecryptingReader() {
+  plain_.resize(plain_.capacity());  // a short last chunk or a failure leaves earlier plaintext beyond size()
+  sodium_memzero(plain_.data(), plain_.size());
+}
 
 void DecryptingReader::open(const SecretKey& key) {
   ensure_sodium();
   const std::size_t got = source_->read(state_->header, header_bytes, name_);
-  info_ = parse_header(state_->header, got, info_.file_bytes, name_);
+  info_ = parse_header(state_->header, got, info_.file_bytes, name_, false);
   if (sodium_memcmp(info_.key_id.data(), key.id().data(), key_id_bytes) != 0) {
     fail(ErrorCategory::invalid_argument, "'", name_, "' was encrypted with another key (key id ",
          to_hex(info_.key_id), "; the key given has id ", key.id_hex(), ")");
@@ -299,7 +336,7 @@ bool DecryptingReader::next_chunk() {
     finished_ = true;
   } else if (got < sealed_.size()) {
     plain_.clear();
-    fail(ErrorCategory::corrupt_data, "'", name_, "' ends inside chunk ", chunk_index_,
+    fail(ErrorCategory::corrupt_data, "'", name_, "' ends inside chunk ", chunk_index_ - 1,
          " without its final chunk: the file is truncated");
   }
   return true;
@@ -326,7 +363,8 @@ std::size_t DecryptingReader::read(std::span<unsigned char> out) {
 
 bool is_encrypted_file(const std::string& path) {
   Descriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (file.fd < 0) return false;
+  struct stat info {};
+  if (file.fd < 0 || ::fstat(file.fd, &info) != 0 || !S_ISREG(info.st_mode)) return false;
   unsigned char start[sizeof magic];
   return read_fully(file.fd, start, sizeof start, path) == sizeof start && std::memcmp(start, magic, sizeof magic) == 0;
 }
@@ -337,7 +375,16 @@ EncryptedFileInfo inspect_encrypted_file(const std::string& path) {
   if (file.fd < 0) fail(ErrorCategory::io, "cannot open '", path, "': ", std::strerror(errno));
   unsigned char header[header_bytes];
   const std::size_t got = read_fully(file.fd, header, header_bytes, path);
-  return parse_header(header, got, file_size(file.fd, path), path);
+  return parse_header(header, got, file_size(file.fd, path), path, true);
+}
+
+std::uint64_t verify_encrypted_file(const std::string& path, const SecretKey& key) {
+  DecryptingReader reader(path, key);
+  std::vector<unsigned char> buffer(reader.info().chunk_bytes);
+  const Wiped wiped{buffer};
+  std::uint64_t total = 0;
+  while (const std::size_t got = reader.read(buffer)) total += got;
+  return total;
 }
 
 std::vector<unsigned char> read_encrypted_file(const std::string& path, const SecretKey& key) {
@@ -363,6 +410,7 @@ namespace {
 template <class Produce>
 void replace_atomically(const std::string& path, Produce&& produce) {
   const std::string temporary = path + ".tmp";
+  ::unlink(temporary.c_str());  // a stale one, or one planted there: it is created afresh (O_EXCL)
   try {
     produce(temporary);
   } catch (...) {
@@ -406,16 +454,14 @@ void encrypt_file(const std::string& plain, const std::string& encrypted, const 
 void decrypt_file(const std::string& encrypted, const std::string& plain, const SecretKey& key, unsigned mode) {
   DecryptingReader reader(encrypted, key);
   replace_atomically(plain, [&](const std::string& temporary) {
-    Descriptor out{::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)};
-    if (out.fd < 0) fail(ErrorCategory::io, "cannot create '", temporary, "': ", std::strerror(errno));
-    ::fchmod(out.fd, mode);
+    Descriptor out{open_output(temporary, mode, true)};
     std::vector<unsigned char> buffer(reader.info().chunk_bytes);
+    const Wiped wiped{buffer};
     for (;;) {
       const std::size_t got = reader.read(buffer);
       if (got == 0) break;
       write_fully(out.fd, buffer.data(), got, temporary);
     }
-    sodium_memzero(buffer.data(), buffer.size());
     if (::fsync(out.fd) != 0) fail(ErrorCategory::io, "cannot fsync '", temporary, "': ", std::strerror(errno));
   });
 }
@@ -425,12 +471,12 @@ void rekey_file(const std::string& path, const SecretKey& from, const SecretKey&
   replace_atomically(path, [&](const std::string& temporary) {
     EncryptingWriter writer(temporary, to, reader.info().chunk_bytes);
     std::vector<unsigned char> buffer(reader.info().chunk_bytes);
+    const Wiped wiped{buffer};
     for (;;) {
       const std::size_t got = reader.read(buffer);
       if (got == 0) break;
       writer.write({buffer.data(), got});
     }
-    sodium_memzero(buffer.data(), buffer.size());
     writer.close();
   });
 }

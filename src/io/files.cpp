@@ -37,6 +37,15 @@ void make_private(const std::string& path) {
   }
 }
 
+void create_private_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, private_file_mode());
+  if (fd < 0) fail(ErrorCategory::io, "cannot create '", path, "': ", std::strerror(errno));
+  const int rc = ::fchmod(fd, private_file_mode());  // the umask, or an older file's mode
+  const int saved = errno;
+  ::close(fd);
+  if (rc != 0) fail(ErrorCategory::io, "cannot make '", path, "' owner-only: ", std::strerror(saved));
+}
+
 void create_private_directories(const std::string& path) {
   std::filesystem::path so_far;
   for (const std::filesystem::path& part : std::filesystem::path(path)) {
@@ -103,9 +112,9 @@ void sync_path(const std::string& path) {
 void write_file_atomically(const std::string& path, const std::string& contents) {
   const std::string temporary = path + ".tmp";
   {
+    create_private_file(temporary);
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     if (!out) fail(ErrorCategory::io, "cannot create '", temporary, "'");
-    make_private(temporary);  // before anything is written into it
     out << contents;
     out.flush();
     if (!out) fail(ErrorCategory::io, "cannot write '", temporary, "'");

@@ -83,9 +83,9 @@ FileDigest write_safetensors(const std::string& path, const std::vector<NamedTen
   }
   std::string text = header.dump();
   text.resize((text.size() + 7) / 8 * 8, ' ');
+  create_private_file(path);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) fail(ErrorCategory::io, "cannot create '", path, "'");
-  make_private(path);
   const std::uint64_t length = text.size();
   unsigned char prefix[8];
   for (int i = 0; i < 8; ++i) prefix[i] = static_cast<unsigned char>(length >> (8 * i));
@@ -146,13 +146,9 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Spec> 
   }
   std::string text = header.dump();
   text.resize((text.size() + 7) / 8 * 8, ' ');
+  create_private_file(path);
   file_ = std::fopen(path.c_str(), "wb");
   if (file_ == nullptr) fail(ErrorCategory::io, "cannot create '", path, "': ", std::strerror(errno));
-  if (::fchmod(::fileno(file_), private_file_mode()) != 0) {
-    std::fclose(file_);
-    file_ = nullptr;
-    fail(ErrorCategory::io, "cannot make '", path, "' owner-only: ", std::strerror(errno));
-  }
   const std::uint64_t length = text.size();
   unsigned char prefix[8];
   for (int i = 0; i < 8; ++i) prefix[i] = static_cast<unsigned char>(length >> (8 * i));

@@ -209,9 +209,14 @@ std::string prometheus_text(const StepMetrics& m) {
   return e.text();
 }
 
-MetricsFile::MetricsFile(const std::string& path) : path_(path), out_(path, std::ios::out | std::ios::trunc) {
+MetricsFile::MetricsFile(const std::string& path) : path_(path) {
+  try {
+    io::create_private_file(path);
+  } catch (const Error&) {
+    fail(ErrorCategory::io, "cannot open the metrics file '", path, "' for writing");
+  }
+  out_.open(path, std::ios::out | std::ios::trunc);
   if (!out_) fail(ErrorCategory::io, "cannot open the metrics file '", path, "' for writing");
-  io::make_private(path);
 }
 
 void MetricsFile::write(const StepMetrics& m) {

@@ -20,7 +20,8 @@ class SecretKey;
 
 namespace loom::comm {
 
-// A job's shared secret for the TCP rendezvous: a token (LOOM_JOB_TOKEN, at least 16 characters)
+// A job's shared secret for the TCP rendezvous: a token (LOOM_JOB_TOKEN, at least 16 characters,
+// random: whoever sees a handshake can test guesses offline, so 128 bits or more)
 // or a loom key file (LOOM_KEY_FILE), from which two keys are derived (libsodium's BLAKE2b KDF):
 // one authenticates the ranks' answers (HMAC-SHA-512-256 over rank 0's fresh challenge, so a
 // replayed answer fails), one seals rank 0's blob (XChaCha20-Poly1305, bound to both challenges).
@@ -45,9 +46,9 @@ class RendezvousSecret {
 
 struct RendezvousOptions {
   // With a secret (on every rank), the TCP rendezvous is authenticated (protocol 2): rank 0 sends
-  // each connecting peer a challenge, refuses (and reports through on_refused, default: a line on
-  // stderr) a peer that does not answer it with the secret, within 5 s, and goes on waiting for
-  // the job's ranks. Without one it is as before (protocol 1), and a rank with a secret refuses
+  // each connecting peer a challenge at once and serves all pending handshakes together; it
+  // refuses (and reports through on_refused, default: a line on stderr) a peer that does not
+  // answer with the secret within 5 s, and goes on waiting for the job's ranks. Without one it is as before (protocol 1), and a rank with a secret refuses
   // a rank 0 without one, and the reverse, by name.
   const RendezvousSecret* secret = nullptr;
   std::function<void(const std::string& why)> on_refused;

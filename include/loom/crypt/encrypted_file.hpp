@@ -51,7 +51,8 @@ EncryptedFileInfo inspect_encrypted_file(const std::string& path);
 // closes; a writer destroyed without close() removes its incomplete file.
 class EncryptingWriter {
  public:
-  // Creates (or truncates) path with `mode` (owner-only by default).
+  // Creates (or truncates) path with `mode` (owner-only by default): a symbolic link there, or a
+  // file another user owns, is refused (io Error), never written through.
   EncryptingWriter(const std::string& path, const SecretKey& key, std::size_t chunk_bytes = default_chunk_bytes,
                    unsigned mode = 0600);
   ~EncryptingWriter();
@@ -108,6 +109,9 @@ class DecryptingReader {
   bool finished_ = false;
 };
 
+// Reads a whole encrypted file through one chunk of memory, verifying every chunk; returns the
+// plaintext's size. Errors as DecryptingReader's.
+std::uint64_t verify_encrypted_file(const std::string& path, const SecretKey& key);
 // A whole encrypted file's plaintext, verified to its final chunk.
 std::vector<unsigned char> read_encrypted_file(const std::string& path, const SecretKey& key);
 // Writes bytes as an encrypted file atomically: to path + ".tmp", fsynced, renamed over path.

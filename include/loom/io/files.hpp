@@ -26,6 +26,9 @@ unsigned private_file_mode();
 unsigned private_directory_mode();
 // Gives a file or folder loom created its owner-only mode; io Error naming it on failure.
 void make_private(const std::string& path);
+// Creates (or empties) `path` as an owner-only file before anything is written into it, so that
+// no other user can open it in between; a symbolic link there is refused. Then open it to write.
+void create_private_file(const std::string& path);
 // Creates the missing folders of path, each owner-only; those that exist are left as they are.
 void create_private_directories(const std::string& path);
 // invalid_argument Error when others may write into `dir` (anyone could replace what is there):

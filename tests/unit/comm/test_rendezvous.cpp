@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -457,4 +458,40 @@ TEST_CASE("rendezvous: a recorded answer replayed to rank 0 is refused", "[comm]
   CHECK(Blob(reply_to_replay.begin() + 12, reply_to_replay.end()) == Blob{0xFF, 0xFF, 0xFF, 0xFF});  // refused
   REQUIRE(refusals.seen.size() == 1);
   CHECK_THAT(refusals.seen[0], Catch::Contains("another secret, or a replayed answer"));
+}
+
+TEST_CASE("rendezvous: silent strangers neither delay the job's ranks nor stay past 5 s", "[comm][rendezvous][crypt]") {
+  const RendezvousSecret secret = RendezvousSecret::from_token(token);
+  RendezvousOptions options;
+  options.secret = &secret;
+  Refusals refusals;
+  options.on_refused = refusals.callback();
+  {  // Three strangers connect first and say nothing; rank 1 then joins at once, the job completes.
+    const int port = free_port();
+    std::vector<std::unique_ptr<RawPeer>> strangers;
+    const std::vector<Outcome> outcomes = run_ranks(2, [&](int rank) -> Blob {
+      if (rank == 0) return tcp_share_blob("127.0.0.1", port, 0, 2, unique_id, 10s, options);
+      for (int i = 0; i < 3; ++i) strangers.push_back(std::make_unique<RawPeer>(port));
+      return tcp_share_blob("127.0.0.1", port, 1, 2, {}, 10s, options);
+    });
+    require_all_got_unique_id(outcomes);
+    CHECK(outcomes[0].took < 3s);  // not 3 x 5 s behind the strangers
+  }
+  {  // A stranger that stays silent is dropped and reported after 5 s; rank 1 comes after that.
+    const int port = free_port();
+    const std::vector<Outcome> outcomes = run_ranks(3, [&](int thread) -> Blob {
+      if (thread == 0) return tcp_share_blob("127.0.0.1", port, 0, 2, unique_id, 20s, options);
+      if (thread == 1) {
+        refusals.wait_for(1);
+        return tcp_share_blob("127.0.0.1", port, 1, 2, {}, 10s, options);
+      }
+      const RawPeer stranger(port);
+      std::this_thread::sleep_for(6s);
+      return {};
+    });
+    require_all_got_unique_id({outcomes[0], outcomes[1]});
+    REQUIRE(refusals.seen.size() == 1);
+    CHECK_THAT(refusals.seen[0], Catch::Contains("refused a peer from 127.0.0.1: it did not answer the challenge within 5 s"));
+    CHECK(outcomes[0].took >= 4900ms);
+  }
 }

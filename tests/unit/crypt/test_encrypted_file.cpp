@@ -138,6 +138,13 @@ TEST_CASE("each kind of damage to an encrypted file is named, and nothing of it 
   CHECK_THAT(failure(no_final, key), Catch::Contains("ends after 3 chunk(s) without its final chunk"));
   const fs::path header_only = damaged("header_only", [&](auto& b) { b.resize(header + 10); });
   CHECK_THAT(failure(header_only, key), Catch::Contains("truncated inside chunk 0"));
+  // inspect, which reads no chunk, judges the size: no chunk at all, or a tail no chunk can be.
+  CHECK_THROWS_WITH(loom::crypt::inspect_encrypted_file(header_only.string()),
+                    Catch::Contains("ends inside a chunk (10 bytes"));
+  const fs::path bare = damaged("bare", [&](auto& b) { b.resize(header); });
+  CHECK_THROWS_WITH(loom::crypt::inspect_encrypted_file(bare.string()),
+                    Catch::Contains("has no chunk after its header"));
+  CHECK_THAT(failure(bare, key), Catch::Contains("ends after 0 chunk(s) without its final chunk"));
   const fs::path in_header = damaged("in_header", [&](auto& b) { b.resize(40); });
   CHECK_THAT(failure(in_header, key), Catch::Contains("truncated inside its encryption header"));
   const fs::path swapped = damaged("swapped", [&](auto& b) {
@@ -189,6 +196,16 @@ TEST_CASE("files encrypt and decrypt file to file, and an unfinished writer leav
   loom::crypt::encrypt_file((dir / "plain").string(), (dir / "enc").string(), key, chunk);
   loom::crypt::decrypt_file((dir / "enc").string(), (dir / "back").string(), key);
   CHECK(bytes_of(dir / "back") == text);
+  // A link planted where the temporary goes is replaced, not written through; a writer refuses a
+  // link at its own path.
+  write_bytes(dir / "victim", {1, 2, 3});
+  fs::create_symlink(dir / "victim", dir / "again.tmp");
+  loom::crypt::decrypt_file((dir / "enc").string(), (dir / "again").string(), key);
+  CHECK(bytes_of(dir / "again") == text);
+  CHECK(bytes_of(dir / "victim") == std::vector<unsigned char>{1, 2, 3});
+  fs::create_symlink(dir / "victim", dir / "link");
+  CHECK_THROWS_WITH(loom::crypt::EncryptingWriter((dir / "link").string(), key, chunk), Catch::Contains("cannot create"));
+  CHECK(bytes_of(dir / "victim") == std::vector<unsigned char>{1, 2, 3});
   {
     loom::crypt::EncryptingWriter writer((dir / "unfinished").string(), key, chunk);
     writer.write(text);

@@ -373,9 +373,14 @@ TEST_CASE("a checkpoint is owner-only, and a folder others may write into is ref
   fs::remove(run);  // made by the save, owner-only
   loom::nn::GPT model(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu(), 3);
   loom::optim::SGD sgd(model.parameter_space(), {.momentum = 0.9f});
-  const mode_t old_umask = ::umask(0);  // a umask that would leave everything open
-  const std::string saved = loom::io::save_checkpoint(run.string(), model, sgd, {.step = 2});
-  ::umask(old_umask);
+  struct RestoreUmask {
+    mode_t old;
+    ~RestoreUmask() { ::umask(old); }
+  };
+  {
+    const RestoreUmask restore{::umask(0)};  // a umask that would leave everything open
+    loom::io::save_checkpoint(run.string(), model, sgd, {.step = 2});
+  }
   std::vector<std::string> wrong;
   const auto check = [&](const fs::path& path) {
     const auto mode = fs::status(path).permissions() & fs::perms::mask;

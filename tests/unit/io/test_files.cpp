@@ -21,17 +21,18 @@ unsigned mode_of(const fs::path& path) {
   return info.st_mode & 07777;
 }
 
-// Runs body under umask 0 (everything would be 0666/0777) and restores the umask.
+// Runs body under umask 0 (everything would be 0666/0777), then restores the umask and the
+// owner-only default, also when body throws.
 template <class Body>
 void under_open_umask(Body&& body) {
-  const mode_t old = ::umask(0);
-  try {
-    body();
-  } catch (...) {
-    ::umask(old);
-    throw;
-  }
-  ::umask(old);
+  struct Restore {
+    mode_t umask;
+    ~Restore() {
+      ::umask(umask);
+      loom::io::set_group_readable(false);
+    }
+  } restore{::umask(0)};
+  body();
 }
 
 }  // namespace
