@@ -21,6 +21,7 @@
 
 #include "loom/core/error.hpp"
 #include "src/comm/rendezvous_auth.hpp"
+#include "src/core/unique_fd.hpp"
 
 namespace loom::comm {
 
@@ -54,23 +55,7 @@ std::uint32_t word(const unsigned char* header, std::size_t index) {
   return value;
 }
 
-class Fd {
- public:
-  explicit Fd(int fd = -1) noexcept : fd_(fd) {}
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    std::swap(fd_, other.fd_);
-    return *this;
-  }
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const noexcept { return fd_; }
-  int release() noexcept { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
+using loom::detail::Fd;
 
 // Names the rendezvous in every message and the rank in every error (ranks may be threads, so the
 // launcher's rank is not the right one).

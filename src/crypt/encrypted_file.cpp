@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "loom/core/error.hpp"
+#include "src/core/unique_fd.hpp"
 
 namespace loom::crypt {
 
@@ -85,12 +86,7 @@ EncryptedFileInfo parse_header(const unsigned char* header, std::size_t availabl
   return info;
 }
 
-struct Descriptor {
-  int fd = -1;
-  ~Descriptor() {
-    if (fd >= 0) ::close(fd);
-  }
-};
+using loom::detail::Fd;
 
 // Opens an output file that only this user can read, and that is this user's own: a link or a
 // file someone else planted there (in a folder others may write into) is refused, never written
@@ -242,14 +238,11 @@ void EncryptingWriter::close() {
 // ---- reader ---------------------------------------------------------------------------------
 
 struct DecryptingReader::Source {
-  int fd = -1;
+  Fd fd;  // a file, or else
   std::span<const unsigned char> memory;
   std::size_t memory_at = 0;
-  ~Source() {
-    if (fd >= 0) ::close(fd);
-  }
   std::size_t read(unsigned char* out, std::size_t n, const std::string& name) {
-    if (fd >= 0) return read_fully(fd, out, n, name);
+    if (fd.get() >= 0) return read_fully(fd.get(), out, n, name);
     const std::size_t take = std::min(n, memory.size() - memory_at);
     std::memcpy(out, memory.data() + memory_at, take);
     memory_at += take;
@@ -265,9 +258,9 @@ struct DecryptingReader::State {
 
 DecryptingReader::DecryptingReader(const std::string& path, const SecretKey& key)
     : name_(path), source_(std::make_unique<Source>()), state_(std::make_unique<State>()) {
-  source_->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (source_->fd < 0) fail(ErrorCategory::io, "cannot open '", path, "': ", std::strerror(errno));
-  info_.file_bytes = file_size(source_->fd, path);
+  source_->fd = Fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (source_->fd.get() < 0) fail(ErrorCategory::io, "cannot open '", path, "': ", std::strerror(errno));
+  info_.file_bytes = file_size(source_->fd.get(), path);
   open(key);
 }
 
@@ -362,20 +355,20 @@ std::size_t DecryptingReader::read(std::span<unsigned char> out) {
 // ---- whole files ----------------------------------------------------------------------------
 
 bool is_encrypted_file(const std::string& path) {
-  Descriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  Fd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   struct stat info {};
-  if (file.fd < 0 || ::fstat(file.fd, &info) != 0 || !S_ISREG(info.st_mode)) return false;
+  if (file.get() < 0 || ::fstat(file.get(), &info) != 0 || !S_ISREG(info.st_mode)) return false;
   unsigned char start[sizeof magic];
-  return read_fully(file.fd, start, sizeof start, path) == sizeof start && std::memcmp(start, magic, sizeof magic) == 0;
+  return read_fully(file.get(), start, sizeof start, path) == sizeof start && std::memcmp(start, magic, sizeof magic) == 0;
 }
 
 EncryptedFileInfo inspect_encrypted_file(const std::string& path) {
   ensure_sodium();
-  Descriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (file.fd < 0) fail(ErrorCategory::io, "cannot open '", path, "': ", std::strerror(errno));
+  Fd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (file.get() < 0) fail(ErrorCategory::io, "cannot open '", path, "': ", std::strerror(errno));
   unsigned char header[header_bytes];
-  const std::size_t got = read_fully(file.fd, header, header_bytes, path);
-  return parse_header(header, got, file_size(file.fd, path), path, true);
+  const std::size_t got = read_fully(file.get(), header, header_bytes, path);
+  return parse_header(header, got, file_size(file.get(), path), path, true);
 }
 
 std::uint64_t verify_encrypted_file(const std::string& path, const SecretKey& key) {
@@ -437,13 +430,13 @@ void write_encrypted_file(const std::string& path, std::span<const unsigned char
 
 void encrypt_file(const std::string& plain, const std::string& encrypted, const SecretKey& key,
                   std::size_t chunk_bytes) {
-  Descriptor in{::open(plain.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (in.fd < 0) fail(ErrorCategory::io, "cannot open '", plain, "': ", std::strerror(errno));
+  Fd in(::open(plain.c_str(), O_RDONLY | O_CLOEXEC));
+  if (in.get() < 0) fail(ErrorCategory::io, "cannot open '", plain, "': ", std::strerror(errno));
   replace_atomically(encrypted, [&](const std::string& temporary) {
     EncryptingWriter writer(temporary, key, chunk_bytes);
     std::vector<unsigned char> buffer(chunk_bytes);
     for (;;) {
-      const std::size_t got = read_fully(in.fd, buffer.data(), buffer.size(), plain);
+      const std::size_t got = read_fully(in.get(), buffer.data(), buffer.size(), plain);
       writer.write({buffer.data(), got});
       if (got < buffer.size()) break;
     }
@@ -454,15 +447,15 @@ void encrypt_file(const std::string& plain, const std::string& encrypted, const 
 void decrypt_file(const std::string& encrypted, const std::string& plain, const SecretKey& key, unsigned mode) {
   DecryptingReader reader(encrypted, key);
   replace_atomically(plain, [&](const std::string& temporary) {
-    Descriptor out{open_output(temporary, mode, true)};
+    Fd out(open_output(temporary, mode, true));
     std::vector<unsigned char> buffer(reader.info().chunk_bytes);
     const Wiped wiped{buffer};
     for (;;) {
       const std::size_t got = reader.read(buffer);
       if (got == 0) break;
-      write_fully(out.fd, buffer.data(), got, temporary);
+      write_fully(out.get(), buffer.data(), got, temporary);
     }
-    if (::fsync(out.fd) != 0) fail(ErrorCategory::io, "cannot fsync '", temporary, "': ", std::strerror(errno));
+    if (::fsync(out.get()) != 0) fail(ErrorCategory::io, "cannot fsync '", temporary, "': ", std::strerror(errno));
   });
 }
 

@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "loom/core/error.hpp"
+#include "src/core/unique_fd.hpp"
 
 namespace loom::crypt {
 
@@ -27,12 +28,7 @@ struct WipedBuffer {
   ~WipedBuffer() { sodium_memzero(bytes, sizeof bytes); }
 };
 
-struct FileDescriptor {
-  int fd = -1;
-  ~FileDescriptor() {
-    if (fd >= 0) ::close(fd);
-  }
-};
+using loom::detail::Fd;
 
 }  // namespace
 
@@ -97,14 +93,14 @@ SecretKey SecretKey::from_bytes(std::span<const unsigned char, key_bytes> bytes)
 
 SecretKey SecretKey::load(const std::string& path) {
   ensure_sodium();
-  FileDescriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW)};
-  if (file.fd < 0) {
+  Fd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (file.get() < 0) {
     const int error = errno;
     require(error != ELOOP, "key file '", path, "' is a symbolic link; give the key file itself");
     fail(ErrorCategory::io, "cannot open key file '", path, "': ", std::strerror(error));
   }
   struct stat info {};
-  if (::fstat(file.fd, &info) != 0) fail(ErrorCategory::io, "cannot stat key file '", path, "': ", std::strerror(errno));
+  if (::fstat(file.get(), &info) != 0) fail(ErrorCategory::io, "cannot stat key file '", path, "': ", std::strerror(errno));
   require(S_ISREG(info.st_mode), "key file '", path, "' is not a regular file");
   const unsigned mode = info.st_mode & 07777;
   if ((mode & 077) != 0) {
@@ -117,7 +113,7 @@ SecretKey SecretKey::load(const std::string& path) {
   WipedBuffer text;
   std::size_t length = 0;
   for (;;) {
-    const ssize_t n = ::read(file.fd, text.bytes + length, sizeof text.bytes - length);
+    const ssize_t n = ::read(file.get(), text.bytes + length, sizeof text.bytes - length);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) fail(ErrorCategory::io, "cannot read key file '", path, "': ", std::strerror(errno));
     if (n == 0) break;
@@ -147,19 +143,19 @@ std::optional<SecretKey> SecretKey::from_flag_or_environment(const std::string& 
 }
 
 void SecretKey::save(const std::string& path) const {
-  FileDescriptor file{::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600)};
-  if (file.fd < 0) {
+  Fd file(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (file.get() < 0) {
     const int error = errno;
     require(error != EEXIST, "key file '", path, "' exists; a key is never overwritten (remove it first)");
     fail(ErrorCategory::io, "cannot create key file '", path, "': ", std::strerror(error));
   }
-  ::fchmod(file.fd, 0600);  // whatever the umask left
+  ::fchmod(file.get(), 0600);  // whatever the umask left
   WipedBuffer text;
   std::memcpy(text.bytes, file_prefix, prefix_length);
   sodium_bin2hex(reinterpret_cast<char*>(text.bytes + prefix_length), 2 * key_bytes + 1, material_, key_bytes);
   text.bytes[prefix_length + 2 * key_bytes] = '\n';
   const std::size_t length = prefix_length + 2 * key_bytes + 1;
-  const bool written = ::write(file.fd, text.bytes, length) == static_cast<ssize_t>(length) && ::fsync(file.fd) == 0;
+  const bool written = ::write(file.get(), text.bytes, length) == static_cast<ssize_t>(length) && ::fsync(file.get()) == 0;
   if (!written) {
     const int error = errno;
     ::unlink(path.c_str());
