@@ -3,18 +3,26 @@
 //   loom-ckpt verify DIR               sizes and CRC-32 of every file, and the piece tables (exit 1 if not)
 //   loom-ckpt consolidate IN OUT       a sharded checkpoint as a loom-checkpoint-1 one of whole tensors
 //   loom-ckpt export IN FILE           the weights alone, whole, as one safetensors file
+// An encrypted checkpoint is read with --key-file (or LOOM_KEY_FILE), and what consolidate and
+// export write is then encrypted under the same key (io/at_rest.hpp; loom-crypt decrypt makes a
+// plain copy).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <memory>
 
+#include "loom/crypt/key.hpp"
+#include "loom/io/at_rest.hpp"
 #include "loom/io/checkpoint.hpp"
 #include "loom/io/checkpoint_tools.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app("loom-ckpt: inspect, verify, consolidate and export loom checkpoints");
   app.require_subcommand(1);
-  std::string dir, out;
+  std::string dir, out, key_file;
   bool verify_pieces = false;
+  app.add_option("--key-file", key_file, "the key of an encrypted checkpoint (default: LOOM_KEY_FILE); what "
+                 "consolidate and export write is encrypted under it");
   CLI::App* inspect = app.add_subcommand("inspect", "the layout, files, tensors and pieces of a checkpoint");
   inspect->add_option("dir", dir, "checkpoint directory")->required();
   inspect->add_flag("--verify", verify_pieces, "read every piece and check its CRC-32");
@@ -28,6 +36,9 @@ int main(int argc, char** argv) {
   exporter->add_option("file", out, "safetensors file to write")->required();
   CLI11_PARSE(app, argc, argv);
   try {
+    if (auto key = loom::crypt::SecretKey::from_flag_or_environment(key_file)) {
+      loom::io::set_at_rest_key(std::make_shared<const loom::crypt::SecretKey>(std::move(*key)));
+    }
     if (inspect->parsed()) {
       std::printf("%s", loom::io::describe_checkpoint(dir, verify_pieces).c_str());
     } else if (verify->parsed()) {

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -38,6 +39,8 @@
 #include "loom/core/gpu_info.hpp"
 #include "loom/ddp/gradient_reducer.hpp"
 #include "loom/ddp/replicas.hpp"
+#include "loom/crypt/key.hpp"
+#include "loom/io/at_rest.hpp"
 #include "loom/io/checkpoint.hpp"
 #include "loom/io/files.hpp"
 #include "loom/plan/plan.hpp"
@@ -293,6 +296,10 @@ int run(const train_gpt::RunConfig& given, loom::World& world) {
   if (!batch_line.empty()) log.line("%s\n", batch_line.c_str());
   log.line("%s\n", train_gpt::plan_line(planned).c_str());
   log.line("training: %s\n", loom::train::describe(options).c_str());
+  if (const auto key = loom::io::at_rest_key()) {
+    log.line("encryption at rest: key %s; checkpoints are written encrypted, encrypted shards are decrypted in the "
+             "loader\n", key->id_hex().c_str());
+  }
   if (!data.description().empty()) log.line("%s\n", data.description().c_str());
   if (dp.mesh) log.line("%s\n", dp.mesh->describe().c_str());
   if (dp.comm) {
@@ -521,6 +528,12 @@ int main(int argc, char** argv) {
     }
     if (!init.device_type) init.device_type = loom::Device::parse(config.device).type();
     loom::io::set_group_readable(config.group_readable);
+    // The key before anything starts: a key file others may read is refused here, by name. The
+    // rendezvous reads it from the environment, so the flag sets that too.
+    if (std::optional<loom::crypt::SecretKey> key = loom::crypt::SecretKey::from_flag_or_environment(config.key_file)) {
+      loom::io::set_at_rest_key(std::make_shared<const loom::crypt::SecretKey>(std::move(*key)));
+      if (!config.key_file.empty()) ::setenv("LOOM_KEY_FILE", config.key_file.c_str(), 1);
+    }
     const std::unique_ptr<loom::World> world = loom::init(argc, argv, init);
     // A failure is reported while the World lives: its teardown (MPI's) must not delay or hide it.
     try {

@@ -13,7 +13,9 @@
 #include <string_view>
 
 #include "loom/core/error.hpp"
+#include "loom/crypt/encrypted_file.hpp"
 #include "loom/data/dataset.hpp"
+#include "loom/io/at_rest.hpp"
 #include "loom/data/token_shard.hpp"
 
 namespace loom::data {
@@ -30,7 +32,36 @@ std::uint64_t piece_seed(std::uint64_t seed, std::size_t shard) {
 
 }  // namespace
 
+namespace {
+
+// An encrypted shard's reader under the process's key: an invalid_argument Error naming the key
+// the file needs when there is none or another.
+crypt::DecryptingReader open_encrypted(const std::string& path) {
+  io::require_key_for(path);
+  return crypt::DecryptingReader(path, *io::at_rest_key());
+}
+
+void read_exactly(crypt::DecryptingReader& reader, void* out, std::size_t bytes) {
+  auto* at = static_cast<unsigned char*>(out);
+  for (std::size_t got = 0; got < bytes;) {
+    const std::size_t n = reader.read({at + got, bytes - got});
+    if (n == 0) break;  // shorter than its header: check_token_shard names it
+    got += n;
+  }
+}
+
+}  // namespace
+
 MappedShard::MappedShard(const std::string& path) : path_(path) {
+  if (crypt::is_encrypted_file(path)) {
+    // The header is in the first chunk: decrypting that one checks the key and the header now.
+    encrypted_ = true;
+    crypt::DecryptingReader reader = open_encrypted(path);
+    std::string header(token_shard_header_bytes, '\0');
+    read_exactly(reader, header.data(), header.size());
+    count_ = check_token_shard(header, static_cast<std::int64_t>(reader.info().plaintext_bytes), path);
+    return;
+  }
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(ErrorCategory::io, "cannot open token shard '", path, "': ", std::strerror(errno));
   struct stat info {};
@@ -66,7 +97,30 @@ MappedShard::~MappedShard() {
   if (map_ != nullptr) ::munmap(map_, map_bytes_);
 }
 
+ShardTokens MappedShard::tokens() const {
+  if (!encrypted_) return {{tokens_, static_cast<std::size_t>(count_)}, nullptr};
+  const std::lock_guard lock(decrypting_);
+  std::shared_ptr<const std::vector<std::uint16_t>> plain = plaintext_.lock();
+  if (!plain) {
+    crypt::DecryptingReader reader = open_encrypted(path_);
+    std::string header(token_shard_header_bytes, '\0');
+    read_exactly(reader, header.data(), header.size());
+    require(check_token_shard(header, static_cast<std::int64_t>(reader.info().plaintext_bytes), path_) == count_,
+            ErrorCategory::corrupt_data, "token shard '", path_, "' changed since it was opened");
+    auto tokens = std::make_shared<std::vector<std::uint16_t>>(static_cast<std::size_t>(count_));
+    read_exactly(reader, tokens->data(), tokens->size() * 2);
+    // The final chunk, verified: a shard cut short or extended fails here, never trains.
+    unsigned char beyond = 0;
+    require(reader.read({&beyond, 1}) == 0, ErrorCategory::corrupt_data, "token shard '", path_,
+            "' holds more than its header's ", count_, " tokens");
+    plain = std::move(tokens);
+    plaintext_ = plain;
+  }
+  return {{plain->data(), plain->size()}, plain};
+}
+
 void MappedShard::release(std::int64_t begin, std::int64_t end) const noexcept {
+  if (encrypted_) return;  // a plaintext in memory is let go whole (ShardTokens)
   // The whole 2 MiB blocks around the range, not just its pages: a fault maps the pages around it
   // that the page cache holds too (the kernel's fault-around, 64 KiB by default; a huge page of
   // page cache maps 2 MiB at once), and those would stay resident (a 2 GiB stream kept 240 MiB
@@ -184,7 +238,13 @@ Batch ShardBatches::next() {
   for (std::int64_t b = 0; b < B; ++b) {
     const Place at = place(global * B + b);
     const MappedShard& shard = set_.shard(at.shard);
-    const std::uint16_t* window = shard.tokens().data() + at.token;
+    if (at.shard != held_shard_) {
+      held_shard_ = static_cast<std::size_t>(-1);  // nothing held, should decrypting fail
+      held_ = ShardTokens{};  // the previous shard's plaintext goes before the next is decrypted
+      held_ = shard.tokens();
+      held_shard_ = at.shard;
+    }
+    const std::uint16_t* window = held_.tokens.data() + at.token;
     std::int32_t* tokens = out.inputs.data<std::int32_t>() + b * T;
     std::int32_t* targets = out.targets.data<std::int32_t>() + b * T;
     for (std::int64_t t = 0; t <= T; ++t) {

@@ -8,6 +8,8 @@
 #include <iterator>
 
 #include "loom/core/error.hpp"
+#include "loom/crypt/encrypted_file.hpp"
+#include "loom/io/at_rest.hpp"
 
 namespace loom::data {
 
@@ -48,6 +50,8 @@ std::vector<std::uint16_t> parse_token_shard(std::string_view bytes, const std::
 }
 
 std::vector<std::uint16_t> read_token_shard(const std::string& path) {
+  // An encrypted shard (io/at_rest.hpp) is decrypted and verified whole first.
+  if (crypt::is_encrypted_file(path)) return parse_token_shard(io::read_at_rest(path), path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(ErrorCategory::io, "cannot open token shard '", path, "'");
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

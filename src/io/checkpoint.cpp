@@ -12,6 +12,7 @@
 #include "loom/comm/agreement.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/tensor_ops.hpp"
+#include "loom/io/at_rest.hpp"
 #include "loom/io/files.hpp"
 #include "loom/io/safetensors.hpp"
 #include "loom/optim/state_io.hpp"
@@ -209,7 +210,7 @@ SafetensorsContents detail::read_verified_file(const std::string& dir, const det
   const auto expected = manifest.files.find(file);
   require(expected != manifest.files.end(), ErrorCategory::corrupt_data, "checkpoint '", dir, "': state.json lists no ",
           file);
-  const std::string bytes = read_file(file_path);
+  const std::string bytes = read_at_rest(file_path, manifest.data_files());
   const std::uint32_t crc = crc32(std::span(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()));
   if (bytes.size() != expected->second.bytes || crc != expected->second.crc32) {
     fail(ErrorCategory::corrupt_data, "checkpoint file '", file_path, "' is damaged: ", bytes.size(),
@@ -233,15 +234,14 @@ std::int64_t verify_checkpoint(const std::string& dir, int part, int parts) {
   for (std::size_t i = 0; i < std::size(data_files); ++i) {
     const std::string file_path = (fs::path(dir) / data_files[i]).string();
     const detail::CheckpointManifest::File& expected = manifest.files.at(data_files[i]);
-    std::error_code error;
-    const std::uintmax_t bytes = fs::file_size(file_path, error);
-    if (error) fail(ErrorCategory::corrupt_data, "checkpoint file '", file_path, "' is missing (", error.message(), ")");
+    if (!fs::exists(file_path)) fail(ErrorCategory::corrupt_data, "checkpoint file '", file_path, "' is missing");
+    const std::uint64_t bytes = plaintext_size(file_path, manifest.data_files());
     if (bytes != expected.bytes) {
       fail(ErrorCategory::corrupt_data, "checkpoint file '", file_path, "' is damaged: ", bytes, " bytes, expected ",
            expected.bytes);
     }
     if (static_cast<int>(i % static_cast<std::size_t>(parts)) != part) continue;
-    const FileDigest d = digest_file(file_path);
+    const FileDigest d = digest_at_rest(file_path, manifest.data_files());
     if (d.crc32 != expected.crc32) {
       fail(ErrorCategory::corrupt_data, "checkpoint file '", file_path, "' is damaged: ", d.bytes, " bytes with CRC-32 ",
            d.crc32, ", expected ", expected.bytes, " bytes with CRC-32 ", expected.crc32);

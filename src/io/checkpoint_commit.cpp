@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "loom/core/error.hpp"
+#include "loom/io/at_rest.hpp"
 #include "loom/io/files.hpp"
 #include "src/io/checkpoint_manifest.hpp"
 
@@ -35,7 +36,7 @@ fs::path prepare_temporary(const std::string& run_dir, std::int64_t step) {
 }
 
 std::string commit(const std::string& run_dir, const fs::path& temporary, std::int64_t step, const json& manifest) {
-  write_file_atomically((temporary / "state.json").string(), manifest.dump(2) + "\n");
+  write_at_rest_atomically((temporary / "state.json").string(), manifest.dump(2) + "\n");
   sync_path(temporary.string());
   const std::string name = step_name(step);
   const fs::path final_dir = fs::path(run_dir) / name;

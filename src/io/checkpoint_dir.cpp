@@ -12,6 +12,7 @@
 
 #include "loom/comm/agreement.hpp"
 #include "loom/core/error.hpp"
+#include "loom/io/at_rest.hpp"
 #include "loom/io/checkpoint.hpp"
 
 namespace loom::io {
@@ -110,6 +111,9 @@ std::vector<fs::path> list_candidates(const std::string& run_dir, CheckpointSear
 CheckpointSearch find_resumable_checkpoint(const std::string& run_dir) {
   CheckpointSearch search;
   for (const fs::path& candidate : list_candidates(run_dir, search)) {
+    // A missing or wrong key (io/at_rest.hpp) is not damage: passing over every checkpoint for
+    // it would start the run afresh.
+    require_key_for((candidate / "state.json").string());
     try {
       search.step = verify_checkpoint(candidate.string());
       search.chosen = candidate.string();
@@ -135,12 +139,19 @@ CheckpointSearch find_resumable_checkpoint(const std::string& run_dir, comm::Com
   search.any = listing.at("any").get<bool>();
   search.skipped = listing.at("skipped").get<std::vector<std::string>>();
   for (const std::string& candidate : listing.at("candidates").get<std::vector<std::string>>()) {
-    std::string problem;
+    std::string problem;  // "k" + why for a key problem (not damage: it stops the search), "d" + why
     std::int64_t step = 0;
     try {
-      step = verify_checkpoint(candidate, comm.rank(), comm.size());
+      require_key_for((fs::path(candidate) / "state.json").string());
     } catch (const Error& e) {
-      problem = e.what();
+      problem = "k" + std::string(e.what());
+    }
+    if (problem.empty()) {
+      try {
+        step = verify_checkpoint(candidate, comm.rank(), comm.size());
+      } catch (const Error& e) {
+        problem = "d" + std::string(e.what());
+      }
     }
     const std::vector<std::string> problems = comm::all_gather_texts(comm, problem);
     const auto failed = std::find_if(problems.begin(), problems.end(), [](const std::string& p) { return !p.empty(); });
@@ -149,7 +160,9 @@ CheckpointSearch find_resumable_checkpoint(const std::string& run_dir, comm::Com
       search.chosen = candidate;
       return search;
     }
-    search.skipped.push_back(fs::path(candidate).filename().string() + ": " + *failed);
+    const auto key = std::find_if(problems.begin(), problems.end(), [](const std::string& p) { return !p.empty() && p[0] == 'k'; });
+    if (key != problems.end()) fail(ErrorCategory::invalid_argument, key->substr(1));
+    search.skipped.push_back(fs::path(candidate).filename().string() + ": " + failed->substr(1));
   }
   return search;
 }

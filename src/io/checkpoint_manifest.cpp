@@ -42,7 +42,10 @@ std::string text_field(const json& object, const char* name, const std::string& 
 
 CheckpointManifest read_manifest(const std::string& dir) {
   const std::string state_path = dir + "/state.json";
-  return parse_manifest(read_file(state_path), state_path);
+  const bool encrypted = is_encrypted_at_rest(state_path);
+  CheckpointManifest manifest = parse_manifest(read_at_rest(state_path), state_path);
+  manifest.encrypted = encrypted;
+  return manifest;
 }
 
 std::string rank_file_name(int rank) {

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "loom/io/at_rest.hpp"
 #include "loom/io/checkpoint.hpp"
 #include "loom/io/safetensors.hpp"
 
@@ -39,10 +40,14 @@ struct CheckpointManifest {
   std::map<std::string, File> files;  // each of checkpoint_data_files, or each rank's file
   // Version 2: the stored tensors that are the model's values, and the optimizer's state, in order.
   std::vector<std::string> model_tensors, optimizer_tensors;
+  // Whether state.json was encrypted (io/at_rest.hpp): then every data file must be, and a plain
+  // one is refused by name.
+  bool encrypted = false;
+  Expect data_files() const { return encrypted ? Expect::encrypted : Expect::plain; }
 };
 
 CheckpointManifest parse_manifest(std::string_view text, const std::string& state_path);
-// parse_manifest of a checkpoint directory's state.json.
+// parse_manifest of a checkpoint directory's state.json, decrypted when it is encrypted.
 CheckpointManifest read_manifest(const std::string& dir);
 
 // A consolidated checkpoint's data file `file` (one of checkpoint_data_files), read once, its size

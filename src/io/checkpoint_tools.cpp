@@ -7,6 +7,7 @@
 
 #include "loom/core/error.hpp"
 #include "loom/io/checkpoint.hpp"
+#include "loom/io/at_rest.hpp"
 #include "loom/io/files.hpp"
 #include "loom/io/safetensors.hpp"
 #include "src/io/sharded_checkpoint.hpp"
@@ -70,7 +71,7 @@ std::string describe_checkpoint(const std::string& dir, bool verify_pieces) {
   const auto files = detail::open_piece_files(dir, m);
   std::size_t bad = 0;
   for (const auto& file : files) {
-    out << "  " << fs::path(file->path()).filename().string() << ": " << fs::file_size(file->path()) << " bytes, "
+    out << "  " << fs::path(file->path()).filename().string() << ": " << plaintext_size(file->path(), m.data_files()) << " bytes, "
         << file->pieces().size() << " pieces";
     if (verify_pieces) {
       std::size_t failed = 0;
@@ -108,15 +109,15 @@ void consolidate_checkpoint(const std::string& dir, const std::string& out_dir) 
   write_assembled((fs::path(out_dir) / names[0]).string(), m.model_tensors, files, stored, weights_metadata(m));
   write_assembled((fs::path(out_dir) / names[1]).string(), m.optimizer_tensors, files, stored,
                   {{"loom_optimizer", m.optimizer}, {"optimizer_steps", std::to_string(m.optimizer_steps)}});
-  json manifest = json::parse(read_file((fs::path(dir) / "state.json").string()));
+  json manifest = json::parse(read_at_rest((fs::path(dir) / "state.json").string(), m.data_files()));
   manifest["format"] = "loom-checkpoint-1";
   for (const char* key : {"world", "layout", "tensors"}) manifest.erase(key);
   manifest["files"] = json::object();
   for (const char* name : names) {
-    const FileDigest d = digest_file((fs::path(out_dir) / name).string());
+    const FileDigest d = digest_at_rest((fs::path(out_dir) / name).string());
     manifest["files"][name] = {{"bytes", d.bytes}, {"crc32", d.crc32}};
   }
-  write_file_atomically((fs::path(out_dir) / "state.json").string(), manifest.dump(2) + "\n");
+  write_at_rest_atomically((fs::path(out_dir) / "state.json").string(), manifest.dump(2) + "\n");
   sync_path(out_dir);
 }
 
@@ -129,14 +130,19 @@ void export_weights(const std::string& dir, const std::string& out_file) {
   }
   verify_checkpoint(dir);
   const std::string model = (fs::path(dir) / "model.safetensors").string();
-  const SafetensorsIndex index = read_safetensors_index(model);
+  // Read where each tensor lies; an encrypted file is decrypted into memory first (io/at_rest.hpp).
+  const std::string plain = m.encrypted ? read_at_rest(model, Expect::encrypted) : std::string();
+  const SafetensorsIndex index = m.encrypted ? parse_safetensors_index(plain, model) : read_safetensors_index(model);
   std::vector<std::pair<std::uint64_t, std::string>> order;  // the file's own order
   for (const auto& [name, entry] : index.entries) order.emplace_back(entry.begin, name);
   std::sort(order.begin(), order.end());
   std::vector<SafetensorsWriter::Spec> specs;
   for (const auto& [at, name] : order) specs.push_back({name, index.entries.at(name).dtype, index.entries.at(name).shape});
   SafetensorsWriter writer(out_file, specs, weights_metadata(m));
-  for (const auto& [at, name] : order) writer.write(name, read_safetensors_tensor(model, index, name));
+  for (const auto& [at, name] : order) {
+    writer.write(name, m.encrypted ? safetensors_tensor_in(plain, index, name, model)
+                                   : read_safetensors_tensor(model, index, name));
+  }
   writer.finish();
 }
 

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "loom/core/error.hpp"
+#include "loom/io/at_rest.hpp"
 #include "loom/io/files.hpp"
 
 namespace loom::io {
@@ -51,10 +52,6 @@ std::string safetensors_dtype(DType dtype) {
 
 namespace {
 
-void add_to(FileDigest& digest, const void* data, std::size_t bytes) {
-  digest.crc32 = crc32({static_cast<const unsigned char*>(data), bytes}, digest.crc32);
-  digest.bytes += bytes;
-}
 
 }  // namespace
 
@@ -83,49 +80,22 @@ FileDigest write_safetensors(const std::string& path, const std::vector<NamedTen
   }
   std::string text = header.dump();
   text.resize((text.size() + 7) / 8 * 8, ' ');
-  create_private_file(path);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) fail(ErrorCategory::io, "cannot create '", path, "'");
+  // Owner-only, encrypted when the process has a key (io/at_rest.hpp), paced when asked.
+  OutputFile out(path, max_bytes_per_second);
   const std::uint64_t length = text.size();
   unsigned char prefix[8];
   for (int i = 0; i < 8; ++i) prefix[i] = static_cast<unsigned char>(length >> (8 * i));
-  FileDigest digest;
-  out.write(reinterpret_cast<const char*>(prefix), 8);
-  add_to(digest, prefix, 8);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  add_to(digest, text.data(), text.size());
-  // Paced: after each chunk, sleep until the bytes written so far are due at the given rate.
-  const auto started = std::chrono::steady_clock::now();
-  std::uint64_t written = 0;
-  auto write_data = [&](const char* data, std::uint64_t bytes) {
-    if (max_bytes_per_second <= 0) {
-      out.write(data, static_cast<std::streamsize>(bytes));
-      return;
-    }
-    constexpr std::uint64_t chunk = 4 << 20;
-    for (std::uint64_t at = 0; at < bytes && out; at += chunk) {
-      const std::uint64_t n = std::min(chunk, bytes - at);
-      out.write(data + at, static_cast<std::streamsize>(n));
-      written += n;
-      std::this_thread::sleep_until(started + std::chrono::duration<double>(static_cast<double>(written) /
-                                                                            max_bytes_per_second));
-    }
-  };
+  out.write(prefix, 8);
+  out.write(text.data(), text.size());
   for (std::size_t i = 0; i < host.size(); ++i) {
-    const Tensor& t = host[i];
-    write_data(static_cast<const char*>(t.raw_data()), t.nbytes());
+    // With the tensor's CRC-32 known, the file's is combined from it instead of computed again.
     if (tensor_crcs.empty()) {
-      add_to(digest, t.raw_data(), t.nbytes());
+      out.write(host[i].raw_data(), host[i].nbytes());
     } else {
-      digest.crc32 = crc32_combine(digest.crc32, tensor_crcs[i], t.nbytes());
-      digest.bytes += t.nbytes();
+      out.write_known(host[i].raw_data(), host[i].nbytes(), tensor_crcs[i]);
     }
   }
-  out.flush();
-  if (!out) fail(ErrorCategory::io, "cannot write '", path, "'");
-  out.close();
-  sync_path(path);
-  return digest;
+  return out.finish();
 }
 
 SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Spec> specs,
@@ -146,24 +116,15 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Spec> 
   }
   std::string text = header.dump();
   text.resize((text.size() + 7) / 8 * 8, ' ');
-  create_private_file(path);
-  file_ = std::fopen(path.c_str(), "wb");
-  if (file_ == nullptr) fail(ErrorCategory::io, "cannot create '", path, "': ", std::strerror(errno));
+  file_ = std::make_unique<OutputFile>(path);  // owner-only; encrypted when the process has a key
   const std::uint64_t length = text.size();
   unsigned char prefix[8];
   for (int i = 0; i < 8; ++i) prefix[i] = static_cast<unsigned char>(length >> (8 * i));
-  if (std::fwrite(prefix, 1, 8, file_) != 8 || std::fwrite(text.data(), 1, text.size(), file_) != text.size()) {
-    std::fclose(file_);  // the destructor does not run for a constructor that throws
-    file_ = nullptr;
-    fail(ErrorCategory::io, "cannot write '", path, "'");
-  }
-  add_to(digest_, prefix, 8);
-  add_to(digest_, text.data(), text.size());
+  file_->write(prefix, 8);
+  file_->write(text.data(), text.size());
 }
 
-SafetensorsWriter::~SafetensorsWriter() {
-  if (file_ != nullptr) std::fclose(file_);
-}
+SafetensorsWriter::~SafetensorsWriter() = default;
 
 void SafetensorsWriter::write(const std::string& name, const Tensor& tensor) {
   require(next_ < specs_.size(), "safetensors '", path_, "': '", name, "' is one tensor more than the header lists");
@@ -172,24 +133,16 @@ void SafetensorsWriter::write(const std::string& name, const Tensor& tensor) {
           "safetensors '", path_, "': the next tensor is '", spec.name, "' ", spec.dtype, " ", spec.shape, ", got '",
           name, "' ", tensor);
   const Tensor host = tensor.to(Device::cpu());
-  if (std::fwrite(host.raw_data(), 1, host.nbytes(), file_) != host.nbytes()) {
-    fail(ErrorCategory::io, "cannot write '", path_, "'");
-  }
-  add_to(digest_, host.raw_data(), host.nbytes());
+  file_->write(host.raw_data(), host.nbytes());
   ++next_;
 }
 
 FileDigest SafetensorsWriter::finish() {
   require(next_ == specs_.size(), "safetensors '", path_, "': ", specs_.size() - next_, " tensor(s) were not written");
-  bool ok = std::fflush(file_) == 0;
-  ok = std::fclose(file_) == 0 && ok;  // a network filesystem may report a failed write only here
-  file_ = nullptr;
-  if (!ok) fail(ErrorCategory::io, "cannot write '", path_, "'");
-  sync_path(path_);
-  return digest_;
+  return file_->finish();
 }
 
-SafetensorsContents read_safetensors(const std::string& path) { return parse_safetensors(read_file(path), path); }
+SafetensorsContents read_safetensors(const std::string& path) { return parse_safetensors(read_at_rest(path), path); }
 
 namespace {
 
@@ -337,7 +290,7 @@ Tensor read_safetensors_tensor(const std::string& path, const SafetensorsIndex& 
   return t;
 }
 
-SafetensorsContents parse_safetensors(std::string_view file, const std::string& path) {
+SafetensorsIndex parse_safetensors_index(std::string_view file, const std::string& path) {
   if (file.size() < 8) {
     fail(ErrorCategory::corrupt_data, "safetensors '", path, "': only ", file.size(),
          " bytes, shorter than the 8-byte header length (truncated)");
@@ -347,8 +300,23 @@ SafetensorsContents parse_safetensors(std::string_view file, const std::string& 
     fail(ErrorCategory::corrupt_data, "safetensors '", path, "': header of ", length, " bytes does not fit in ",
          file.size(), " bytes (truncated)");
   }
-  const SafetensorsIndex index =
-      parse_index(file.substr(8, length), 8 + length, file.size() - 8 - length, path);
+  return parse_index(file.substr(8, length), 8 + length, file.size() - 8 - length, path);
+}
+
+Tensor safetensors_tensor_in(std::string_view file, const SafetensorsIndex& index, const std::string& name,
+                             const std::string& path) {
+  const auto it = index.entries.find(name);
+  require(it != index.entries.end(), "safetensors '", path, "' has no tensor '", name, "'");
+  const SafetensorsEntry& entry = it->second;
+  require(index.data_start + entry.end <= file.size(), ErrorCategory::corrupt_data, "safetensors '", path,
+          "': tensor '", name, "' ends past the file's ", file.size(), " bytes");
+  Tensor t = Tensor::empty(entry.shape, entry.dtype);
+  if (entry.end > entry.begin) std::memcpy(t.raw_data(), file.data() + index.data_start + entry.begin, entry.end - entry.begin);
+  return t;
+}
+
+SafetensorsContents parse_safetensors(std::string_view file, const std::string& path) {
+  const SafetensorsIndex index = parse_safetensors_index(file, path);
   SafetensorsContents contents;
   contents.metadata = index.metadata;
   for (const auto& [name, entry] : index.entries) {

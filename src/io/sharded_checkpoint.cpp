@@ -216,15 +216,14 @@ std::vector<std::unique_ptr<PieceFile>> open_piece_files(const std::string& dir,
   std::vector<std::unique_ptr<PieceFile>> files;
   for (int r = 0; r < manifest.world; ++r) {
     const std::string name = rank_file_name(r), path = (fs::path(dir) / name).string();
-    std::error_code error;
-    const std::uintmax_t bytes = fs::file_size(path, error);
-    if (error) fail(ErrorCategory::corrupt_data, "checkpoint file '", path, "' is missing (", error.message(), ")");
+    if (!fs::exists(path)) fail(ErrorCategory::corrupt_data, "checkpoint file '", path, "' is missing");
+    const std::uint64_t bytes = plaintext_size(path, manifest.data_files());
     const CheckpointManifest::File& expected = manifest.files.at(name);
     if (bytes != expected.bytes) {
       fail(ErrorCategory::corrupt_data, "checkpoint file '", path, "' has ", bytes, " bytes, not the ", expected.bytes,
            " its state.json records", bytes < expected.bytes ? " (truncated)" : "");
     }
-    files.push_back(std::make_unique<PieceFile>(path));
+    files.push_back(std::make_unique<PieceFile>(path, manifest.data_files()));
   }
   return files;
 }
@@ -274,7 +273,7 @@ void verify_sharded(const std::string& dir, const CheckpointManifest& manifest, 
   stored_tensors(open_piece_files(dir, manifest));
   for (int r = part; r < manifest.world; r += parts) {
     const std::string name = rank_file_name(r), path = (fs::path(dir) / name).string();
-    const FileDigest d = digest_file(path);
+    const FileDigest d = digest_at_rest(path, manifest.data_files());
     const CheckpointManifest::File& expected = manifest.files.at(name);
     if (d.crc32 != expected.crc32) {
       fail(ErrorCategory::corrupt_data, "checkpoint file '", path, "' is damaged: CRC-32 ", d.crc32, ", expected ",

@@ -17,10 +17,16 @@
 // TokenBatches: the stream is the same at any number of ranks, and a checkpoint resumes where the
 // job's count divides over the new ranks. Sequential order over one shard gives exactly
 // TokenBatches' batches.
+//
+// Encrypted shards (loom-crypt encrypt, io/at_rest.hpp's key) cannot be read where they lie (each
+// chunk is chained to the one before): a source decrypts the shard it is reading whole, in its
+// own thread (the Prefetcher's), verified chunk by chunk, and holds that one plaintext until it
+// moves on to another shard. Memory is then one shard per source, not a few batches.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -29,9 +35,18 @@
 
 namespace loom::data {
 
-// One shard mapped read-only. Opening validates the header (magic, version, declared count
-// against the file's size): an io Error for a file that cannot be opened or mapped, corrupt_data
-// naming the file and the fault otherwise.
+// A shard's tokens while a reader holds them: a mapped shard's pages, or an encrypted shard's
+// plaintext (kept alive by `hold`).
+struct ShardTokens {
+  std::span<const std::uint16_t> tokens;
+  std::shared_ptr<const std::vector<std::uint16_t>> hold;  // an encrypted shard's plaintext; null: mapped
+};
+
+// One shard mapped read-only, or an encrypted one (loom's format, under the process's key:
+// io/at_rest.hpp). Opening validates the header (magic, version, declared count against the
+// file's size; an encrypted shard's first chunk is decrypted for it): an io Error for a file that
+// cannot be opened or mapped, invalid_argument for a missing or wrong key, corrupt_data naming the
+// file and the fault otherwise.
 class MappedShard {
  public:
   explicit MappedShard(const std::string& path);
@@ -41,7 +56,11 @@ class MappedShard {
 
   const std::string& path() const noexcept { return path_; }
   std::int64_t size() const noexcept { return count_; }  // tokens
-  std::span<const std::uint16_t> tokens() const noexcept { return {tokens_, static_cast<std::size_t>(count_)}; }
+  bool encrypted() const noexcept { return encrypted_; }
+  // The tokens: a mapped shard's at once; an encrypted shard's decrypted whole on the first call
+  // (corrupt_data Error naming the file and chunk when one fails), shared while anyone holds them,
+  // and decrypted again after they were let go. Thread-safe.
+  ShardTokens tokens() const;
   // Drops the 2 MiB blocks that hold tokens [begin, end) from this process's resident set (the
   // page cache keeps them; a later read faults them back in). A hint: it never fails.
   void release(std::int64_t begin, std::int64_t end) const noexcept;
@@ -52,6 +71,9 @@ class MappedShard {
   std::size_t map_bytes_ = 0;
   const std::uint16_t* tokens_ = nullptr;
   std::int64_t count_ = 0;
+  bool encrypted_ = false;
+  mutable std::mutex decrypting_;
+  mutable std::weak_ptr<const std::vector<std::uint16_t>> plaintext_;
 };
 
 // The files a `shards:` spec names: comma-separated paths or glob patterns, each pattern's matches
@@ -121,6 +143,9 @@ class ShardBatches final : public BatchSource {
   mutable std::int64_t cached_epoch_ = -1;
   mutable std::vector<std::size_t> order_;
   mutable std::vector<std::int64_t> starts_;
+  // The shard being read (an encrypted one's plaintext is held until the source moves on).
+  ShardTokens held_;
+  std::size_t held_shard_ = static_cast<std::size_t>(-1);
 };
 
 }  // namespace loom::data

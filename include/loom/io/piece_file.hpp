@@ -9,11 +9,13 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "loom/core/tensor.hpp"
+#include "loom/io/at_rest.hpp"
 #include "loom/io/files.hpp"
 #include "loom/io/pieces.hpp"
 #include "loom/io/safetensors.hpp"
@@ -42,7 +44,9 @@ class PieceFile {
  public:
   // Reads and checks the header and the piece table (every entry present, flat, of its piece's
   // size, and every piece valid); a corrupt_data Error names the file and the entry otherwise.
-  explicit PieceFile(std::string path);
+  // An encrypted file (io/at_rest.hpp) is decrypted whole into memory here, verified to its
+  // last chunk, and its pieces are then read from there; `expect` says which kind it must be.
+  explicit PieceFile(std::string path, Expect expect = Expect::any);
 
   const std::string& path() const noexcept { return path_; }
   const std::vector<PieceEntry>& pieces() const noexcept { return pieces_; }
@@ -54,6 +58,7 @@ class PieceFile {
 
  private:
   std::string path_;
+  std::shared_ptr<const std::string> plain_;  // an encrypted file's plaintext; null: read where it lies
   SafetensorsIndex index_;
   std::vector<PieceEntry> pieces_;
   std::map<std::string, std::string> metadata_;

@@ -5,10 +5,9 @@
 // readers (safetensors.torch.load_file, safe_open).
 #pragma once
 
-#include <cstdio>
-#include <span>
-
 #include <map>
+#include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +16,8 @@
 #include "loom/io/files.hpp"
 
 namespace loom::io {
+
+class OutputFile;  // io/at_rest.hpp
 
 struct NamedTensor {
   std::string name;
@@ -28,8 +29,9 @@ struct SafetensorsContents {
   std::map<std::string, Tensor> tensors;  // CPU tensors
 };
 
-// Writes path (truncating) and flushes it to stable storage (fsync); returns its size and CRC-32,
-// computed from the bytes as they were written. Names must be unique and not "__metadata__". io
+// Writes path (truncating, owner-only, encrypted when the process has a key: io/at_rest.hpp) and
+// flushes it to stable storage (fsync); returns its size and CRC-32 (of the plaintext), computed
+// from the bytes as they were written. Names must be unique and not "__metadata__". io
 // Error on any failure.
 // tensor_crcs: the CRC-32 of each tensor's bytes when the caller has them already (a piece file's
 // table does); the file's CRC-32 is then combined from them (zlib's crc32_combine) instead of
@@ -40,7 +42,7 @@ FileDigest write_safetensors(const std::string& path, const std::vector<NamedTen
                              const std::map<std::string, std::string>& metadata = {},
                              std::span<const std::uint32_t> tensor_crcs = {}, double max_bytes_per_second = 0);
 
-// Reads and validates a whole file: a truncated file, a malformed header, an unknown dtype,
+// Reads and validates a whole file (decrypted when encrypted: io/at_rest.hpp): a truncated file, a malformed header, an unknown dtype,
 // offsets that overlap or leave the file, or a shape that does not match its byte range is a
 // corrupt_data Error naming the file and the problem.
 SafetensorsContents read_safetensors(const std::string& path);
@@ -49,7 +51,7 @@ SafetensorsContents parse_safetensors(std::string_view bytes, const std::string&
 
 // Writes a safetensors file tensor by tensor, for files larger than memory: the header (every
 // name, dtype and shape) first, then each tensor's bytes in that order. finish() checks that all
-// were written and fsyncs; a writer destroyed before finish() leaves an incomplete file.
+// were written and fsyncs; a writer destroyed before finish() removes its incomplete file.
 class SafetensorsWriter {
  public:
   struct Spec {
@@ -71,8 +73,7 @@ class SafetensorsWriter {
   std::string path_;
   std::vector<Spec> specs_;
   std::size_t next_ = 0;
-  std::FILE* file_ = nullptr;
-  FileDigest digest_;
+  std::unique_ptr<OutputFile> file_;
 };
 
 // A file's header without its data: what a reader that takes one tensor at a time needs.
@@ -90,6 +91,10 @@ struct SafetensorsIndex {
 SafetensorsIndex read_safetensors_index(const std::string& path);
 // One tensor of that file, read where it lies (pread): a CPU tensor of its dtype and shape.
 Tensor read_safetensors_tensor(const std::string& path, const SafetensorsIndex& index, const std::string& name);
+// The same two over a whole file's bytes in memory (a decrypted file); path names it in errors.
+SafetensorsIndex parse_safetensors_index(std::string_view file, const std::string& path);
+Tensor safetensors_tensor_in(std::string_view file, const SafetensorsIndex& index, const std::string& name,
+                             const std::string& path);
 
 // "F32", "F16", "BF16", "I32", "I64", "U8", "U16".
 std::string safetensors_dtype(DType dtype);

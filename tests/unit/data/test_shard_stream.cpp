@@ -4,7 +4,8 @@
 // another number of ranks continues the exact stream; the held-out range never meets training's;
 // bad input is named (empty glob, a file named twice, damaged headers, tokens outside the
 // vocabulary, an empty range); and streaming 2 GiB of shards keeps the process's resident memory
-// within 64 MiB of where it started.
+// within 64 MiB of where it started. Encrypted shards give the plain ones' batches, and a missing
+// key or a damaged chunk is named.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -18,9 +19,12 @@
 #include <string>
 #include <vector>
 
+#include "loom/crypt/encrypted_file.hpp"
 #include "loom/data/shard_stream.hpp"
 #include "loom/data/token_batches.hpp"
 #include "loom/data/token_shard.hpp"
+#include "loom/io/at_rest.hpp"
+#include "support/file_damage.hpp"
 #include "support/tensor_checks.hpp"
 
 using loom::ErrorCategory;
@@ -179,6 +183,48 @@ TEST_CASE("a streamed job resumed at another number of ranks continues the exact
       REQUIRE(values(s.next().inputs) == reference[static_cast<std::size_t>(8 + p * 4 + rank)]);
     }
   }
+}
+
+TEST_CASE("encrypted shards give the plain shards' batches; a missing key and a damaged chunk are named", "[data][at_rest]") {
+  const ScratchDir dir;
+  const auto key = std::make_shared<const loom::crypt::SecretKey>(loom::crypt::SecretKey::generate());
+  std::vector<std::string> plain, sealed;
+  std::vector<std::vector<std::uint16_t>> shards;
+  for (std::size_t i = 0; i < 3; ++i) {
+    shards.push_back(ramp(2500 + 700 * static_cast<std::int64_t>(i), static_cast<int>(i), 900));
+    plain.push_back(dir / numbered("p", i));
+    sealed.push_back(dir / numbered("e", i));
+    data::write_token_shard(plain.back(), shards.back());
+    loom::crypt::encrypt_file(plain.back(), sealed.back(), *key, 1024);  // several chunks a shard
+  }
+  const data::ShardBatchesOptions options{.batch = 3, .steps = 32, .vocab_size = 900, .seed = 11};
+  // Without the key: named when the set is opened, with the id the shard needs.
+  REQUIRE_THROWS_MATCHES(data::ShardSet(sealed), loom::Error,
+                         IsError(ErrorCategory::invalid_argument, {sealed[0], key->id_hex(), "--key-file"}));
+  loom::io::set_at_rest_key(key);
+  struct Reset {
+    ~Reset() { loom::io::set_at_rest_key(nullptr); }
+  } reset;
+  const data::ShardSet plain_set(plain), sealed_set(sealed);
+  CHECK(sealed_set.tokens() == plain_set.tokens());
+  CHECK(sealed_set.shard(1).encrypted());
+  for (int rank = 0; rank < 2; ++rank) {
+    data::ShardBatches a(plain_set, options, {rank, 2}), b(sealed_set, options, {rank, 2});
+    for (int i = 0; i < 60; ++i) {  // more than an epoch: every shard, twice
+      INFO("rank " << rank << ", batch " << i);
+      const data::Batch x = a.next(), y = b.next();
+      REQUIRE(values(x.inputs) == values(y.inputs));
+      REQUIRE(values(x.targets) == values(y.targets));
+    }
+  }
+  CHECK(data::read_token_shard(sealed[2]) == shards[2]);
+  // A flipped byte in a middle chunk: the shard fails by name when it is read, never trains.
+  loom::test::flip_byte(sealed[1], 3000);
+  const data::ShardSet damaged(sealed);  // the header chunk is intact
+  data::ShardBatches stream(damaged, {.batch = 1, .steps = 32, .vocab_size = 900, .order = data::WindowOrder::sequential});
+  for (std::int64_t i = 0; i < damaged.windows(0, 32); ++i) stream.next();  // shard 0 is fine
+  REQUIRE_THROWS_MATCHES(stream.next(), loom::Error, IsError(ErrorCategory::corrupt_data, {sealed[1], "chunk"}));
+  REQUIRE_THROWS_MATCHES(stream.next(), loom::Error, IsError(ErrorCategory::corrupt_data, {sealed[1], "chunk"}));
 }
 
 TEST_CASE("a held-out window range never meets the training range", "[data]") {

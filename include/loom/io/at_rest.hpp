@@ -1,0 +1,89 @@
+// Encryption at rest of what loom keeps on disk: every file of a checkpoint (both layouts, and
+// what loom-ckpt consolidates or exports from one) in loom's encrypted format
+// (crypt/encrypted_file.hpp), and token shards read back from it (data/shard_stream.hpp).
+//
+// One key per process, like the file modes (io/files.hpp): train_gpt --key-file or LOOM_KEY_FILE
+// sets it before anything is written. With a key set, what loom writes as checkpoint data is
+// encrypted; without one it is plain, as before. Reading judges each file by its header, so a run
+// with a key still resumes from a plain checkpoint (and then saves encrypted ones); an encrypted
+// file met without a key, or under another key, is an invalid_argument Error naming the file and
+// the key id it needs, never "corruption".
+//
+// A checkpoint is all of one kind: its state.json says which (it is encrypted too), and a data
+// file of the other kind is refused by name (Expect), so nobody can slip a plain file into an
+// encrypted checkpoint. Sizes and CRC-32s in state.json are of the plaintext: the same numbers a
+// plain save of the same state writes, and the check loom made before encryption existed.
+//
+// Encrypted files cannot be read at an offset (every chunk is chained to the one before), so a
+// reader that takes pieces where they lie (PieceFile) decrypts the whole file into memory first.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "loom/crypt/key.hpp"
+#include "loom/io/files.hpp"
+
+namespace loom::io {
+
+// The process's key for encryption at rest; null (the default): files are written plain.
+void set_at_rest_key(std::shared_ptr<const crypt::SecretKey> key);
+std::shared_ptr<const crypt::SecretKey> at_rest_key();
+
+// What kind a file read back must be.
+enum class Expect { any, plain, encrypted };
+
+// A file written front to back, owner-only (io/files.hpp's mode), encrypted under the process's
+// key when one is set. finish() flushes, fsyncs and closes, and returns the plaintext's size and
+// CRC-32 (computed as it was written); a file not finished is removed by the destructor. A
+// symbolic link at path is refused, never written through.
+class OutputFile {
+ public:
+  // max_bytes_per_second > 0: the data goes out in 4 MiB chunks no faster than this on average (a
+  // checkpoint written in the background leaves the disk and the page cache to training's reads).
+  explicit OutputFile(const std::string& path, double max_bytes_per_second = 0);
+  ~OutputFile();
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+
+  void write(const void* data, std::size_t bytes);
+  // Counts bytes whose CRC-32 the caller knows already (combined, not computed again).
+  void write_known(const void* data, std::size_t bytes, std::uint32_t crc);
+  FileDigest finish();
+  bool encrypted() const noexcept { return encrypted_; }
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  void put(const void* data, std::size_t bytes);
+  void put_now(const void* data, std::size_t bytes);
+  struct Sink;
+  std::string path_;
+  double max_bytes_per_second_ = 0;
+  std::chrono::steady_clock::time_point paced_from_ = std::chrono::steady_clock::now();
+  std::uint64_t paced_bytes_ = 0;
+  bool encrypted_ = false;
+  std::unique_ptr<Sink> sink_;
+  FileDigest digest_;
+  bool finished_ = false;
+};
+
+// Whether path is in loom's encrypted format (reads its first bytes); io Error when unreadable.
+bool is_encrypted_at_rest(const std::string& path);
+// Whether path is encrypted, refusing (corrupt_data Error naming it) a file of the other kind than
+// `expect`.
+bool encrypted_as_expected(const std::string& path, Expect expect);
+// invalid_argument Error when path is encrypted and the process has no key or another one (the
+// Error names the key id it needs); nothing when it is plain or absent.
+void require_key_for(const std::string& path);
+// A whole file's contents: decrypted and verified to its final chunk when it is encrypted.
+std::string read_at_rest(const std::string& path, Expect expect = Expect::any);
+// The plaintext's size without reading the data (an encrypted file's from its header and size).
+std::uint64_t plaintext_size(const std::string& path, Expect expect = Expect::any);
+// The plaintext's size and CRC-32, streamed (an encrypted file verified chunk by chunk).
+FileDigest digest_at_rest(const std::string& path, Expect expect = Expect::any);
+// write_file_atomically (io/files.hpp), encrypted under the process's key when one is set.
+void write_at_rest_atomically(const std::string& path, const std::string& contents);
+
+}  // namespace loom::io
