@@ -8,6 +8,9 @@
 //                      the time until the background write has committed; against the same
 //                      writer's synchronous save (issue 27's target: blocked <= 10% of it). The
 //                      first asynchronous save also allocates the host buffer: reported apart.
+//   encrypted save     the sharded save with a key (io/at_rest.hpp: every file in loom's encrypted
+//                      format), and its load, against the plain ones of the same run (issue 32's
+//                      target: an encrypted save <= 1.2x the plain one)
 //   disk               the same-run baseline: every rank writes, at the same time, as many bytes as
 //                      its sharded file, in 4 MiB blocks, then fsyncs: what the disk gives
 // Each is the median over --repeats, the slowest rank's time. The table gives the write bandwidth
@@ -21,6 +24,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <functional>
 #include <random>
@@ -37,6 +41,8 @@
 #include "loom/comm/mpi.hpp"
 #include "loom/core/build_info.hpp"
 #include "loom/core/error.hpp"
+#include "loom/crypt/key.hpp"
+#include "loom/io/at_rest.hpp"
 #include "loom/io/checkpoint_writer.hpp"
 #include "loom/loom.hpp"
 #include "loom/train/trainer.hpp"
@@ -107,7 +113,17 @@ int run_worker(const Options& o, loom::InitOptions init, int argc, char** argv) 
     return loom::io::save_checkpoint(root + "/" + run, model, trainer.optimizer(), progress, &comm, layout);
   };
   std::vector<double> sharded_save, consolidated_save, sharded_load, consolidated_load, disk, writer_save, async_blocked,
-      async_total;
+      async_total, sealed_save, sealed_load, sealed_async_blocked, sealed_async_total;
+  // Every rank the same key (a job shares one key file).
+  std::vector<std::int64_t> key_bytes(loom::crypt::key_bytes);
+  if (comm.rank() == 0) {
+    std::random_device random;
+    for (std::int64_t& b : key_bytes) b = random() & 0xff;
+  }
+  key_bytes = loom::comm::broadcast_values(comm, key_bytes, 0);
+  std::array<unsigned char, loom::crypt::key_bytes> raw_key{};
+  for (std::size_t i = 0; i < raw_key.size(); ++i) raw_key[i] = static_cast<unsigned char>(key_bytes[i]);
+  const auto key = std::make_shared<const loom::crypt::SecretKey>(loom::crypt::SecretKey::from_bytes(raw_key));
   std::string sharded_dir, consolidated_dir;
   loom::io::CheckpointWriter writer(model, trainer.optimizer(), &comm);
   double first_blocked = 0;
@@ -139,6 +155,19 @@ int run_worker(const Options& o, loom::InitOptions init, int argc, char** argv) 
     sharded_load.push_back(timed(comm, [&] { loom::io::load_checkpoint(sharded_dir, model, trainer.optimizer()); }));
     consolidated_load.push_back(
         timed(comm, [&] { loom::io::load_checkpoint(consolidated_dir, model, trainer.optimizer()); }));
+    loom::io::set_at_rest_key(key);
+    std::string sealed_dir;
+    sealed_save.push_back(timed(comm, [&] { sealed_dir = save(loom::io::CheckpointLayout::sharded, "encrypted"); }));
+    sealed_load.push_back(timed(comm, [&] { loom::io::load_checkpoint(sealed_dir, model, trainer.optimizer()); }));
+    // In the background, training is blocked only for the copy to host memory; the encryption is
+    // in the writer's thread.
+    double blocked = 0;
+    sealed_async_total.push_back(timed(comm, [&] {
+      blocked = timed(comm, [&] { writer.save_async(root + "/encrypted_async", progress); });
+      writer.wait();
+    }));
+    sealed_async_blocked.push_back(blocked);
+    loom::io::set_at_rest_key(nullptr);
   }
   std::int64_t bytes = 0;
   for (const auto& entry : fs::directory_iterator(sharded_dir)) {
@@ -164,6 +193,12 @@ int run_worker(const Options& o, loom::InitOptions init, int argc, char** argv) 
                               {"async_first_blocked_s", first_blocked},
                               {"async_total_s", loom::bench::median(async_total)},
                               {"async_blocked_vs_sync", loom::bench::median(async_blocked) / loom::bench::median(writer_save)},
+                              {"encrypted_save_s", loom::bench::median(sealed_save)},
+                              {"encrypted_load_s", loom::bench::median(sealed_load)},
+                              {"encrypted_save_vs_plain", loom::bench::median(sealed_save) / save_s},
+                              {"encrypted_async_blocked_s", loom::bench::median(sealed_async_blocked)},
+                              {"encrypted_async_total_s", loom::bench::median(sealed_async_total)},
+                              {"encrypted_load_vs_plain", loom::bench::median(sealed_load) / loom::bench::median(sharded_load)},
                               {"peak_rss_MiB", static_cast<double>(peak[0]) / 1024.0}};
   if (comm.rank() == 0) {
     fs::remove_all(root);
@@ -206,6 +241,16 @@ int run_orchestrator(const Options& o) {
     std::printf("%5d %9.3fs %12.3fs %11.3fs %13.1f%% %14.3fs\n", r["ranks"].get<int>(), r["writer_save_s"].get<double>(),
                 r["async_blocked_s"].get<double>(), r["async_total_s"].get<double>(),
                 100.0 * r["async_blocked_vs_sync"].get<double>(), r["async_first_blocked_s"].get<double>());
+  }
+  std::printf("\nencryption at rest (io/at_rest.hpp), sharded, the slowest rank, medians (target: save <= 1.2x):\n");
+  std::printf("%5s %11s %14s %9s %11s %14s %9s %13s %13s\n", "ranks", "plain save", "encrypted save", "ratio",
+              "plain load", "encrypted load", "ratio", "async blocks", "async total");
+  for (const auto& r : rows) {
+    std::printf("%5d %10.3fs %13.3fs %8.2fx %10.3fs %13.3fs %8.2fx %12.3fs %12.3fs\n", r["ranks"].get<int>(),
+                r["sharded_save_s"].get<double>(), r["encrypted_save_s"].get<double>(),
+                r["encrypted_save_vs_plain"].get<double>(), r["sharded_load_s"].get<double>(),
+                r["encrypted_load_s"].get<double>(), r["encrypted_load_vs_plain"].get<double>(),
+                r["encrypted_async_blocked_s"].get<double>(), r["encrypted_async_total_s"].get<double>());
   }
   nlohmann::json record = loom::bench::make_record(
       "ckpt_bench", {{"layers", o.layers}, {"channels", o.channels}, {"vocab", o.vocab}, {"repeats", o.repeats},

@@ -208,13 +208,15 @@ void EncryptingWriter::seal_held(bool final) {
 
 void EncryptingWriter::write(std::span<const unsigned char> data) {
   require(fd_ >= 0, "encrypted file '", path_, "': write after close");
-  // Whole chunks with more to follow are sealed straight from the caller's memory (no copy).
-  while (plain_.empty() && data.size() > chunk_bytes_) {
-    seal(data.first(chunk_bytes_), false);
-    data = data.subspan(chunk_bytes_);
-    written_ += chunk_bytes_;
-  }
   while (!data.empty()) {
+    // Whole chunks with more to follow are sealed straight from the caller's memory (no copy):
+    // after a held chunk is topped up and sealed, the rest of a large write goes this way.
+    if (plain_.empty() && data.size() > chunk_bytes_) {
+      seal(data.first(chunk_bytes_), false);
+      data = data.subspan(chunk_bytes_);
+      written_ += chunk_bytes_;
+      continue;
+    }
     const std::size_t take = std::min(data.size(), chunk_bytes_ - plain_.size());
     plain_.insert(plain_.end(), data.begin(), data.begin() + static_cast<std::ptrdiff_t>(take));
     data = data.subspan(take);
