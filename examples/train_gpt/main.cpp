@@ -45,6 +45,7 @@
 #include "loom/io/files.hpp"
 #include "loom/plan/plan.hpp"
 #include "loom/shard/memory.hpp"
+#include "loom/telemetry/device_identity.hpp"
 #include "loom/topo/detect.hpp"
 #include "loom/topo/hierarchical.hpp"
 #include "loom/topo/mesh.hpp"
@@ -293,6 +294,7 @@ int run(const train_gpt::RunConfig& given, loom::World& world) {
            static_cast<long long>(model_config.channels), static_cast<long long>(model_config.context),
            static_cast<long long>(model_config.vocab_size), static_cast<long long>(model_config.parameter_count()),
            config.precision.c_str(), device.to_string().c_str(), recompute.c_str());
+  log.line("%s\n", loom::telemetry::describe_devices(device).c_str());
   if (!batch_line.empty()) log.line("%s\n", batch_line.c_str());
   log.line("%s\n", train_gpt::plan_line(planned).c_str());
   log.line("training: %s\n", loom::train::describe(options).c_str());

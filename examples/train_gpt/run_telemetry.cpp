@@ -7,6 +7,7 @@
 
 #include "loom/core/error.hpp"
 #include "loom/core/gpu_info.hpp"
+#include "loom/core/visible_devices.hpp"
 
 namespace train_gpt {
 
@@ -33,24 +34,34 @@ RunTelemetry::RunTelemetry(const RunConfig& config, const loom::Device& device, 
     sampling_line_ = "GPU sampling: none (the model is on the CPU)";
     return;
   }
+  if (!device.is_cuda() && loom::visible_devices_from_environment().none()) {
+    sampling_line_ = "GPU sampling: none (the model is on the CPU and CUDA_VISIBLE_DEVICES allows no GPU)";
+    return;
+  }
   std::string why_not;
   std::shared_ptr<loom::telemetry::Nvml> nvml = loom::telemetry::Nvml::load(&why_not);
   if (!nvml) {
     sampling_line_ = "GPU sampling: " + why_not + "; training goes on without it";
     return;
   }
-  unsigned index = 0;
+  // A GPU run reads the device that its CUDA device is (by UUID, nvml.hpp), never one guessed from
+  // the CUDA ordinal; a CPU run reads the explicitly named library's device at the local rank.
+  loom::telemetry::NvmlDevice target;
   try {
-    index = device.is_cuda() ? nvml->index_of_bus(loom::cuda_device_properties(device.index()).pci_bus_id)
-                             : static_cast<unsigned>(local_rank) % std::max(1u, nvml->device_count());
+    if (device.is_cuda()) {
+      const loom::CudaDeviceProperties p = loom::cuda_device_properties(device.index());
+      target = nvml->resolve(p.uuid, p.pci_bus_id);
+    } else {
+      target.index = static_cast<unsigned>(local_rank) % std::max(1u, nvml->device_count());
+    }
   } catch (const loom::Error& e) {  // NVML does not see this GPU: sampling is a nicety, training goes on
     sampling_line_ = std::string("GPU sampling: ") + e.what() + "; training goes on without it";
     return;
   }
-  sampler_ = std::make_unique<loom::telemetry::GpuSampler>(nvml, index,
-                                                           std::chrono::milliseconds(config.gpu_sample_ms));
-  sampling_line_ = "GPU sampling: NVML device " + std::to_string(index) + " (" + nvml->name(index) + ") every " +
+  sampler_ = std::make_unique<loom::telemetry::GpuSampler>(nvml, target, std::chrono::milliseconds(config.gpu_sample_ms));
+  sampling_line_ = "GPU sampling: " + target.describe() + " (" + nvml->name(target) + ") every " +
                    std::to_string(config.gpu_sample_ms) + " ms";
+  if (target.is_mig()) sampling_line_ += ": a MIG instance, its memory only (NVML reports no utilisation, power or clocks per instance)";
 }
 
 std::vector<std::string> RunTelemetry::step(const loom::train::StepResult& result, const loom::train::Trainer& trainer,
@@ -83,6 +94,14 @@ std::string RunTelemetry::gpu_summary() const {
   const loom::telemetry::GpuSummary s = loom::telemetry::summarize(sampler_->samples());
   if (s.samples == 0) return "";
   char text[512];
+  const loom::telemetry::NvmlDevice& target = sampler_->device();
+  if (target.is_mig()) {  // memory is all NVML reports per MIG instance
+    std::snprintf(text, sizeof text, "GPU (%s, %s): memory up to %.1f of %.1f GiB over %zu samples",
+                  target.describe().c_str(), sampler_->nvml().name(target).c_str(),
+                  static_cast<double>(s.memory_used_max) / (1 << 30), static_cast<double>(s.memory_total) / (1 << 30),
+                  s.samples);
+    return text;
+  }
   std::snprintf(text, sizeof text,
                 "GPU (NVML device %u, %s): utilisation mean %.0f%% (p95 %.0f%%), memory up to %.1f of %.1f GiB, power "
                 "mean %.0f W (max %.0f W), SM clock down to %u MHz, up to %u C, %zu of %zu samples throttled",

@@ -1,7 +1,8 @@
 // train_gpt's telemetry files and GPU sampling: --metrics and --prometheus written at every logged
 // step (by rank 0, or by every rank when the path holds "{rank}"), the latest straggler window
-// kept for them, and NVML sampling (--gpu-sample-ms) of this rank's GPU, or of the NVML device
-// LOOM_NVML_LIBRARY's library offers when the run is on the CPU (the tests' fake NVML).
+// kept for them, and NVML sampling (--gpu-sample-ms) of this rank's GPU (found by its UUID, a MIG
+// instance's memory only: telemetry/nvml.hpp), or of the NVML device LOOM_NVML_LIBRARY's library
+// offers at the local rank when the run is on the CPU (the tests' fake NVML).
 #pragma once
 
 #include <memory>

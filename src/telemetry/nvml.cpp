@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "loom/core/error.hpp"
+#include "loom/core/visible_devices.hpp"
 
 namespace loom::telemetry {
 
@@ -18,6 +19,8 @@ namespace {
 using nvmlReturn_t = int;
 using nvmlDevice_t = struct nvmlDevice_st*;
 constexpr nvmlReturn_t nvml_success = 0;
+constexpr unsigned nvml_mig_enabled = 1;       // NVML_DEVICE_MIG_ENABLE
+constexpr unsigned nvml_uuid_buffer_size = 96;  // NVML_DEVICE_UUID_V2_BUFFER_SIZE
 struct nvmlUtilization_t {
   unsigned gpu, memory;
 };
@@ -60,6 +63,13 @@ struct Nvml::Api {
   nvmlReturn_t (*throttle)(nvmlDevice_t, unsigned long long*);  // optional
   nvmlReturn_t (*pcie)(nvmlDevice_t, int, unsigned*);            // optional
   nvmlReturn_t (*fields)(nvmlDevice_t, int, nvmlFieldValue_t*);  // optional
+  nvmlReturn_t (*uuid)(nvmlDevice_t, char*, unsigned);            // optional: identity by bus id alone
+  nvmlReturn_t (*by_uuid)(const char*, nvmlDevice_t*);            // optional
+  // MIG (R450 and later), all optional: without them no MIG device is found.
+  nvmlReturn_t (*mig_mode)(nvmlDevice_t, unsigned*, unsigned*);
+  nvmlReturn_t (*max_mig_devices)(nvmlDevice_t, unsigned*);
+  nvmlReturn_t (*mig_by_index)(nvmlDevice_t, unsigned, nvmlDevice_t*);
+  nvmlReturn_t (*parent_of_mig)(nvmlDevice_t, nvmlDevice_t*);
 
   std::string error(nvmlReturn_t code) const {
     return std::string(error_string != nullptr ? error_string(code) : "unknown error") + " (" + std::to_string(code) + ")";
@@ -107,6 +117,12 @@ std::shared_ptr<Nvml> Nvml::load(std::string* why_not) {
   resolve(api->throttle, {"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"}, false);
   resolve(api->pcie, {"nvmlDeviceGetPcieThroughput"}, false);
   resolve(api->fields, {"nvmlDeviceGetFieldValues"}, false);
+  resolve(api->uuid, {"nvmlDeviceGetUUID"}, false);
+  resolve(api->by_uuid, {"nvmlDeviceGetHandleByUUID"}, false);
+  resolve(api->mig_mode, {"nvmlDeviceGetMigMode"}, false);
+  resolve(api->max_mig_devices, {"nvmlDeviceGetMaxMigDeviceCount"}, false);
+  resolve(api->mig_by_index, {"nvmlDeviceGetMigDeviceHandleByIndex"}, false);
+  resolve(api->parent_of_mig, {"nvmlDeviceGetDeviceHandleFromMigDeviceHandle"}, false);
   if (missing) {
     *why_not = "NVML not used (" + library + " has no " + missing_name + ")";
     dlclose(handle);
@@ -145,21 +161,124 @@ unsigned Nvml::index_of_bus(const std::string& pci_bus_id) const {
   return index;
 }
 
-std::string Nvml::name(unsigned index) const {
+namespace {
+
+// The handle of a whole GPU or of a MIG device on one; a cuda Error naming the device when none.
+nvmlDevice_t handle_of(const Nvml::Api& api, const NvmlDevice& d) {
   nvmlDevice_t device = nullptr;
+  nvmlReturn_t code = api.by_index(d.index, &device);
+  if (code == nvml_success && d.mig) {
+    nvmlDevice_t gpu = device;
+    code = api.mig_by_index != nullptr ? api.mig_by_index(gpu, *d.mig, &device) : -1;
+  }
+  if (code != nvml_success) {
+    fail(ErrorCategory::cuda, "NVML: ", d.describe(), ": ",
+         code == -1 ? std::string("this NVML has no MIG calls") : api.error(code));
+  }
+  return device;
+}
+
+// The device's UUID, "" when this NVML reports none.
+std::string uuid_of(const Nvml::Api& api, nvmlDevice_t device) {
+  char uuid[nvml_uuid_buffer_size] = {};
+  if (api.uuid == nullptr || api.uuid(device, uuid, sizeof uuid) != nvml_success) return "";
+  return uuid;
+}
+
+bool in_mig_mode(const Nvml::Api& api, nvmlDevice_t device) {
+  unsigned current = 0, pending = 0;
+  return api.mig_mode != nullptr && api.mig_mode(device, &current, &pending) == nvml_success &&
+         current == nvml_mig_enabled;
+}
+
+}  // namespace
+
+std::string NvmlDevice::describe() const {
+  std::string out = "NVML device " + std::to_string(index);
+  if (mig) out += ", MIG device " + std::to_string(*mig);
+  return out;
+}
+
+unsigned Nvml::index_of_uuid(const std::string& uuid) const {
+  if (api_->by_uuid == nullptr) fail(ErrorCategory::cuda, "NVML: ", library_, " cannot look up ", uuid, " (no nvmlDeviceGetHandleByUUID)");
+  nvmlDevice_t device = nullptr;
+  unsigned index = 0;
+  nvmlReturn_t code = api_->by_uuid(uuid.c_str(), &device);
+  if (code == nvml_success) code = api_->index(device, &index);
+  if (code != nvml_success) fail(ErrorCategory::cuda, "NVML: no GPU with UUID ", uuid, ": ", api_->error(code));
+  return index;
+}
+
+std::string Nvml::uuid(unsigned index) const {
+  const std::string uuid = uuid_of(*api_, handle_of(*api_, NvmlDevice{index, std::nullopt, "", ""}));
+  if (uuid.empty()) fail(ErrorCategory::cuda, "NVML: device ", index, " reports no UUID");
+  return uuid;
+}
+
+bool Nvml::reports_mig() const {
+  return api_->mig_mode != nullptr && api_->max_mig_devices != nullptr && api_->mig_by_index != nullptr;
+}
+
+NvmlDevice Nvml::resolve(const std::string& cuda_uuid, const std::string& pci_bus_id) const {
+  const std::string digits = uuid_digits(cuda_uuid);
+  const std::string named = digits.empty() ? "no UUID" : "UUID " + digits;
+  // A GPU in MIG mode runs no CUDA work itself: CUDA naming one means it reported the GPU's UUID
+  // for one of its instances (an old cuDeviceGetUuid), and which one cannot be told.
+  const auto whole = [&](nvmlDevice_t device, unsigned index, std::string uuid) {
+    if (in_mig_mode(*api_, device)) {
+      fail(ErrorCategory::cuda, "NVML: the CUDA device with ", named, " is GPU ", uuid,
+           ", which is in MIG mode: cannot tell which of its MIG instances this process uses");
+    }
+    return NvmlDevice{index, std::nullopt, std::move(uuid), ""};
+  };
+  nvmlDevice_t device = nullptr;
+  unsigned index = 0;
+  if (!digits.empty() && api_->by_uuid != nullptr && api_->by_uuid(("GPU-" + digits).c_str(), &device) == nvml_success &&
+      api_->index(device, &index) == nvml_success) {
+    return whole(device, index, "GPU-" + digits);
+  }
+  // Not a whole GPU NVML knows by that UUID: the GPU at the bus id, or one of its MIG devices.
+  nvmlReturn_t code = api_->by_bus(pci_bus_id.c_str(), &device);
+  if (code == nvml_success) code = api_->index(device, &index);
+  if (code != nvml_success) {
+    fail(ErrorCategory::cuda, "NVML: no device is the CUDA device with ", named, " at PCI bus id ", pci_bus_id, " (",
+         api_->error(code), ")");
+  }
+  const std::string gpu_uuid = uuid_of(*api_, device);
+  if (digits.empty() || gpu_uuid.empty() || uuid_digits(gpu_uuid) == digits) return whole(device, index, gpu_uuid);
+  const bool mig = reports_mig() && in_mig_mode(*api_, device);
+  if (unsigned slots = 0; mig && api_->max_mig_devices(device, &slots) == nvml_success) {
+    for (unsigned slot = 0; slot < slots; ++slot) {
+      nvmlDevice_t instance = nullptr;
+      if (api_->mig_by_index(device, slot, &instance) != nvml_success) continue;  // no instance there
+      if (const std::string uuid = uuid_of(*api_, instance); uuid_digits(uuid) == digits) {
+        return NvmlDevice{index, slot, uuid, gpu_uuid};
+      }
+    }
+  }
+  fail(ErrorCategory::cuda, "NVML: the CUDA device with ", named, " at PCI bus id ", pci_bus_id, " is not NVML's device "
+       "there (", gpu_uuid, mig ? ", nor any of its MIG devices" : "", "): not reading a GPU this process may not use");
+}
+
+std::string Nvml::name(unsigned index) const { return name(NvmlDevice{index, std::nullopt, "", ""}); }
+
+std::string Nvml::name(const NvmlDevice& d) const {
   char name[96] = {};
-  nvmlReturn_t code = api_->by_index(index, &device);
-  if (code == nvml_success) code = api_->name(device, name, sizeof name);
-  if (code != nvml_success) fail(ErrorCategory::cuda, "NVML: device ", index, ": ", api_->error(code));
+  if (const nvmlReturn_t code = api_->name(handle_of(*api_, d), name, sizeof name); code != nvml_success) {
+    fail(ErrorCategory::cuda, "NVML: ", d.describe(), ": ", api_->error(code));
+  }
   return name;
 }
 
 GpuSample Nvml::read(unsigned index, std::optional<std::uint64_t>* nvlink_tx_kib,
                      std::optional<std::uint64_t>* nvlink_rx_kib) const {
-  nvmlDevice_t device = nullptr;
-  if (const nvmlReturn_t code = api_->by_index(index, &device); code != nvml_success) {
-    fail(ErrorCategory::cuda, "NVML: device ", index, ": ", api_->error(code));
-  }
+  return read(NvmlDevice{index, std::nullopt, "", ""}, nvlink_tx_kib, nvlink_rx_kib);
+}
+
+GpuSample Nvml::read(const NvmlDevice& d, std::optional<std::uint64_t>* nvlink_tx_kib,
+                     std::optional<std::uint64_t>* nvlink_rx_kib) const {
+  // A MIG device's handle: NVML answers per instance where it can (memory) and not otherwise.
+  nvmlDevice_t device = handle_of(*api_, d);
   // Each reading is optional: a device or driver that does not report one leaves it empty.
   GpuSample s;
   if (nvmlUtilization_t u{}; api_->utilization(device, &u) == nvml_success) {
@@ -226,10 +345,13 @@ GpuSummary summarize(const std::vector<GpuSample>& samples) {
 }
 
 GpuSampler::GpuSampler(std::shared_ptr<Nvml> nvml, unsigned index, std::chrono::milliseconds interval)
-    : nvml_(std::move(nvml)), index_(index), interval_(interval) {
+    : GpuSampler(std::move(nvml), NvmlDevice{index, std::nullopt, "", ""}, interval) {}
+
+GpuSampler::GpuSampler(std::shared_ptr<Nvml> nvml, NvmlDevice device, std::chrono::milliseconds interval)
+    : nvml_(std::move(nvml)), device_(std::move(device)), interval_(interval) {
   require(interval.count() > 0, "GPU sampling: the interval must be positive, not ", interval.count(), " ms");
-  require(index < nvml_->device_count(), "GPU sampling: NVML device ", index, " does not exist (", nvml_->device_count(),
-          " devices)");
+  require(device_.index < nvml_->device_count(), "GPU sampling: NVML device ", device_.index, " does not exist (",
+          nvml_->device_count(), " devices)");
   thread_ = std::thread([this] { run(); });
 }
 
@@ -252,7 +374,7 @@ void GpuSampler::run() {
     GpuSample sample;
     std::optional<std::uint64_t> tx, rx;
     try {
-      sample = nvml_->read(index_, &tx, &rx);
+      sample = nvml_->read(device_, &tx, &rx);
     } catch (const std::exception&) {  // a device gone mid-run: the readings stop, training goes on
       lock.lock();
       return;

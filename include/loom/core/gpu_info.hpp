@@ -27,6 +27,10 @@ struct CudaDeviceProperties {
   std::size_t total_memory_bytes = 0;
   int multiprocessor_count = 0;
   std::string pci_bus_id;  // "0000:07:00.0" (domain:bus:device.function, lower-case hex)
+  // cudaDeviceProp::uuid as "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (format_uuid, visible_devices.hpp),
+  // without a prefix: for a whole GPU nvidia-smi prints it as "GPU-...", for a MIG instance (where
+  // CUDA reports the instance's own UUID) as "MIG-..."; only NVML tells which.
+  std::string uuid;
 };
 
 // Throws a cuda Error naming the index and the device count when the device does not exist.

@@ -4,7 +4,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "loom/core/cuda_device_guard.hpp"
@@ -12,6 +14,7 @@
 #include "loom/core/cuda_check.hpp"
 #include "loom/core/device_calls.hpp"
 #include "loom/core/error.hpp"
+#include "loom/core/visible_devices.hpp"
 
 namespace loom::detail::cuda_rt {
 
@@ -90,6 +93,10 @@ CudaDeviceProperties device_properties(int device) {
   std::snprintf(bus_id, sizeof bus_id, "%04x:%02x:%02x.0", static_cast<unsigned>(props.pciDomainID),
                 static_cast<unsigned>(props.pciBusID), static_cast<unsigned>(props.pciDeviceID));
   result.pci_bus_id = bus_id;
+  std::array<unsigned char, 16> uuid{};
+  static_assert(sizeof props.uuid.bytes == uuid.size());
+  std::memcpy(uuid.data(), props.uuid.bytes, uuid.size());
+  result.uuid = format_uuid(uuid);
   return result;
 }
 
