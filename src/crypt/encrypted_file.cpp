@@ -14,6 +14,7 @@
 
 #include "loom/core/error.hpp"
 #include "src/core/unique_fd.hpp"
+#include "src/core/writeback.hpp"
 
 namespace loom::crypt {
 
@@ -87,6 +88,7 @@ EncryptedFileInfo parse_header(const unsigned char* header, std::size_t availabl
 }
 
 using loom::detail::Fd;
+using loom::detail::Writeback;
 
 // Opens an output file that only this user can read, and that is this user's own: a link or a
 // file someone else planted there (in a folder others may write into) is refused, never written
@@ -150,6 +152,7 @@ struct EncryptingWriter::State {
   crypto_secretstream_xchacha20poly1305_state stream;
   unsigned char header[header_bytes];
   bool first = true;
+  Writeback writeback;  // the disk writes while the next chunks are sealed
   ~State() { sodium_memzero(&stream, sizeof stream); }
 };
 
@@ -172,6 +175,7 @@ EncryptingWriter::EncryptingWriter(const std::string& path, const SecretKey& key
   sealed_.resize(chunk_bytes + chunk_overhead);
   try {
     write_fully(fd_, h, header_bytes, path_);
+    state_->writeback.wrote(fd_, header_bytes);
   } catch (...) {
     ::close(fd_);
     fd_ = -1;
@@ -198,6 +202,7 @@ void EncryptingWriter::seal(std::span<const unsigned char> plain, bool final) {
                                              final ? crypto_secretstream_xchacha20poly1305_TAG_FINAL : 0);
   state_->first = false;
   write_fully(fd_, sealed_.data(), static_cast<std::size_t>(length), path_);
+  state_->writeback.wrote(fd_, length);
 }
 
 void EncryptingWriter::seal_held(bool final) {

@@ -18,6 +18,7 @@
 #include "loom/core/error.hpp"
 #include "loom/crypt/encrypted_file.hpp"
 #include "src/core/unique_fd.hpp"
+#include "src/core/writeback.hpp"
 
 namespace loom::io {
 
@@ -58,6 +59,7 @@ std::shared_ptr<const crypt::SecretKey> at_rest_key() {
 
 struct OutputFile::Sink {
   detail::Fd fd;                                     // plain, or
+  detail::Writeback writeback;
   std::unique_ptr<crypt::EncryptingWriter> sealed;   // encrypted
 };
 
@@ -118,6 +120,7 @@ void OutputFile::put_now(const void* data, std::size_t bytes) {
     if (n < 0) fail(ErrorCategory::io, "cannot write '", path_, "': ", std::strerror(errno));
     at += n;
     bytes -= static_cast<std::size_t>(n);
+    sink_->writeback.wrote(sink_->fd.get(), static_cast<std::uint64_t>(n));
   }
 }
 
