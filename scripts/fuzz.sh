@@ -15,7 +15,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:-60}
 shift $(($# > 0 ? 1 : 0))
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors checkpoint_state piece_file token_shard topology_json bpe_vocab tokenizer_json llmc_model encrypted_file)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors checkpoint_state piece_file token_shard topology_json bpe_vocab tokenizer_json llmc_model encrypted_file audit_log)
 build=${LOOM_FUZZ_BUILD_DIR:-$root/build-fuzz}
 case $seconds in ''|*[!0-9]*) echo "fuzz: SECONDS must be a whole number, got '$seconds'" >&2; exit 2;; esac
 

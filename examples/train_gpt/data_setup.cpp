@@ -148,4 +148,14 @@ Evaluation RunData::evaluate(loom::nn::GPT& model, bool with_sample) {
   return e;
 }
 
+std::vector<std::string> RunData::files() const {
+  std::vector<std::string> paths;
+  if (shards_) {
+    for (std::size_t i = 0; i < shards_->shards(); ++i) paths.push_back(shards_->shard(i).path());
+  } else if (config_.data.starts_with("text:")) {
+    paths.push_back(config_.data.substr(5));
+  }
+  return paths;
+}
+
 }  // namespace train_gpt

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "loom/data/batch_source.hpp"
 #include "loom/data/bpe_tokenizer.hpp"
@@ -30,6 +31,8 @@ class RunData {
   // "data: 3 llm.c shards (12.0M tokens, mapped), 11718 windows of 1025 tokens, shuffled per epoch; 1302 held out"
   // or empty for the other sources.
   const std::string& description() const { return description_; }
+  // The data files the run reads (the shards, or the text file; none for the addition task).
+  std::vector<std::string> files() const;
   // Held-out loss over config.eval_batches batches, the task metric and a sample.
   Evaluation evaluate(loom::nn::GPT& model, bool with_sample);
 

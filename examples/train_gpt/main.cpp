@@ -52,6 +52,7 @@
 #include "loom/train/stop.hpp"
 #include "loom/loom.hpp"
 #include "run_config.hpp"
+#include "run_audit.hpp"
 #include "run_telemetry.hpp"
 
 namespace {
@@ -189,7 +190,7 @@ std::string model_state_line(const loom::train::Trainer& trainer) {
 // there that verifies (--resume auto) or makes sure there is none (--resume never). Returns the
 // step the run starts at.
 std::int64_t resume_or_start(const train_gpt::RunConfig& config, loom::train::Trainer& trainer,
-                             loom::comm::Communicator* comm, const Log& log) {
+                             loom::comm::Communicator* comm, const Log& log, train_gpt::RunAudit& audit) {
   const std::string& dir = config.checkpoint_dir;
   if (dir.empty()) return 0;
   if (log.leader()) {
@@ -210,6 +211,7 @@ std::int64_t resume_or_start(const train_gpt::RunConfig& config, loom::train::Tr
     return 0;
   }
   log.line("resumed from %s at step %lld\n", outcome.checkpoint.c_str(), static_cast<long long>(trainer.steps_done()));
+  audit.checkpoint_loaded(outcome.checkpoint, trainer.steps_done());
   loom::require(trainer.steps_done() < config.steps, "--steps ", config.steps, " is not beyond step ",
                 trainer.steps_done(), " of the checkpoint '", outcome.checkpoint, "': nothing to train (raise --steps "
                 "to go on)");
@@ -239,7 +241,7 @@ std::optional<loom::convert::GPTWeights> initial_weights(train_gpt::RunConfig& c
   return weights;
 }
 
-int run(const train_gpt::RunConfig& given, loom::World& world) {
+int run(const train_gpt::RunConfig& given, loom::World& world, train_gpt::RunAudit& audit) {
   const Log log(world.rank() == 0);
   train_gpt::RunConfig config = given;
   std::optional<loom::convert::GPTWeights> initial = initial_weights(config);
@@ -294,7 +296,8 @@ int run(const train_gpt::RunConfig& given, loom::World& world) {
            static_cast<long long>(model_config.channels), static_cast<long long>(model_config.context),
            static_cast<long long>(model_config.vocab_size), static_cast<long long>(model_config.parameter_count()),
            config.precision.c_str(), device.to_string().c_str(), recompute.c_str());
-  log.line("%s\n", loom::telemetry::describe_devices(device).c_str());
+  const std::string devices = loom::telemetry::describe_devices(device);
+  log.line("%s\n", devices.c_str());
   if (!batch_line.empty()) log.line("%s\n", batch_line.c_str());
   log.line("%s\n", train_gpt::plan_line(planned).c_str());
   log.line("training: %s\n", loom::train::describe(options).c_str());
@@ -313,7 +316,21 @@ int run(const train_gpt::RunConfig& given, loom::World& world) {
              static_cast<int>(trainer.gradient_sync().bucket_layout().size()), config.grad_reduction.c_str(), dp.summary.c_str());
   }
   log.line("%s\n", model_state_line(trainer).c_str());
-  const std::int64_t first_step = resume_or_start(config, trainer, dp.world, log);
+  if (audit.enabled()) {
+    // What the run is, as one line: the digest in the audit log identifies it.
+    const nlohmann::json configuration = {
+        {"model", {{"layers", model_config.layers}, {"heads", model_config.heads}, {"channels", model_config.channels},
+                   {"context", model_config.context}, {"vocab", model_config.vocab_size}}},
+        {"precision", config.precision}, {"training", loom::train::describe(options)}, {"data", config.data},
+        {"batch", sized.batch}, {"grad_accumulation", sized.grad_accumulation}, {"seed", config.seed},
+        {"steps", config.steps}, {"ranks", world.size()}, {"tensor_parallel", config.tensor_parallel},
+        {"init_from", config.init_from}};
+    audit.start(devices, configuration.dump(), data.files());
+    log.line("audit log: %s (%s)\n", config.audit_log.c_str(),
+             loom::io::at_rest_key() ? "keyed with the run's key" : "unkeyed: give --key-file to key it");
+  }
+  const std::int64_t first_step = resume_or_start(config, trainer, dp.world, log, audit);
+  audit.progress(first_step);
   const std::int64_t skipped_at_start = trainer.skipped_steps();
   const std::int64_t steps_per_seq = config.seq_len > 0 ? config.seq_len : model_config.context;
   const double peak = peak_tflops(device, config.precision) * world.size();
@@ -325,6 +342,7 @@ int run(const train_gpt::RunConfig& given, loom::World& world) {
   auto committed = [&](const loom::io::SaveReport& s) {  // a save is on disk: log it, prune the old ones
     saved_where = s.where;
     totals.add(s);
+    audit.checkpoint_written(s);
     log.line("saved checkpoint %s (%s: training blocked %.3f s, writing took %.2f s, %.1f MB per rank)\n",
              s.where.c_str(), s.asynchronous ? "in the background" : "synchronously", s.blocked_seconds,
              s.write_seconds, static_cast<double>(s.bytes) / 1e6);
@@ -374,6 +392,7 @@ int run(const train_gpt::RunConfig& given, loom::World& world) {
   while (trainer.steps_done() < config.steps) {
     if (device.is_cpu()) loom::reset_cpu_memory_peak();  // (this process's: the step line gives this step's peak)
     const loom::train::StepResult r = trainer.step();
+    audit.progress(r.step);
     // The first batch is always waited for (the loader starts with it): judge the loader after it.
     if (r.step == first_step + 1) data.take_loader_stats();
     interval_seconds += r.seconds;
@@ -439,6 +458,7 @@ int run(const train_gpt::RunConfig& given, loom::World& world) {
       const auto start = std::chrono::steady_clock::now();
       save(false);
       const double save_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      audit.stopped(stop.describe(), saved_where.empty() ? "nothing" : saved_where);
       if (config.checkpoint_dir.empty()) {
         log.line("stopped by %s after step %lld; nothing saved (no --checkpoint-dir)\n", stop.describe().c_str(),
                  static_cast<long long>(r.step));
@@ -538,10 +558,19 @@ int main(int argc, char** argv) {
     }
     const std::unique_ptr<loom::World> world = loom::init(argc, argv, init);
     // A failure is reported while the World lives: its teardown (MPI's) must not delay or hide it.
+    train_gpt::RunAudit audit(config, *world, argc, argv);
     try {
-      return run(config, *world);
+      const int code = run(config, *world, audit);
+      audit.end(code, "", true);
+      return code;
     } catch (const std::exception& error) {  // loom's errors; file-system or allocation failures
-      return report(error);
+      const int code = report(error);
+      try {
+        audit.end(code, error.what(), false);
+      } catch (const std::exception& also) {
+        std::fprintf(stderr, "train_gpt: the audit log's end record: %s\n", also.what());
+      }
+      return code;
     }
   } catch (const std::exception& error) {
     return report(error);

@@ -117,6 +117,9 @@ void RunConfig::add_to(CLI::App& app) {
   app.add_option("--key-file", key_file, "a loom-crypt key file (mode 0600): checkpoints are written encrypted, "
                  "encrypted checkpoints and token shards are read with it, and a TCP rendezvous admits only ranks "
                  "that hold it (as LOOM_KEY_FILE; LOOM_JOB_TOKEN, when set, authenticates the rendezvous instead)");
+  app.add_option("--audit-log", audit_log, "append the run's records to this tamper-evident audit log (one JSON "
+                 "line per event in a BLAKE2b hash chain, keyed with --key-file when given; check it with loom-audit "
+                 "verify): start, devices, data files, checkpoints, stops, end");
   app.add_flag("--async-save", async_save, "periodic saves copy the state to host memory and write it in the "
                "background while training goes on (the last save, and one on a stop, wait for it)");
   app.add_option("--checkpoint-write-mb", checkpoint_write_mb, "each rank writes checkpoints at most this many MB/s "

@@ -1,0 +1,102 @@
+#include "run_audit.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "loom/audit/audit_chain.hpp"
+#include "loom/core/build_info.hpp"
+#include "loom/io/at_rest.hpp"
+
+namespace train_gpt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// BLAKE2b-256 of each file of a checkpoint folder, by name.
+nlohmann::json folder_digests(const std::string& dir) {
+  std::vector<fs::path> files;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    if (e.is_regular_file()) files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  nlohmann::json digests = nlohmann::json::object();
+  for (const fs::path& f : files) digests[f.filename().string()] = loom::audit::file_digest_hex(f.string());
+  return digests;
+}
+
+}  // namespace
+
+RunAudit::RunAudit(const RunConfig& config, loom::World& world, int argc, char** argv) : world_(world) {
+  for (int i = 0; i < argc; ++i) command_line_ += (i > 0 ? " " : "") + std::string(argv[i]);
+  if (config.audit_log.empty()) return;
+  loom::comm::Communicator* comm = world.size() > 1 ? &world.comm() : nullptr;
+  log_ = loom::audit::AuditLog(config.audit_log, comm, loom::io::at_rest_key());
+}
+
+void RunAudit::start(const std::string& devices, const std::string& configuration,
+                     const std::vector<std::string>& data_files) {
+  if (!enabled()) return;
+  const auto key = loom::io::at_rest_key();
+  nlohmann::json start = {{"keyed", key != nullptr},
+                          {"user", loom::audit::current_user()},
+                          {"host", loom::audit::current_host()},
+                          {"ranks", world_.size()},
+                          {"command_line", command_line_},
+                          {"configuration_digest", loom::audit::record_hash(configuration, nullptr)},
+                          {"configuration", configuration},
+                          {"loom_build", loom::to_string(loom::build_info())}};
+  if (key) start["key_id"] = key->id_hex();
+  if (world_.rank() == 0) log_.record("run_start", start);
+  const std::string prefix = "devices: ";
+  log_.record("rank_start", {{"device", devices.starts_with(prefix) ? devices.substr(prefix.size()) : devices},
+                             {"host", loom::audit::current_host()},
+                             {"local_rank", world_.launch().local_rank}});
+  if (world_.rank() == 0) {
+    // Every rank opens the same files; rank 0 reads each once for its digest.
+    for (const std::string& path : data_files) {
+      struct stat info {};
+      const std::int64_t bytes = ::stat(path.c_str(), &info) == 0 ? static_cast<std::int64_t>(info.st_size) : -1;
+      log_.record("data_open", {{"path", fs::absolute(path).string()}, {"bytes", bytes},
+                                {"blake2b", loom::audit::file_digest_hex(path)},
+                                {"encrypted", loom::io::is_encrypted_at_rest(path)}});
+    }
+  }
+  log_.exchange();
+}
+
+void RunAudit::checkpoint_loaded(const std::string& dir, std::int64_t step) {
+  if (!enabled() || world_.rank() != 0) return;
+  log_.record("checkpoint_loaded", {{"path", fs::absolute(dir).string()}, {"step", step}, {"files", folder_digests(dir)}});
+}
+
+void RunAudit::checkpoint_written(const loom::io::SaveReport& save) {
+  if (!enabled() || world_.rank() != 0) return;
+  log_.record("checkpoint_written", {{"path", fs::absolute(save.where).string()}, {"step", save.step}, {"asynchronous", save.asynchronous},
+                                     {"bytes_per_rank", save.bytes}, {"files", folder_digests(save.where)}});
+}
+
+void RunAudit::stopped(const std::string& why, const std::string& saved) {
+  if (!enabled() || world_.rank() != 0) return;
+  log_.record("stop", {{"reason", why}, {"saved", saved}});
+}
+
+void RunAudit::end(int exit_code, const std::string& error, bool collective) {
+  if (!enabled() || ended_) return;
+  ended_ = true;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  nlohmann::json end = {{"exit_code", exit_code}, {"steps", steps_}};
+  if (!error.empty()) end["error"] = error;
+  if (collective) {
+    log_.record("rank_end", {{"device_seconds", seconds}});
+    log_.exchange();
+  } else {
+    end["note"] = "the run failed; the other ranks' ends are not recorded";
+    end["device_seconds_rank_0"] = seconds;
+  }
+  if (world_.rank() == 0) log_.record("run_end", end);
+}
+
+}  // namespace train_gpt

@@ -1,0 +1,53 @@
+// train_gpt --audit-log FILE: the run's records in loom's tamper-evident audit log
+// (audit/audit_log.hpp), keyed with the run's key when it has one (--key-file / LOOM_KEY_FILE).
+//   run_start           user, host, ranks, command line, configuration digest, loom build, keyed
+//   rank_start          each rank's device (UUID, or MIG instance) and host
+//   data_open           every data file the run reads: path, bytes, BLAKE2b-256 (rank 0 reads them)
+//   checkpoint_loaded   the checkpoint resumed from, and checkpoint_written for every save: path,
+//                       step, each file's BLAKE2b-256 as stored (encrypted files: their ciphertext)
+//   stop                a signal or the time limit, and what was saved
+//   rank_end, run_end   each rank's device-seconds (wall time on its device), then the exit code,
+//                       the steps and the error of a failed run
+// Records of every rank go to rank 0 at start-up and at the end (the points every rank reaches
+// together; a background save commits when each rank next looks, so its record is rank 0's
+// alone). Without --audit-log every call does nothing.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/audit/audit_log.hpp"
+#include "loom/comm/world.hpp"
+#include "loom/io/checkpoint_writer.hpp"
+#include "run_config.hpp"
+
+namespace train_gpt {
+
+class RunAudit {
+ public:
+  // Collective over the world (opening the log is agreed). argv: the command line, recorded.
+  RunAudit(const RunConfig& config, loom::World& world, int argc, char** argv);
+  bool enabled() const noexcept { return log_.enabled(); }
+
+  // Collective: run_start, every rank's device, and the data files.
+  void start(const std::string& devices, const std::string& configuration, const std::vector<std::string>& data_files);
+  void checkpoint_loaded(const std::string& dir, std::int64_t step);
+  void checkpoint_written(const loom::io::SaveReport& save);
+  void stopped(const std::string& why, const std::string& saved);
+  // The steps done so far, for the end record.
+  void progress(std::int64_t steps) noexcept { steps_ = steps; }
+  // collective: the ranks end together (a normal return); else rank 0 writes its own end alone.
+  void end(int exit_code, const std::string& error, bool collective);
+
+ private:
+  loom::audit::AuditLog log_;
+  loom::World& world_;
+  std::string command_line_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::int64_t steps_ = 0;
+  bool ended_ = false;
+};
+
+}  // namespace train_gpt
