@@ -175,8 +175,8 @@ int main(int argc, char** argv) {
         loom::crypt::encrypt_file(path, sealed.back(), *key);
       }
       loom::io::set_at_rest_key(key);
-      const auto data_wait = [&](const std::vector<std::string>& paths, const char* name) {
-        const loom::data::ShardSet train_set(paths);
+      const auto data_wait = [&](const std::vector<std::string>& files, const char* name) {
+        const loom::data::ShardSet train_set(files);
         loom::nn::GPTConfig config{.vocab_size = 4096, .context = 128, .layers = 4, .heads = 4, .channels = 128};
         loom::nn::GPT model(config, loom::nn::Precision::fp32(), loom::Device::cpu());
         loom::data::Prefetcher loader(std::make_unique<loom::data::ShardBatches>(
