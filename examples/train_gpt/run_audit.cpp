@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "loom/audit/audit_chain.hpp"
@@ -27,6 +28,17 @@ nlohmann::json folder_digests(const std::string& dir) {
   return digests;
 }
 
+// Runs what rank 0 alone records: a failure there (a file that cannot be read, a full disk) is
+// said on stderr and the run goes on, so rank 0 never leaves the others waiting in a collective.
+template <class F>
+void rank_zero_only(const char* what, F&& f) noexcept {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_gpt: the audit log's %s record failed: %s; training goes on\n", what, e.what());
+  }
+}
+
 }  // namespace
 
 RunAudit::RunAudit(const RunConfig& config, loom::World& world, int argc, char** argv) : world_(world) {
@@ -49,12 +61,12 @@ void RunAudit::start(const std::string& devices, const std::string& configuratio
                           {"configuration", configuration},
                           {"loom_build", loom::to_string(loom::build_info())}};
   if (key) start["key_id"] = key->id_hex();
-  if (world_.rank() == 0) log_.record("run_start", start);
+  if (world_.rank() == 0) rank_zero_only("run_start", [&] { log_.record("run_start", start); });
   const std::string prefix = "devices: ";
   log_.record("rank_start", {{"device", devices.starts_with(prefix) ? devices.substr(prefix.size()) : devices},
                              {"host", loom::audit::current_host()},
                              {"local_rank", world_.launch().local_rank}});
-  if (world_.rank() == 0) {
+  if (world_.rank() == 0) rank_zero_only("data_open", [&] {
     // Every rank opens the same files; rank 0 reads each once for its digest.
     for (const std::string& path : data_files) {
       struct stat info {};
@@ -63,24 +75,29 @@ void RunAudit::start(const std::string& devices, const std::string& configuratio
                                 {"blake2b", loom::audit::file_digest_hex(path)},
                                 {"encrypted", loom::io::is_encrypted_at_rest(path)}});
     }
-  }
+  });
   log_.exchange();
 }
 
 void RunAudit::checkpoint_loaded(const std::string& dir, std::int64_t step) {
   if (!enabled() || world_.rank() != 0) return;
-  log_.record("checkpoint_loaded", {{"path", fs::absolute(dir).string()}, {"step", step}, {"files", folder_digests(dir)}});
+  rank_zero_only("checkpoint_loaded", [&] {
+    log_.record("checkpoint_loaded", {{"path", fs::absolute(dir).string()}, {"step", step}, {"files", folder_digests(dir)}});
+  });
 }
 
 void RunAudit::checkpoint_written(const loom::io::SaveReport& save) {
   if (!enabled() || world_.rank() != 0) return;
-  log_.record("checkpoint_written", {{"path", fs::absolute(save.where).string()}, {"step", save.step}, {"asynchronous", save.asynchronous},
-                                     {"bytes_per_rank", save.bytes}, {"files", folder_digests(save.where)}});
+  rank_zero_only("checkpoint_written", [&] {
+    log_.record("checkpoint_written", {{"path", fs::absolute(save.where).string()}, {"step", save.step},
+                                       {"asynchronous", save.asynchronous}, {"bytes_per_rank", save.bytes},
+                                       {"files", folder_digests(save.where)}});
+  });
 }
 
 void RunAudit::stopped(const std::string& why, const std::string& saved) {
   if (!enabled() || world_.rank() != 0) return;
-  log_.record("stop", {{"reason", why}, {"saved", saved}});
+  rank_zero_only("stop", [&] { log_.record("stop", {{"reason", why}, {"saved", saved}}); });
 }
 
 void RunAudit::end(int exit_code, const std::string& error, bool collective) {
@@ -96,7 +113,7 @@ void RunAudit::end(int exit_code, const std::string& error, bool collective) {
     end["note"] = "the run failed; the other ranks' ends are not recorded";
     end["device_seconds_rank_0"] = seconds;
   }
-  if (world_.rank() == 0) log_.record("run_end", end);
+  if (world_.rank() == 0) rank_zero_only("run_end", [&] { log_.record("run_end", end); });
 }
 
 }  // namespace train_gpt

@@ -16,6 +16,7 @@ namespace {
 
 constexpr std::size_t hash_bytes = 32;
 constexpr std::string_view hash_member = ",\"hash\":\"";
+constexpr std::int64_t max_seq = std::int64_t{1} << 53;
 
 bool is_hex_hash(std::string_view text) {
   if (text.size() != 2 * hash_bytes) return false;
@@ -44,7 +45,11 @@ std::optional<std::string> read_line(std::string_view text, Line& out) {
   if (out.json.is_discarded() || !out.json.is_object()) return "it is not a JSON object";
   const nlohmann::json& j = out.json;
   const auto has = [&](const char* name) { return j.contains(name); };
-  if (!has("seq") || !j["seq"].is_number_integer() || j["seq"].get<std::int64_t>() < 0) return "it has no seq >= 0";
+  // seq stays within JSON's exact integers (2^53), so seq + 1 never overflows in the walk below.
+  if (!has("seq") || !j["seq"].is_number_integer() || j["seq"].get<std::int64_t>() < 0 ||
+      j["seq"].get<std::int64_t>() > max_seq) {
+    return "it has no seq from 0 to 2^53";
+  }
   if (!has("time") || !j["time"].is_string()) return "it has no time";
   if (!has("rank") || !j["rank"].is_number_integer()) return "it has no rank";
   if (!has("event") || !j["event"].is_string()) return "it has no event";
@@ -135,29 +140,14 @@ VerifyResult verify_audit_text(std::string_view text, const crypt::SecretKey* ke
       return problem(Finding::Kind::malformed, number, -1, "not an audit record: " + *why);
     }
     const std::int64_t seq = record.json["seq"].get<std::int64_t>();
-    if (i == 0) {
-      // The log's keying, from its first record.
-      const nlohmann::json& j = record.json;
-      result.keyed = j.contains("keyed") && j["keyed"].is_boolean() && j["keyed"].get<bool>();
-      if (result.keyed) {
-        result.key_id = j.contains("key_id") && j["key_id"].is_string() ? j["key_id"].get<std::string>() : "";
-        if (key == nullptr) {
-          return problem(Finding::Kind::key, number, seq, "the log is keyed (key id " + result.key_id +
-                         "): verifying it needs that key (--key-file or LOOM_KEY_FILE)");
-        }
-        if (key->id_hex() != result.key_id) {
-          return problem(Finding::Kind::key, number, seq, "the log is keyed with key id " + result.key_id +
-                         ", not the given key's " + key->id_hex());
-        }
-        chain_key = key;
-      }
-    }
     const std::int64_t expected = result.last_seq + 1;
     // A record that chains to the one before but has another seq had its seq edited: a removal or
     // a move would have broken the chain too.
     if (seq != expected && record.json["prev"].get<std::string>() == result.last_hash) {
-      return problem(Finding::Kind::edited, number, seq, "it follows seq " + std::to_string(result.last_seq) +
-                     " in the chain but says seq " + std::to_string(seq) + ": the record was edited");
+      return problem(Finding::Kind::edited, number, seq,
+                     (i == 0 ? std::string("it is the chain's first record (its prev is the start)")
+                             : "it follows seq " + std::to_string(result.last_seq) + " in the chain") +
+                         " but says seq " + std::to_string(seq) + ": the record was edited");
     }
     if (seq != expected) {
       const auto moved = line_of_seq.find(expected);
@@ -174,12 +164,36 @@ VerifyResult verify_audit_text(std::string_view text, const crypt::SecretKey* ke
                                                       : "seqs " + std::to_string(expected) + " to " + std::to_string(seq - 1);
       return problem(Finding::Kind::removed, number, seq, missing + " removed before this record");
     }
+    if (i == 0) {
+      // The log's keying, from its first record, once the sequence shows it is the first (a keyed
+      // log whose first record was removed is a removal, not an unkeyed log).
+      const nlohmann::json& j = record.json;
+      result.keyed = j.contains("keyed") && j["keyed"].is_boolean() && j["keyed"].get<bool>();
+      if (result.keyed) {
+        result.key_id = j.contains("key_id") && j["key_id"].is_string() ? j["key_id"].get<std::string>() : "";
+        if (key == nullptr) {
+          return problem(Finding::Kind::key, number, seq, "the log is keyed (key id " + result.key_id +
+                         "): verifying it needs that key (--key-file or LOOM_KEY_FILE)");
+        }
+        if (key->id_hex() != result.key_id) {
+          return problem(Finding::Kind::key, number, seq, "the log is keyed with key id " + result.key_id +
+                         ", not the given key's " + key->id_hex());
+        }
+        chain_key = key;
+      } else if (key != nullptr) {
+        // Not a note: whoever rewrites a keyed log without its key can only make an unkeyed one,
+        // so a log that should be keyed (the caller has its key) and is not fails here.
+        return problem(Finding::Kind::key, number, seq, "the log is not keyed, but a key was given (key id " +
+                       key->id_hex() + "): a keyed log rewritten by someone without its key looks like this; "
+                       "a log written without a key is verified without one (no --key-file, LOOM_KEY_FILE unset)");
+      }
+    }
     if (record_hash(record.body, chain_key) != record.hash) {
       return problem(Finding::Kind::edited, number, seq, "its contents do not match its hash: the record was edited");
     }
     if (record.json["prev"].get<std::string>() != result.last_hash) {
       return problem(Finding::Kind::edited, number, seq,
-                     i == 0 ? std::string("the first record's prev is not the chain's start: records before it were removed")
+                     i == 0 ? std::string("seq 0's prev is not the chain's start (64 zeros): the record was edited")
                             : "its prev is not the hash of " + line_name(number - 1, seq - 1) +
                                   ": that record was edited (its hash recomputed) or replaced");
     }
@@ -194,7 +208,6 @@ VerifyResult verify_audit_text(std::string_view text, const crypt::SecretKey* ke
                            "removed from the end");
   }
   if (unterminated) result.notes.push_back("the file does not end with a newline");
-  if (!result.keyed && key != nullptr) result.notes.push_back("the log is not keyed: the key given was not needed");
   return result;
 }
 

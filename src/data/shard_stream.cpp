@@ -38,7 +38,10 @@ namespace {
 // the file needs when there is none or another.
 crypt::DecryptingReader open_encrypted(const std::string& path) {
   io::require_key_for(path);
-  return crypt::DecryptingReader(path, *io::at_rest_key());
+  const std::shared_ptr<const crypt::SecretKey> key = io::at_rest_key();
+  // (require_key_for passes a header it cannot read: without a key, say which file needs one.)
+  require(key != nullptr, "token shard '", path, "' is encrypted; give its key with --key-file or LOOM_KEY_FILE");
+  return crypt::DecryptingReader(path, *key);
 }
 
 void read_exactly(crypt::DecryptingReader& reader, void* out, std::size_t bytes) {

@@ -14,8 +14,11 @@
 // key file), the hashes are BLAKE2b keyed with a subkey derived from it (crypto_kdf, context
 // "loomaudt"): nobody without the key can make a consistent edit. Neither shows records removed
 // from the end of the file: the last run's "run_end" record is the check a reader makes (a log
-// whose last run has none is noted). The first record of each run says whether the log is keyed
-// and by which key id; a log is keyed or not from its first record on.
+// whose last run has none is noted). The first record of the file and each run's "run_start" say
+// whether the log is keyed ("keyed": true/false) and by which key ("key_id", crypt::SecretKey's
+// id_hex); a log is keyed or not from its first record on. Verifying with a key demands a keyed
+// log: someone without the key could otherwise rewrite a keyed log as an unkeyed one with every
+// hash recomputed (a downgrade), and it would pass.
 #pragma once
 
 #include <cstdint>
@@ -57,7 +60,13 @@ struct VerifyResult {
 };
 
 // Checks a whole log; never throws for anything in the text. key: the log's key when it is keyed
-// (without it, or with another one, a keyed log is a `key` finding).
+// (without it, or with another one, a keyed log is a `key` finding; with it, so is an unkeyed log).
+// The first problem is returned with the records verified before it, in this order per line:
+// malformed or truncated (not a record: JSON object, seq 0..2^53, time, rank, event, prev, and the
+// hash member last), then the sequence (a record that chains to the one before but has another seq
+// was edited; a seq that goes back, or whose expected record is further down, is reordered; one
+// that skips is removed, so a log without its first record names seq 0), then key (the first
+// record, seq 0), then the record's own hash and its prev (edited).
 VerifyResult verify_audit_text(std::string_view text, const crypt::SecretKey* key);
 // The same for a file (an io Error when it cannot be read).
 VerifyResult verify_audit_file(const std::string& path, const crypt::SecretKey* key);

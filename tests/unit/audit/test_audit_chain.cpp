@@ -159,6 +159,11 @@ TEST_CASE("each kind of tampering with an audit log is named at its line and seq
     CHECK(kind_of(r) == Finding::Kind::reordered);
     CHECK(r.problem->line == 3);
   }
+  SECTION("the first record's prev edited, its hash recomputed") {
+    const auto r = verify_audit_text(edit(lines, 0, std::string(64, '0'), std::string(63, '0') + "1", true), nullptr);
+    CHECK(kind_of(r) == Finding::Kind::edited);
+    CHECK_THAT(r.problem->message, Catch::Contains("edited: line 1 (seq 0): seq 0's prev is not the chain's start"));
+  }
   SECTION("an edited seq") {
     const auto r = verify_audit_text(edit(lines, 2, "\"seq\":2", "\"seq\":7", true), nullptr);
     CHECK(kind_of(r) == Finding::Kind::edited);
@@ -200,8 +205,50 @@ TEST_CASE("a keyed audit log needs its key, and an edit with a recomputed hash f
   crypto_kdf_derive_from_key(subkey, sizeof subkey, 1, "loomaudt", key->material());
   const std::size_t at = lines[1].rfind(",\"hash\":\"");
   CHECK(nlohmann::json::parse(lines[1])["hash"] == blake2b_hex(lines[1].substr(0, at), subkey, sizeof subkey));
+  // A keyed log without its first record is a removal, not an unkeyed log, with the key or without.
+  for (const loom::crypt::SecretKey* k : {key.get(), static_cast<const loom::crypt::SecretKey*>(nullptr)}) {
+    const auto headless = loom::audit::verify_audit_text(joined({lines.begin() + 1, lines.end()}), k);
+    CHECK(kind_of(headless) == Finding::Kind::removed);
+    CHECK_THAT(headless.problem->message, Catch::Contains("removed: line 1 (seq 1): seq 0 removed"));
+  }
   // Without the key, a recomputed hash cannot match: the edited record itself is named.
   const auto r = loom::audit::verify_audit_text(edit(lines, 1, "a.bin", "b.bin", true), key.get());
   CHECK(kind_of(r) == Finding::Kind::edited);
   CHECK(r.problem->line == 2);
+}
+
+TEST_CASE("a keyed audit log rewritten without its key (a downgrade to unkeyed) fails with the key", "[audit]") {
+  const auto key = std::make_shared<const loom::crypt::SecretKey>(loom::crypt::SecretKey::generate());
+  std::vector<std::string> lines = lines_of(written_log("downgrade", key));
+  // What someone without the key can do: drop the keying and recompute every hash and prev.
+  std::string prev(64, '0');
+  for (std::string& line : lines) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(line);
+    j.erase("hash");
+    if (j.contains("keyed")) j["keyed"] = false;
+    j.erase("key_id");
+    j["prev"] = prev;
+    std::string body = j.dump();
+    body.pop_back();
+    prev = blake2b_hex(body);
+    line = body + ",\"hash\":\"" + prev + "\"}";
+  }
+  const std::string forged = joined(lines);
+  CHECK(loom::audit::verify_audit_text(forged, nullptr).ok());  // unkeyed, nothing can tell
+  const auto r = loom::audit::verify_audit_text(forged, key.get());
+  CHECK(kind_of(r) == Finding::Kind::key);
+  CHECK((r.problem->line == 1 && r.problem->seq == 0));
+  CHECK_THAT(r.problem->message, Catch::Contains("not keyed, but a key was given"));
+}
+
+TEST_CASE("an audit record's seq must be an integer from 0 to 2^53", "[audit]") {
+  const std::string zeros(64, '0');
+  for (const std::string seq : {"-1", "9007199254740993", "9223372036854775807", "18446744073709551615", "1.5", "\"0\""}) {
+    INFO(seq);
+    const std::string line =
+        "{\"seq\":" + seq + ",\"time\":\"t\",\"rank\":0,\"event\":\"e\",\"prev\":\"" + zeros + "\",\"hash\":\"" + zeros + "\"}\n";
+    const auto r = loom::audit::verify_audit_text(line, nullptr);
+    CHECK(kind_of(r) == Finding::Kind::malformed);
+    CHECK_THAT(r.problem->message, Catch::Contains("malformed: line 1:") && Catch::Contains("seq"));
+  }
 }
