@@ -368,7 +368,7 @@ TEST_CASE("rendezvous: with a job secret every rank gets rank 0's blob", "[comm]
                     Catch::Contains("the job token has 5 characters; use at least 16"));
 }
 
-TEST_CASE("rendezvous: a peer with another secret or none is refused and reported; the job completes",
+TEST_CASE("rendezvous: a peer with another secret or none is refused and reported, and the job completes",
           "[comm][rendezvous][crypt]") {
   const RendezvousSecret secret = RendezvousSecret::from_token(token);
   const RendezvousSecret other = RendezvousSecret::from_token("another-secret-of-16+");

@@ -31,7 +31,7 @@ struct Args {
 
 }  // namespace
 
-TEST_CASE("loom's flags are removed from argv and applied; the program's own flags stay", "[comm]") {
+TEST_CASE("loom's flags are removed from argv and applied, and the program's own flags stay", "[comm]") {
   Args args({"train", "--steps", "10", "--loom-rank=1", "--loom-world-size", "4", "--loom-backend", "mpi",
              "--loom-allow-gpu-sharing", "--loom-device=cpu", "--loom-timeout-ms", "2500", "--lr=3e-3"});
   const loom::InitOptions options = loom::parse_init_flags(args.argc, args.argv);

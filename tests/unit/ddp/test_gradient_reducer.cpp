@@ -167,7 +167,7 @@ TEST_CASE("buckets are ranges of the space, the same on every rank whatever orde
   CHECK(errors[1] == 0);
 }
 
-TEST_CASE("no_sync accumulates locally; the last micro-batch reduces the sum once", "[ddp]") {
+TEST_CASE("no_sync accumulates locally, and the last micro-batch reduces the sum once", "[ddp]") {
   std::vector<double> local_after_no_sync(3, -1), errors(3, -1);
   std::vector<int> started_in_no_sync(3, -1);
   loom::comm::run_in_process(3, [&](Communicator& comm) {

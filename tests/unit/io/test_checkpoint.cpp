@@ -286,7 +286,7 @@ TEST_CASE("resume finds the newest checkpoint that verifies, whatever `latest` s
   CHECK(untouched_trainer.steps_done() == 0);
 }
 
-TEST_CASE("retention keeps the newest N, every k-th and `latest`; stale temporaries go", "[io]") {
+TEST_CASE("retention keeps the newest N, every k-th and `latest`, and stale temporaries go", "[io]") {
   const fs::path dir = fresh_dir("prune");
   loom::nn::GPT model(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu(), 3);
   auto data = task_data();

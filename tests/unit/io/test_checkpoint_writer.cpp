@@ -167,7 +167,7 @@ TEST_CASE("a save's commit waits past the training communicator's timeout, up to
   CHECK(loom::io::verify_checkpoint((run / "step_00000001").string()) == 1);
 }
 
-TEST_CASE("a rank that cannot write fails the background save on every rank; `latest` keeps the previous one",
+TEST_CASE("a rank that cannot write fails the background save on every rank, and `latest` keeps the previous one",
           "[io][writer]") {
   const fs::path run = fresh_dir("failure");
   // On rank 1 the run directory is under a regular file: its file system does not show it the

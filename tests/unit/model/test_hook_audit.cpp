@@ -94,7 +94,7 @@ std::string first_step_error(loom::model::Model& model, loom::comm::Communicator
 
 }  // namespace
 
-TEST_CASE("a model that calls its unit hooks in pairs passes the audit; a misuse is named", "[model][train]") {
+TEST_CASE("a model that calls its unit hooks in pairs passes the audit, and a misuse is named", "[model][train]") {
   TwoLayers good(Mistake::none);
   {
     loom::model::HookAudit audit(good);

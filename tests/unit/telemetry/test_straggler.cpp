@@ -29,7 +29,7 @@ RankWindow window(int rank, double forward, double backward, double communicatio
 
 }  // namespace
 
-TEST_CASE("a compute phase over the median by the margin names its rank; the waiting ranks do not",
+TEST_CASE("a compute phase over the median by the margin names its rank, and the waiting ranks do not",
           "[telemetry]") {
   // Rank 2's backward is 38% over the others'; ranks 0 and 1 wait for it in communication.
   const std::vector<RankWindow> ranks = {window(0, 0.05, 0.100, 0.040), window(1, 0.05, 0.100, 0.039),
