@@ -303,7 +303,8 @@ int run(const train_gpt::RunConfig& given, loom::World& world, train_gpt::RunAud
   log.line("training: %s\n", loom::train::describe(options).c_str());
   if (const auto key = loom::io::at_rest_key()) {
     log.line("encryption at rest: key %s; checkpoints are written encrypted, encrypted shards are decrypted in the "
-             "loader\n", key->id_hex().c_str());
+             "loader; plain checkpoints and shards are %s\n", key->id_hex().c_str(),
+             loom::io::plain_input_allowed() ? "read too (--allow-plain-input)" : "refused");
   }
   if (!data.description().empty()) log.line("%s\n", data.description().c_str());
   if (dp.mesh) log.line("%s\n", dp.mesh->describe().c_str());
@@ -554,6 +555,7 @@ int main(int argc, char** argv) {
     // rendezvous reads it from the environment, so the flag sets that too.
     if (std::optional<loom::crypt::SecretKey> key = loom::crypt::SecretKey::from_flag_or_environment(config.key_file)) {
       loom::io::set_at_rest_key(std::make_shared<const loom::crypt::SecretKey>(std::move(*key)));
+      loom::io::set_plain_input_allowed(config.allow_plain_input);
       if (!config.key_file.empty()) ::setenv("LOOM_KEY_FILE", config.key_file.c_str(), 1);
     }
     const std::unique_ptr<loom::World> world = loom::init(argc, argv, init);

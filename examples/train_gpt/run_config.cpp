@@ -117,6 +117,9 @@ void RunConfig::add_to(CLI::App& app) {
   app.add_option("--key-file", key_file, "a loom-crypt key file (mode 0600): checkpoints are written encrypted, "
                  "encrypted checkpoints and token shards are read with it, and a TCP rendezvous admits only ranks "
                  "that hold it (as LOOM_KEY_FILE; LOOM_JOB_TOKEN, when set, authenticates the rendezvous instead)");
+  app.add_flag("--allow-plain-input", allow_plain_input, "with a key: also resume from plain checkpoints and train on "
+               "plain token shards (by default a run with a key refuses them, so that a plain file cannot stand in "
+               "for an encrypted one)");
   app.add_option("--audit-log", audit_log, "append the run's records to this tamper-evident audit log (one JSON "
                  "line per event in a BLAKE2b hash chain, keyed with --key-file when given; check it with loom-audit "
                  "verify): start, devices, data files, checkpoints, stops, end");

@@ -50,6 +50,7 @@ struct RunConfig {
   bool async_save = false;            // the periodic saves write in the background while training goes on
   bool group_readable = false;        // what the run writes is 0640/0750 instead of owner-only
   std::string key_file;               // encryption at rest (else LOOM_KEY_FILE; neither: plain files)
+  bool allow_plain_input = false;     // with a key, plain checkpoints and shards are read too
   std::string audit_log;              // the tamper-evident audit log to append to (empty: none)
   double checkpoint_write_mb = 0;     // MB/s each rank writes at most (0: no limit)
   double time_limit = 0;              // seconds of wall time, then stop as on SIGTERM (0: none)

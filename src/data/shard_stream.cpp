@@ -65,6 +65,7 @@ MappedShard::MappedShard(const std::string& path) : path_(path) {
     count_ = check_token_shard(header, static_cast<std::int64_t>(reader.info().plaintext_bytes), path);
     return;
   }
+  io::require_encrypted_input(path, "token shard");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(ErrorCategory::io, "cannot open token shard '", path, "': ", std::strerror(errno));
   struct stat info {};

@@ -52,6 +52,7 @@ std::vector<std::uint16_t> parse_token_shard(std::string_view bytes, const std::
 std::vector<std::uint16_t> read_token_shard(const std::string& path) {
   // An encrypted shard (io/at_rest.hpp) is decrypted and verified whole first.
   if (crypt::is_encrypted_file(path)) return parse_token_shard(io::read_at_rest(path), path);
+  io::require_encrypted_input(path, "token shard");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(ErrorCategory::io, "cannot open token shard '", path, "'");
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

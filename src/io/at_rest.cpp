@@ -26,6 +26,7 @@ namespace {
 
 std::mutex key_mutex;
 std::shared_ptr<const crypt::SecretKey> process_key;
+bool plain_allowed = false;
 
 // The key that opens an encrypted file, or an Error that says which key the file needs.
 std::shared_ptr<const crypt::SecretKey> key_for(const std::string& path) {
@@ -53,6 +54,28 @@ void set_at_rest_key(std::shared_ptr<const crypt::SecretKey> key) {
 std::shared_ptr<const crypt::SecretKey> at_rest_key() {
   const std::lock_guard lock(key_mutex);
   return process_key;
+}
+
+void set_plain_input_allowed(bool allowed) {
+  const std::lock_guard lock(key_mutex);
+  plain_allowed = allowed;
+}
+
+bool plain_input_allowed() {
+  const std::lock_guard lock(key_mutex);
+  return plain_allowed;
+}
+
+void require_encrypted_input(const std::string& path, const char* what) {
+  const std::shared_ptr<const crypt::SecretKey> key = at_rest_key();
+  std::error_code error;
+  if (key == nullptr || plain_input_allowed() || !std::filesystem::is_regular_file(path, error) ||
+      crypt::is_encrypted_file(path)) {
+    return;  // (a missing file is named by whoever reads it)
+  }
+  fail(ErrorCategory::invalid_argument, what, " '", path, "' is plain, but this run encrypts at rest (key id ",
+       key->id_hex(), "), so it reads only encrypted input: encrypt it with loom-crypt encrypt, or pass "
+       "--allow-plain-input to read plain files");
 }
 
 // ---- OutputFile -----------------------------------------------------------------------------
@@ -221,6 +244,83 @@ FileDigest digest_at_rest(const std::string& path, Expect expect) {
   FileDigest digest;
   while (const std::size_t got = reader.read(buffer)) add(digest, buffer.data(), got);
   return digest;
+}
+
+// ---- PlaintextReader ------------------------------------------------------------------------
+
+struct PlaintextReader::Source {
+  detail::Fd fd;                                      // plain, or
+  std::shared_ptr<const crypt::SecretKey> key;        // encrypted: the reader and where it stands
+  std::unique_ptr<crypt::DecryptingReader> sealed;
+  std::uint64_t position = 0;
+  std::vector<unsigned char> passed;  // where the bytes a read ahead passes over go
+  std::string whole;                  // after a read behind: the whole plaintext
+  bool held = false;
+};
+
+PlaintextReader::PlaintextReader(std::string path, Expect expect)
+    : path_(std::move(path)), source_(std::make_unique<Source>()) {
+  if (encrypted_as_expected(path_, expect)) {
+    source_->key = key_for(path_);
+    source_->sealed = std::make_unique<crypt::DecryptingReader>(path_, *source_->key);
+    size_ = source_->sealed->info().plaintext_bytes;
+    return;
+  }
+  source_->fd = detail::Fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+  if (source_->fd.get() < 0) fail(ErrorCategory::io, "cannot open '", path_, "': ", std::strerror(errno));
+  struct stat info {};
+  if (::fstat(source_->fd.get(), &info) != 0) fail(ErrorCategory::io, "cannot stat '", path_, "': ", std::strerror(errno));
+  size_ = static_cast<std::uint64_t>(info.st_size);
+}
+
+PlaintextReader::~PlaintextReader() = default;
+
+bool PlaintextReader::encrypted() const noexcept { return source_->key != nullptr; }
+
+void PlaintextReader::read(void* out, std::size_t bytes, std::uint64_t offset) {
+  if (offset > size_ || bytes > size_ - offset) {
+    fail(ErrorCategory::corrupt_data, "'", path_, "': ", bytes, " bytes at byte ", offset, " go past its end at ",
+         size_, " (truncated?)");
+  }
+  auto* at = static_cast<unsigned char*>(out);
+  Source& s = *source_;
+  if (!s.key) {
+    while (bytes > 0) {
+      const ssize_t got = ::pread(s.fd.get(), at, bytes, static_cast<off_t>(offset));
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) fail(ErrorCategory::io, "cannot read '", path_, "': ", std::strerror(errno));
+      if (got == 0) fail(ErrorCategory::corrupt_data, "'", path_, "' ends at byte ", offset, " (truncated)");
+      at += got;
+      offset += static_cast<std::uint64_t>(got);
+      bytes -= static_cast<std::size_t>(got);
+    }
+    return;
+  }
+  if (offset < s.position && !s.held) {
+    // Behind: a reader out of file order would decrypt from the header again and again, so the
+    // whole file is decrypted (and verified) once and held.
+    s.whole = read_at_rest(path_, Expect::encrypted);
+    s.held = true;
+    s.sealed.reset();
+  }
+  if (s.held) {
+    std::memcpy(at, s.whole.data() + offset, bytes);
+    return;
+  }
+  // next(): bytes from the stream into `to`; the header's size says they are there, so a stream
+  // that ends first was cut short (the reader verified every chunk it handed on).
+  auto next = [&](unsigned char* to, std::size_t n) {
+    const std::size_t got = s.sealed->read({to, n});
+    if (got == 0) {
+      fail(ErrorCategory::corrupt_data, "'", path_, "' ends at plaintext byte ", s.position, ", before the ", size_,
+           " bytes its size says");
+    }
+    s.position += got;
+    return got;
+  };
+  if (s.position < offset) s.passed.resize(std::min<std::size_t>(s.sealed->info().chunk_bytes, 1u << 20));
+  while (s.position < offset) next(s.passed.data(), static_cast<std::size_t>(std::min<std::uint64_t>(s.passed.size(), offset - s.position)));
+  for (std::size_t done = 0; done < bytes;) done += next(at + done, bytes - done);
 }
 
 void write_at_rest_atomically(const std::string& path, const std::string& contents) {

@@ -260,6 +260,7 @@ std::string checkpoint_or_latest(const std::string& path) {
 
 TrainingProgress load_checkpoint(const std::string& path, model::Model& model, optim::Optimizer& optimizer) {
   const std::string dir = checkpoint_or_latest(path);
+  require_encrypted_input((fs::path(dir) / "state.json").string(), "checkpoint file");
   detail::CheckpointManifest read = detail::read_manifest(dir);
   require_matching_config(read, model, dir);
   require(read.precision == model.precision().name(), "checkpoint '", dir, "' was trained in ", read.precision,

@@ -106,14 +106,24 @@ std::vector<fs::path> list_candidates(const std::string& run_dir, CheckpointSear
   return candidates;
 }
 
+// A missing or wrong key for any file of a candidate, or a plain checkpoint in a run that reads
+// only encrypted ones (io/at_rest.hpp): not damage, so an invalid_argument Error that stops the
+// search (passing over every checkpoint for it would start the run afresh, and then prune them).
+void require_keys_for(const fs::path& candidate) {
+  std::error_code error;
+  std::vector<fs::path> files;
+  for (const fs::directory_entry& entry : fs::directory_iterator(candidate, error)) files.push_back(entry.path());
+  std::sort(files.begin(), files.end());  // the same file named first every time
+  for (const fs::path& file : files) require_key_for(file.string());
+  require_encrypted_input((candidate / "state.json").string(), "checkpoint file");
+}
+
 }  // namespace
 
 CheckpointSearch find_resumable_checkpoint(const std::string& run_dir) {
   CheckpointSearch search;
   for (const fs::path& candidate : list_candidates(run_dir, search)) {
-    // A missing or wrong key (io/at_rest.hpp) is not damage: passing over every checkpoint for
-    // it would start the run afresh.
-    require_key_for((candidate / "state.json").string());
+    require_keys_for(candidate);
     try {
       search.step = verify_checkpoint(candidate.string());
       search.chosen = candidate.string();
@@ -142,7 +152,7 @@ CheckpointSearch find_resumable_checkpoint(const std::string& run_dir, comm::Com
     std::string problem;  // "k" + why for a key problem (not damage: it stops the search), "d" + why
     std::int64_t step = 0;
     try {
-      require_key_for((fs::path(candidate) / "state.json").string());
+      require_keys_for(candidate);
     } catch (const Error& e) {
       problem = "k" + std::string(e.what());
     }

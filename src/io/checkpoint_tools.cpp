@@ -130,9 +130,9 @@ void export_weights(const std::string& dir, const std::string& out_file) {
   }
   verify_checkpoint(dir);
   const std::string model = (fs::path(dir) / "model.safetensors").string();
-  // Read where each tensor lies; an encrypted file is decrypted into memory first (io/at_rest.hpp).
-  const std::string plain = m.encrypted ? read_at_rest(model, Expect::encrypted) : std::string();
-  const SafetensorsIndex index = m.encrypted ? parse_safetensors_index(plain, model) : read_safetensors_index(model);
+  // Read where each tensor lies, in file order (an encrypted file streams through once).
+  PlaintextReader file(model, m.data_files());
+  const SafetensorsIndex index = read_safetensors_index(file);
   std::vector<std::pair<std::uint64_t, std::string>> order;  // the file's own order
   for (const auto& [name, entry] : index.entries) order.emplace_back(entry.begin, name);
   std::sort(order.begin(), order.end());
@@ -140,8 +140,7 @@ void export_weights(const std::string& dir, const std::string& out_file) {
   for (const auto& [at, name] : order) specs.push_back({name, index.entries.at(name).dtype, index.entries.at(name).shape});
   SafetensorsWriter writer(out_file, specs, weights_metadata(m));
   for (const auto& [at, name] : order) {
-    writer.write(name, m.encrypted ? safetensors_tensor_in(plain, index, name, model)
-                                   : read_safetensors_tensor(model, index, name));
+    writer.write(name, read_safetensors_tensor(file, index, name));
   }
   writer.finish();
 }

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "loom/core/error.hpp"
+#include "loom/io/at_rest.hpp"
 
 namespace loom::io {
 
@@ -44,19 +45,10 @@ FileDigest write_piece_file(const std::string& path, std::span<const StoredPiece
   return write_safetensors(path, tensors, all, crcs, max_bytes_per_second);  // one pass over the data computes every CRC-32
 }
 
-namespace {
-
-std::shared_ptr<const std::string> plaintext_if_encrypted(const std::string& path, Expect expect) {
-  if (!encrypted_as_expected(path, expect)) return nullptr;
-  return std::make_shared<const std::string>(read_at_rest(path, Expect::encrypted));
-}
-
-}  // namespace
-
 PieceFile::PieceFile(std::string path, Expect expect)
     : path_(std::move(path)),
-      plain_(plaintext_if_encrypted(path_, expect)),
-      index_(plain_ ? parse_safetensors_index(*plain_, path_) : read_safetensors_index(path_)) {
+      file_(std::make_unique<PlaintextReader>(path_, expect)),
+      index_(read_safetensors_index(*file_)) {
   auto corrupt = [&](auto&&... parts) {
     fail(ErrorCategory::corrupt_data, "piece file '", path_, "': ", std::forward<decltype(parts)>(parts)...);
   };
@@ -129,11 +121,10 @@ PieceFile::PieceFile(std::string path, Expect expect)
   }
 }
 
-Tensor PieceFile::read(std::size_t i) const {
+Tensor PieceFile::read(std::size_t i) {
   require(i < pieces_.size(), "piece file '", path_, "': piece ", i, " of ", pieces_.size());
   const PieceEntry& e = pieces_[i];
-  Tensor data = plain_ ? safetensors_tensor_in(*plain_, index_, e.entry, path_)
-                      : read_safetensors_tensor(path_, index_, e.entry);
+  Tensor data = read_safetensors_tensor(*file_, index_, e.entry);
   const std::uint32_t crc = crc_of(data);
   if (crc != e.crc32) {
     fail(ErrorCategory::corrupt_data, "piece file '", path_, "': entry '", e.entry, "' (the piece [", e.piece.begin,

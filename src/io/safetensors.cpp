@@ -225,72 +225,41 @@ std::uint64_t header_length(const unsigned char* prefix) {
   return length;
 }
 
-// Reads exactly `bytes` at `offset` of an open file: an io Error, or a corrupt_data one when the
-// file ends first.
-void read_at(int fd, void* out, std::uint64_t bytes, std::uint64_t offset, const std::string& path) {
-  auto* at = static_cast<char*>(out);
-  while (bytes > 0) {
-    const ssize_t got = ::pread(fd, at, bytes, static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) fail(ErrorCategory::io, "cannot read '", path, "': ", std::strerror(errno));
-    if (got == 0) fail(ErrorCategory::corrupt_data, "safetensors '", path, "': ends at byte ", offset, " (truncated)");
-    at += got;
-    offset += static_cast<std::uint64_t>(got);
-    bytes -= static_cast<std::uint64_t>(got);
-  }
-}
-
-// An open file, closed on every path.
-class ReadFile {
- public:
-  explicit ReadFile(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
-    if (fd_ < 0) fail(ErrorCategory::io, "cannot open '", path, "': ", std::strerror(errno));
-  }
-  ~ReadFile() { ::close(fd_); }
-  ReadFile(const ReadFile&) = delete;
-  ReadFile& operator=(const ReadFile&) = delete;
-  int fd() const noexcept { return fd_; }
-
- private:
-  int fd_;
-};
-
 }  // namespace
 
-SafetensorsIndex read_safetensors_index(const std::string& path) {
-  const ReadFile file(path);
-  struct stat info {};
-  if (::fstat(file.fd(), &info) != 0) fail(ErrorCategory::io, "cannot stat '", path, "': ", std::strerror(errno));
-  const auto size = static_cast<std::uint64_t>(info.st_size);
+SafetensorsIndex read_safetensors_index(PlaintextReader& file) {
+  const std::uint64_t size = file.size();
   if (size < 8) {
-    fail(ErrorCategory::corrupt_data, "safetensors '", path, "': only ", size,
+    fail(ErrorCategory::corrupt_data, "safetensors '", file.path(), "': only ", size,
          " bytes, shorter than the 8-byte header length (truncated)");
   }
   unsigned char prefix[8];
-  read_at(file.fd(), prefix, 8, 0, path);
+  file.read(prefix, 8, 0);
   const std::uint64_t length = header_length(prefix);
   if (length > size - 8) {
-    fail(ErrorCategory::corrupt_data, "safetensors '", path, "': header of ", length, " bytes does not fit in ", size,
-         " bytes (truncated)");
+    fail(ErrorCategory::corrupt_data, "safetensors '", file.path(), "': header of ", length, " bytes does not fit in ",
+         size, " bytes (truncated)");
   }
   std::string header(length, '\0');
-  read_at(file.fd(), header.data(), length, 8, path);
-  return parse_index(header, 8 + length, size - 8 - length, path);
+  file.read(header.data(), length, 8);
+  return parse_index(header, 8 + length, size - 8 - length, file.path());
 }
 
-Tensor read_safetensors_tensor(const std::string& path, const SafetensorsIndex& index, const std::string& name) {
+SafetensorsIndex read_safetensors_index(const std::string& path) {
+  PlaintextReader file(path);
+  return read_safetensors_index(file);
+}
+
+Tensor read_safetensors_tensor(PlaintextReader& file, const SafetensorsIndex& index, const std::string& name) {
   const auto it = index.entries.find(name);
-  require(it != index.entries.end(), "safetensors '", path, "' has no tensor '", name, "'");
+  require(it != index.entries.end(), "safetensors '", file.path(), "' has no tensor '", name, "'");
   const SafetensorsEntry& entry = it->second;
   Tensor t = Tensor::empty(entry.shape, entry.dtype);
-  if (entry.end > entry.begin) {
-    const ReadFile file(path);
-    read_at(file.fd(), t.raw_data(), entry.end - entry.begin, index.data_start + entry.begin, path);
-  }
+  if (entry.end > entry.begin) file.read(t.raw_data(), entry.end - entry.begin, index.data_start + entry.begin);
   return t;
 }
 
-SafetensorsIndex parse_safetensors_index(std::string_view file, const std::string& path) {
+SafetensorsContents parse_safetensors(std::string_view file, const std::string& path) {
   if (file.size() < 8) {
     fail(ErrorCategory::corrupt_data, "safetensors '", path, "': only ", file.size(),
          " bytes, shorter than the 8-byte header length (truncated)");
@@ -300,23 +269,7 @@ SafetensorsIndex parse_safetensors_index(std::string_view file, const std::strin
     fail(ErrorCategory::corrupt_data, "safetensors '", path, "': header of ", length, " bytes does not fit in ",
          file.size(), " bytes (truncated)");
   }
-  return parse_index(file.substr(8, length), 8 + length, file.size() - 8 - length, path);
-}
-
-Tensor safetensors_tensor_in(std::string_view file, const SafetensorsIndex& index, const std::string& name,
-                             const std::string& path) {
-  const auto it = index.entries.find(name);
-  require(it != index.entries.end(), "safetensors '", path, "' has no tensor '", name, "'");
-  const SafetensorsEntry& entry = it->second;
-  require(index.data_start + entry.end <= file.size(), ErrorCategory::corrupt_data, "safetensors '", path,
-          "': tensor '", name, "' ends past the file's ", file.size(), " bytes");
-  Tensor t = Tensor::empty(entry.shape, entry.dtype);
-  if (entry.end > entry.begin) std::memcpy(t.raw_data(), file.data() + index.data_start + entry.begin, entry.end - entry.begin);
-  return t;
-}
-
-SafetensorsContents parse_safetensors(std::string_view file, const std::string& path) {
-  const SafetensorsIndex index = parse_safetensors_index(file, path);
+  const SafetensorsIndex index = parse_index(file.substr(8, length), 8 + length, file.size() - 8 - length, path);
   SafetensorsContents contents;
   contents.metadata = index.metadata;
   for (const auto& [name, entry] : index.entries) {

@@ -4,7 +4,9 @@
 # and its last checkpoint decrypts to the plain run's rank file byte for byte); every file of its
 # checkpoints is encrypted; a resume from step 20 continues bit for bit; without the key, or with
 # another one, the resume is refused naming the key id and nothing in the checkpoint folder
-# changes; a key file others may read is refused by name.
+# changes; with a key, a plain checkpoint and plain shards are refused by name unless
+# --allow-plain-input is given, and then the run resumes from the plain checkpoint bit for bit and
+# writes encrypted ones; a key file others may read is refused by name.
 # usage: train_gpt_encrypted.sh TRAIN_GPT LOOM_CRYPT WORK_DIR
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -37,7 +39,7 @@ id=$("$crypt" inspect sealed/train_000.bin | grep -oE 'key id [0-9a-f]{32}' | cu
 loss_at() { sed -nE "s/^step +$1\/[0-9]+ \| loss ([0-9.]+) .*/\1/p" "$2"; }
 losses() { for s in "${@:2}"; do loss_at "$s" "$1"; done | tr '\n' ' '; }
 common=(--steps 40 --log-every 10 --eval-every 0 --checkpoint-every 20 --batch 4 --grad-accum 2 --seed 3)
-magic_of() { head -c 8 "$1"; }
+magic_of() { head -c 8 "$1" | tr -d '\0'; }
 decrypted() { "$crypt" decrypt "$1" "$2" --key-file key > /dev/null; }
 
 "$train_gpt" "${common[@]}" --data "shards:shards/train_*.bin" --checkpoint-dir plain > plain.log 2>&1 ||
@@ -76,13 +78,14 @@ fi
 
 # No key, another key: refused by name, the checkpoint folder untouched.
 rm -rf sealed_run/step_00000040
-before=$(cd sealed_run && find . -type f -exec sha256sum {} + | sort)
+snapshot() { find sealed_run plain -type f -exec sha256sum {} + | sort; }
+before=$(snapshot)
 refused() {  # NAME PATTERN ARGS...
   local name=$1 pattern=$2; shift 2
   "$train_gpt" "${common[@]}" "$@" > refused.log 2>&1
   local code=$?
   local after
-  after=$(cd sealed_run && find . -type f -exec sha256sum {} + | sort)
+  after=$(snapshot)
   if [ "$code" != 0 ] && grep -qE "$pattern" refused.log && ! grep -qE "^step +[0-9]+/" refused.log &&
      [ "$after" = "$before" ]; then
     pass "$name: refused (exit $code), nothing written: $(grep -m1 -oE "$pattern.{0,60}" refused.log)"
@@ -93,10 +96,27 @@ refused() {  # NAME PATTERN ARGS...
 refused "no key" "is encrypted \(key id $id\); give its key with --key-file" --data "shards:shards/train_*.bin" \
   --checkpoint-dir sealed_run
 refused "another key" "encrypted under key id $id, but the key given .* has id" --data "shards:shards/train_*.bin" \
-  --checkpoint-dir sealed_run --key-file other
+  --checkpoint-dir sealed_run --key-file other --allow-plain-input
+refused "a plain checkpoint with a key" "state.json' is plain, but this run encrypts at rest \(key id $id\)" \
+  --data "shards:sealed/train_*.bin" --checkpoint-dir plain --key-file key
+refused "plain shards with a key" "token shard '[^']*train_000.bin' is plain.*--allow-plain-input" \
+  --data "shards:shards/train_*.bin" --checkpoint-dir sealed_run --key-file key
 chmod 0644 key
 refused "a key file others may read" "key.*(0644|readable)" --data "shards:sealed/train_*.bin" \
   --checkpoint-dir sealed_run --key-file key
 chmod 0600 key
 refused "encrypted shards without a key" "train_000.bin' is encrypted \(key id $id\)" --data "shards:sealed/train_*.bin"
+
+# --allow-plain-input: the plain run's step 20 resumed with a key continues bit for bit, and what
+# it saves from then on is encrypted.
+cp -r plain moving && rm -rf moving/step_00000040
+if "$train_gpt" "${common[@]}" --data "shards:shards/train_*.bin" --checkpoint-dir moving --key-file key \
+     --allow-plain-input > moving.log 2>&1 && grep -q "plain checkpoints and shards are read too" moving.log &&
+   [ "$(losses moving.log 30 40)" = "$(losses plain.log 30 40)" ] &&
+   [ "$(magic_of moving/step_00000040/rank_00000.safetensors)" = "LOOMCRYP" ] &&
+   [ "$(magic_of moving/step_00000020/rank_00000.safetensors)" != "LOOMCRYP" ]; then
+  pass "--allow-plain-input resumes a plain checkpoint with a key: losses $(losses moving.log 30 40)and step 40 encrypted"
+else
+  fail "--allow-plain-input: losses $(losses moving.log 30 40)against $(losses plain.log 30 40); $(tail -3 moving.log)"
+fi
 [ "$failures" = 0 ]

@@ -4,18 +4,21 @@
 //
 // One key per process, like the file modes (io/files.hpp): train_gpt --key-file or LOOM_KEY_FILE
 // sets it before anything is written. With a key set, what loom writes as checkpoint data is
-// encrypted; without one it is plain, as before. Reading judges each file by its header, so a run
-// with a key still resumes from a plain checkpoint (and then saves encrypted ones); an encrypted
-// file met without a key, or under another key, is an invalid_argument Error naming the file and
-// the key id it needs, never "corruption".
+// encrypted; without one it is plain, as before. Reading judges each file by its header; an
+// encrypted file met without a key, or under another key, is an invalid_argument Error naming the
+// file and the key id it needs, never "corruption". A run with a key refuses to resume from a
+// plain checkpoint or to train on plain token shards (require_encrypted_input), so that nobody
+// who can write the folder slips plain weights or data in, unless plain input is allowed
+// (train_gpt --allow-plain-input: a run moving to encryption, public data).
 //
 // A checkpoint is all of one kind: its state.json says which (it is encrypted too), and a data
 // file of the other kind is refused by name (Expect), so nobody can slip a plain file into an
 // encrypted checkpoint. Sizes and CRC-32s in state.json are of the plaintext: the same numbers a
 // plain save of the same state writes, and the check loom made before encryption existed.
 //
-// Encrypted files cannot be read at an offset (every chunk is chained to the one before), so a
-// reader that takes pieces where they lie (PieceFile) decrypts the whole file into memory first.
+// Encrypted files cannot be read at an offset (every chunk is chained to the one before): a reader
+// that takes pieces where they lie (PieceFile) reads through PlaintextReader, which streams
+// forward through one chunk of memory, decrypting up to the last piece it is asked for.
 #pragma once
 
 #include <chrono>
@@ -31,6 +34,13 @@ namespace loom::io {
 // The process's key for encryption at rest; null (the default): files are written plain.
 void set_at_rest_key(std::shared_ptr<const crypt::SecretKey> key);
 std::shared_ptr<const crypt::SecretKey> at_rest_key();
+
+// With a key set, whether plain checkpoints and token shards may be read (default: no).
+void set_plain_input_allowed(bool allowed);
+bool plain_input_allowed();
+// invalid_argument Error, naming path as `what` (a checkpoint, a token shard) and the flag that
+// allows it, when the process has a key, plain input is not allowed and path is plain.
+void require_encrypted_input(const std::string& path, const char* what);
 
 // What kind a file read back must be.
 enum class Expect { any, plain, encrypted };
@@ -67,6 +77,35 @@ class OutputFile {
   std::unique_ptr<Sink> sink_;
   FileDigest digest_;
   bool finished_ = false;
+};
+
+// A file's plaintext read at offsets, plain or encrypted alike. A plain file is read where the
+// bytes lie (pread). An encrypted one is a forward stream of verified chunks: bytes are handed on
+// only from chunks that authenticated, and a read ahead decrypts what it passes over: memory is
+// one chunk, whatever the file's size. A reader that goes back (out of file order) has the whole
+// file decrypted into memory once, at its first step back. Not thread-safe.
+class PlaintextReader {
+ public:
+  // Opens path and judges its kind by its header (encrypted_as_expected); an encrypted file needs
+  // the process's key (an invalid_argument Error names the key id it needs otherwise).
+  explicit PlaintextReader(std::string path, Expect expect = Expect::any);
+  ~PlaintextReader();
+  PlaintextReader(const PlaintextReader&) = delete;
+  PlaintextReader& operator=(const PlaintextReader&) = delete;
+
+  const std::string& path() const noexcept { return path_; }
+  bool encrypted() const noexcept;
+  // The plaintext's size (an encrypted file's from its header and length).
+  std::uint64_t size() const noexcept { return size_; }
+  // Exactly `bytes` at `offset`: a corrupt_data Error naming the file when they go past its end
+  // or a chunk on the way fails to authenticate; io Error when it cannot be read.
+  void read(void* out, std::size_t bytes, std::uint64_t offset);
+
+ private:
+  struct Source;
+  std::string path_;
+  std::uint64_t size_ = 0;
+  std::unique_ptr<Source> source_;
 };
 
 // Whether path is in loom's encrypted format (reads its first bytes); io Error when unreadable.

@@ -44,8 +44,8 @@ class PieceFile {
  public:
   // Reads and checks the header and the piece table (every entry present, flat, of its piece's
   // size, and every piece valid); a corrupt_data Error names the file and the entry otherwise.
-  // An encrypted file (io/at_rest.hpp) is decrypted whole into memory here, verified to its
-  // last chunk, and its pieces are then read from there; `expect` says which kind it must be.
+  // An encrypted file (io/at_rest.hpp) is decrypted here only as far as its header; `expect`
+  // says which kind it must be.
   explicit PieceFile(std::string path, Expect expect = Expect::any);
 
   const std::string& path() const noexcept { return path_; }
@@ -53,12 +53,14 @@ class PieceFile {
   // The metadata other than the piece table.
   const std::map<std::string, std::string>& metadata() const noexcept { return metadata_; }
   // Piece i's elements, read where they lie and checked against its CRC-32: a flipped byte is a
-  // corrupt_data Error naming the file, the entry and the tensor.
-  Tensor read(std::size_t i) const;
+  // corrupt_data Error naming the file, the entry and the tensor. An encrypted file is decrypted
+  // on the way, through one chunk of memory when pieces are read in their order (0, 1, ...): then
+  // only as far as the last piece read (PlaintextReader). Not thread-safe.
+  Tensor read(std::size_t i);
 
  private:
   std::string path_;
-  std::shared_ptr<const std::string> plain_;  // an encrypted file's plaintext; null: read where it lies
+  std::unique_ptr<PlaintextReader> file_;
   SafetensorsIndex index_;
   std::vector<PieceEntry> pieces_;
   std::map<std::string, std::string> metadata_;

@@ -17,7 +17,8 @@
 
 namespace loom::io {
 
-class OutputFile;  // io/at_rest.hpp
+class OutputFile;       // io/at_rest.hpp
+class PlaintextReader;  // io/at_rest.hpp
 
 struct NamedTensor {
   std::string name;
@@ -87,14 +88,13 @@ struct SafetensorsIndex {
   std::map<std::string, SafetensorsEntry> entries;
   std::uint64_t data_start = 0;  // the data's first byte in the file: 8 + the header's length
 };
-// Reads and checks only the header (the same checks as read_safetensors, against the file's size).
+// Reads and checks only the header (the same checks as read_safetensors, against the file's
+// size): from a file open for reading at offsets, plain or encrypted (io/at_rest.hpp), or by path.
+SafetensorsIndex read_safetensors_index(PlaintextReader& file);
 SafetensorsIndex read_safetensors_index(const std::string& path);
-// One tensor of that file, read where it lies (pread): a CPU tensor of its dtype and shape.
-Tensor read_safetensors_tensor(const std::string& path, const SafetensorsIndex& index, const std::string& name);
-// The same two over a whole file's bytes in memory (a decrypted file); path names it in errors.
-SafetensorsIndex parse_safetensors_index(std::string_view file, const std::string& path);
-Tensor safetensors_tensor_in(std::string_view file, const SafetensorsIndex& index, const std::string& name,
-                             const std::string& path);
+// One tensor of that file, read where it lies: a CPU tensor of its dtype and shape. Reading the
+// tensors of an encrypted file in their file order decrypts it once, front to back.
+Tensor read_safetensors_tensor(PlaintextReader& file, const SafetensorsIndex& index, const std::string& name);
 
 // "F32", "F16", "BF16", "I32", "I64", "U8", "U16".
 std::string safetensors_dtype(DType dtype);

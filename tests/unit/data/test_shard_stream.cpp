@@ -185,7 +185,7 @@ TEST_CASE("a streamed job resumed at another number of ranks continues the exact
   }
 }
 
-TEST_CASE("encrypted shards give the plain shards' batches; a missing key and a damaged chunk are named", "[data][at_rest]") {
+TEST_CASE("encrypted shards give the plain shards' batches and each of a missing key, a plain shard and a damaged chunk is named", "[data][at_rest]") {
   const ScratchDir dir;
   const auto key = std::make_shared<const loom::crypt::SecretKey>(loom::crypt::SecretKey::generate());
   std::vector<std::string> plain, sealed;
@@ -203,8 +203,17 @@ TEST_CASE("encrypted shards give the plain shards' batches; a missing key and a 
                          IsError(ErrorCategory::invalid_argument, {sealed[0], key->id_hex(), "--key-file"}));
   loom::io::set_at_rest_key(key);
   struct Reset {
-    ~Reset() { loom::io::set_at_rest_key(nullptr); }
+    ~Reset() {
+      loom::io::set_at_rest_key(nullptr);
+      loom::io::set_plain_input_allowed(false);
+    }
   } reset;
+  // With a key, plain shards are refused by name unless plain input is allowed.
+  REQUIRE_THROWS_MATCHES(data::ShardSet(plain), loom::Error,
+                         IsError(ErrorCategory::invalid_argument, {plain[0], "is plain", "--allow-plain-input"}));
+  REQUIRE_THROWS_MATCHES(data::read_token_shard(plain[0]), loom::Error,
+                         IsError(ErrorCategory::invalid_argument, {plain[0], "is plain"}));
+  loom::io::set_plain_input_allowed(true);
   const data::ShardSet plain_set(plain), sealed_set(sealed);
   CHECK(sealed_set.tokens() == plain_set.tokens());
   CHECK(sealed_set.shard(1).encrypted());

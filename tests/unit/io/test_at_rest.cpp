@@ -5,6 +5,7 @@
 // with nothing loaded.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -44,7 +45,10 @@ fs::path fresh_dir(const std::string& name) {
 class KeyScope {
  public:
   explicit KeyScope(std::shared_ptr<const loom::crypt::SecretKey> key) { loom::io::set_at_rest_key(std::move(key)); }
-  ~KeyScope() { loom::io::set_at_rest_key(nullptr); }
+  ~KeyScope() {
+    loom::io::set_at_rest_key(nullptr);
+    loom::io::set_plain_input_allowed(false);
+  }
   KeyScope(const KeyScope&) = delete;
   KeyScope& operator=(const KeyScope&) = delete;
 };
@@ -238,5 +242,95 @@ TEST_CASE("loom-ckpt's consolidate and export of an encrypted checkpoint write e
   for (const loom::nn::Parameter* p : model.parameters()) {
     INFO(p->name());
     CHECK(read.tensors.at(p->name()).to_vector<float>() == p->value().to_vector<float>());
+  }
+}
+
+TEST_CASE("PlaintextReader reads a plain and an encrypted file at offsets alike, and only verified chunks",
+          "[io][at_rest]") {
+  const fs::path dir = fresh_dir("reader");
+  fs::create_directories(dir);
+  std::vector<unsigned char> bytes(10000);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>((i * 131 + i / 7) & 0xff);
+  const auto key = new_key();
+  constexpr std::size_t chunk = 1024;  // ten chunks, the last one short
+  const std::string sealed = (dir / "sealed").string(), plain = (dir / "plain").string();
+  loom::crypt::write_encrypted_file(sealed, bytes, *key, chunk);
+  std::ofstream(plain, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                               static_cast<std::streamsize>(bytes.size()));
+  KeyScope scope(key);
+  auto expect = [&](loom::io::PlaintextReader& r, std::uint64_t offset, std::size_t n) {
+    std::vector<unsigned char> got(n);
+    r.read(got.data(), n, offset);
+    CHECK(std::equal(got.begin(), got.end(), bytes.begin() + static_cast<std::ptrdiff_t>(offset)));
+  };
+  for (const std::string& path : {plain, sealed}) {
+    INFO(path);
+    loom::io::PlaintextReader r(path);
+    CHECK(r.encrypted() == (path == sealed));
+    CHECK(r.size() == bytes.size());
+    expect(r, 0, 100);
+    expect(r, 5000, 3000);  // ahead, across chunks
+    expect(r, 9990, 10);    // to the end
+    expect(r, 10, 50);      // behind
+    expect(r, 0, bytes.size());
+    std::vector<unsigned char> out(11);
+    REQUIRE_THROWS_MATCHES(r.read(out.data(), 11, 9990), loom::Error,
+                           IsError(ErrorCategory::corrupt_data, {path, "go past its end at 10000"}));
+  }
+  // A damaged chunk is reached, not trusted: what lies before it reads, it fails by chunk.
+  loom::test::flip_byte(sealed, loom::crypt::header_bytes + 8 * (chunk + 17) + 5);
+  loom::io::PlaintextReader r(sealed);
+  expect(r, 100, 7000);
+  std::vector<unsigned char> out(100);
+  REQUIRE_THROWS_MATCHES(r.read(out.data(), 100, 8400), loom::Error, IsError(ErrorCategory::corrupt_data, {"chunk"}));
+  // Of the other kind than expected: refused by name.
+  REQUIRE_THROWS_MATCHES(loom::io::PlaintextReader(plain, loom::io::Expect::encrypted), loom::Error,
+                         IsError(ErrorCategory::corrupt_data, {plain, "plain file"}));
+}
+
+TEST_CASE("a run with a key refuses a plain checkpoint unless plain input is allowed, and a data file under another "
+          "key stops the resume search", "[io][at_rest][resume]") {
+  const fs::path run = fresh_dir("plain_policy");
+  auto data = task_data();
+  loom::nn::GPT model(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu(), 3);
+  loom::train::Trainer trainer(model, *data, options());
+  trainer.step();
+  const std::string saved = loom::io::save_checkpoint(run.string(), model, trainer.optimizer(), trainer.progress());
+  loom::nn::GPT other(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu(), 8);
+  loom::train::Trainer other_trainer(other, *data, options());
+  const std::vector<std::string> before = weights(other);
+  const auto key = new_key();
+  {
+    KeyScope scope(key);
+    REQUIRE_THROWS_MATCHES(loom::io::find_resumable_checkpoint(run.string()), loom::Error,
+                           IsError(ErrorCategory::invalid_argument,
+                                   {"state.json' is plain", key->id_hex(), "--allow-plain-input"}));
+    REQUIRE_THROWS_MATCHES(loom::io::load_checkpoint(saved, other, other_trainer.optimizer()), loom::Error,
+                           IsError(ErrorCategory::invalid_argument, {"state.json' is plain", "loom-crypt encrypt"}));
+    CHECK(weights(other) == before);
+    loom::io::set_plain_input_allowed(true);
+    CHECK(loom::io::find_resumable_checkpoint(run.string()).chosen == saved);
+    loom::io::load_checkpoint(saved, other, other_trainer.optimizer());
+    CHECK(weights(other) == weights(model));
+    loom::io::set_plain_input_allowed(false);
+  }
+  // An encrypted checkpoint whose state.json is under this run's key but a data file under
+  // another: a key problem that stops the search (naming both ids), not damage to pass over.
+  const fs::path sealed_run = fresh_dir("other_key_file");
+  std::string sealed;
+  {
+    KeyScope scope(key);
+    sealed = loom::io::save_checkpoint(sealed_run.string(), model, trainer.optimizer(), trainer.progress());
+  }
+  const auto stranger = new_key();
+  const std::string rank_file = (fs::path(sealed) / "rank_00000.safetensors").string();
+  {
+    KeyScope scope(key);
+    const std::string plaintext = loom::io::read_at_rest(rank_file);
+    loom::crypt::write_encrypted_file(rank_file, {reinterpret_cast<const unsigned char*>(plaintext.data()),
+                                                  plaintext.size()}, *stranger);
+    REQUIRE_THROWS_MATCHES(loom::io::find_resumable_checkpoint(sealed_run.string()), loom::Error,
+                           IsError(ErrorCategory::invalid_argument,
+                                   {"rank_00000.safetensors", stranger->id_hex(), key->id_hex()}));
   }
 }

@@ -52,7 +52,7 @@ TEST_CASE("a piece file round-trips its pieces and table, and is plain safetenso
   const loom::io::FileDigest digest = loom::io::write_piece_file(path, pieces, {{"rank", "1"}});
   CHECK(digest.bytes == fs::file_size(path));
   CHECK(digest.crc32 == loom::io::digest_file(path).crc32);  // combined from the pieces' CRC-32s
-  const loom::io::PieceFile file(path);
+  loom::io::PieceFile file(path);
   REQUIRE(file.pieces().size() == 3);
   CHECK(file.metadata() == std::map<std::string, std::string>{{"rank", "1"}});
   for (std::size_t i = 0; i < pieces.size(); ++i) {
@@ -80,7 +80,7 @@ TEST_CASE("a damaged piece is named when it is read, and only that piece", "[io]
   const loom::io::SafetensorsIndex index = loom::io::read_safetensors_index(path);
   const loom::io::SafetensorsEntry& w1 = index.entries.at("w:1");
   flip_byte(path, index.data_start + w1.begin + 5);
-  const loom::io::PieceFile file(path);
+  loom::io::PieceFile file(path);
   CHECK_NOTHROW(file.read(0));
   CHECK_NOTHROW(file.read(2));
   CHECK_THROWS_WITH(file.read(1), Catch::Contains("entry 'w:1' (the piece [3, 8) of 'w') has CRC-32") &&

@@ -133,7 +133,7 @@ TEST_CASE("a sharded checkpoint restores every tensor, and each kind of damage i
   CHECK(digest.first == "no error");
   CHECK_THAT(digest.second, Catch::Contains("is damaged: CRC-32") && Catch::Contains("expected 12345"));
   const auto gap = damaged("gap", [&](const fs::path& dir) {  // the file rewritten without one piece
-    const loom::io::PieceFile original((dir / file).string());
+    loom::io::PieceFile original((dir / file).string());
     std::vector<loom::io::StoredPiece> kept;
     for (std::size_t i = 0; i < original.pieces().size(); ++i) {
       if (original.pieces()[i].piece.tensor != "wpe") kept.push_back({original.pieces()[i].piece, original.read(i)});
@@ -144,7 +144,7 @@ TEST_CASE("a sharded checkpoint restores every tensor, and each kind of damage i
   CHECK_THAT(gap.first, Catch::Contains("has no tensor 'wpe'"));
   CHECK(gap.second == "no error");  // a consistent checkpoint of another model: refused when loaded
   const auto hole = damaged("hole", [&](const fs::path& dir) {  // one piece cut short: a gap inside a tensor
-    const loom::io::PieceFile original((dir / file).string());
+    loom::io::PieceFile original((dir / file).string());
     std::vector<loom::io::StoredPiece> kept;
     for (std::size_t i = 0; i < original.pieces().size(); ++i) {
       loom::io::StoredPiece p{original.pieces()[i].piece, original.read(i)};
