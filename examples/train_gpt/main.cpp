@@ -327,6 +327,7 @@ int run(const train_gpt::RunConfig& given, loom::World& world, train_gpt::RunAud
         {"steps", config.steps}, {"ranks", world.size()}, {"tensor_parallel", config.tensor_parallel},
         {"init_from", config.init_from}};
     audit.start(devices, configuration.dump(), data.files());
+    if (!config.init_from.empty()) audit.weights_loaded(config.init_from);
     log.line("audit log: %s (%s)\n", config.audit_log.c_str(),
              loom::io::at_rest_key() ? "keyed with the run's key" : "unkeyed: give --key-file to key it");
   }
@@ -348,6 +349,7 @@ int run(const train_gpt::RunConfig& given, loom::World& world, train_gpt::RunAud
              s.where.c_str(), s.asynchronous ? "in the background" : "synchronously", s.blocked_seconds,
              s.write_seconds, static_cast<double>(s.bytes) / 1e6);
     if (!log.leader()) return;
+    audit.settle_except(s.where);  // an older checkpoint's digest finishes before it can be pruned
     for (const std::string& old : loom::io::prune_checkpoints(config.checkpoint_dir, config.keep_checkpoints,
                                                               config.keep_every)) {
       log.line("deleted old checkpoint %s (--keep-checkpoints %d)\n", old.c_str(), config.keep_checkpoints);

@@ -9,6 +9,7 @@
 #include "loom/audit/audit_chain.hpp"
 #include "loom/core/build_info.hpp"
 #include "loom/io/at_rest.hpp"
+#include "loom/io/checkpoint.hpp"
 
 namespace train_gpt {
 
@@ -79,30 +80,103 @@ void RunAudit::start(const std::string& devices, const std::string& configuratio
   log_.exchange();
 }
 
+RunAudit::~RunAudit() {
+  if (!digester_.joinable()) return;
+  {
+    const std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  digester_.join();  // after the queue is empty: no record is lost
+}
+
+void RunAudit::weights_loaded(const std::string& source) {
+  if (!enabled() || world_.rank() != 0) return;
+  rank_zero_only("weights_loaded", [&] {
+    std::string path = source;
+    for (const char* prefix : {"hf:", "llmc:", "loom:"}) {
+      if (path.starts_with(prefix)) path = path.substr(std::string_view(prefix).size());
+    }
+    // A run directory gives the checkpoint its `latest` names (what read_gpt_weights reads).
+    if (fs::is_directory(path) && !fs::exists(fs::path(path) / "state.json") && fs::exists(fs::path(path) / "latest")) {
+      path = loom::io::checkpoint_or_latest(path);
+    }
+    nlohmann::json fields = {{"source", source}, {"path", fs::absolute(path).string()}};
+    if (fs::is_directory(path)) {
+      fields["files"] = folder_digests(path);
+    } else {
+      fields["bytes"] = static_cast<std::int64_t>(fs::file_size(path));
+      fields["blake2b"] = loom::audit::file_digest_hex(path);
+    }
+    const std::lock_guard lock(mutex_);
+    log_.record("weights_loaded", fields);
+  });
+}
+
 void RunAudit::checkpoint_loaded(const std::string& dir, std::int64_t step) {
   if (!enabled() || world_.rank() != 0) return;
   rank_zero_only("checkpoint_loaded", [&] {
-    log_.record("checkpoint_loaded", {{"path", fs::absolute(dir).string()}, {"step", step}, {"files", folder_digests(dir)}});
+    const nlohmann::json files = folder_digests(dir);
+    const std::lock_guard lock(mutex_);
+    log_.record("checkpoint_loaded", {{"path", fs::absolute(dir).string()}, {"step", step}, {"files", files}});
   });
 }
 
 void RunAudit::checkpoint_written(const loom::io::SaveReport& save) {
   if (!enabled() || world_.rank() != 0) return;
-  rank_zero_only("checkpoint_written", [&] {
-    log_.record("checkpoint_written", {{"path", fs::absolute(save.where).string()}, {"step", save.step},
-                                       {"asynchronous", save.asynchronous}, {"bytes_per_rank", save.bytes},
-                                       {"files", folder_digests(save.where)}});
+  {
+    const std::lock_guard lock(mutex_);
+    digests_.push_back(save);
+  }
+  if (!digester_.joinable()) digester_ = std::thread([this] { digest_loop(); });
+  changed_.notify_all();
+}
+
+void RunAudit::digest_loop() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    changed_.wait(lock, [&] { return stopping_ || !digests_.empty(); });
+    if (digests_.empty()) return;  // stopping, and nothing left
+    const loom::io::SaveReport save = digests_.front();
+    lock.unlock();
+    rank_zero_only("checkpoint_written", [&] {
+      const nlohmann::json files = folder_digests(save.where);
+      const std::lock_guard write(mutex_);
+      log_.record("checkpoint_written", {{"path", fs::absolute(save.where).string()}, {"step", save.step},
+                                         {"asynchronous", save.asynchronous}, {"bytes_per_rank", save.bytes},
+                                         {"files", files}});
+    });
+    lock.lock();
+    digests_.pop_front();
+    changed_.notify_all();
+  }
+}
+
+void RunAudit::settle_where(const std::function<bool(const std::string&)>& done) {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] {
+    return std::all_of(digests_.begin(), digests_.end(), [&](const loom::io::SaveReport& s) { return done(s.where); });
   });
+}
+
+void RunAudit::settle_except(const std::string& keep) {
+  if (!enabled() || world_.rank() != 0) return;
+  settle_where([&](const std::string& where) { return where == keep; });
 }
 
 void RunAudit::stopped(const std::string& why, const std::string& saved) {
   if (!enabled() || world_.rank() != 0) return;
-  rank_zero_only("stop", [&] { log_.record("stop", {{"reason", why}, {"saved", saved}}); });
+  settle_where([](const std::string&) { return false; });
+  rank_zero_only("stop", [&] {
+    const std::lock_guard lock(mutex_);
+    log_.record("stop", {{"reason", why}, {"saved", saved}});
+  });
 }
 
 void RunAudit::end(int exit_code, const std::string& error, bool collective) {
   if (!enabled() || ended_) return;
   ended_ = true;
+  if (world_.rank() == 0) settle_where([](const std::string&) { return false; });  // the saves' records first
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   nlohmann::json end = {{"exit_code", exit_code}, {"steps", steps_}};
   if (!error.empty()) end["error"] = error;
@@ -113,7 +187,10 @@ void RunAudit::end(int exit_code, const std::string& error, bool collective) {
     end["note"] = "the run failed; the other ranks' ends are not recorded";
     end["device_seconds_rank_0"] = seconds;
   }
-  if (world_.rank() == 0) rank_zero_only("run_end", [&] { log_.record("run_end", end); });
+  if (world_.rank() == 0) rank_zero_only("run_end", [&] {
+    const std::lock_guard lock(mutex_);
+    log_.record("run_end", end);
+  });
 }
 
 }  // namespace train_gpt

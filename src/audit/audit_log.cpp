@@ -54,6 +54,7 @@ struct AuditLog::State {
   std::int64_t seq = 0;
   std::string prev;
   off_t size = 0;                      // the file's bytes up to the last whole record written
+  bool open_line = false;              // the file's last record lacks its newline (an editor's save)
   nlohmann::json pending = nlohmann::json::array();  // the other ranks' records until exchange()
 
   bool writer() const { return comm == nullptr || comm->rank() == 0; }
@@ -79,7 +80,9 @@ struct AuditLog::State {
            "' is being written by another process: two runs cannot append to one log at once");
     }
     const crypt::SecretKey* k = key.get();
-    const VerifyResult existing = verify_audit_text(read_all(), k);
+    const std::string text = read_all();
+    open_line = !text.empty() && text.back() != '\n';
+    const VerifyResult existing = verify_audit_text(text, k);
     if (!existing.ok()) {
       // Nothing has been written: a log that does not verify is left exactly as it was.
       if (existing.problem->kind == Finding::Kind::key) {
@@ -135,8 +138,9 @@ struct AuditLog::State {
     std::string body = record.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
     body.pop_back();  // the closing brace: the hash member goes last
     const std::string hash = record_hash(body, key.get());
-    std::string line = std::move(body);
-    line.append(",\"hash\":\"").append(hash).append("\"}\n");
+    // A last record without its newline (verified whole) gets one first, or the two would join.
+    std::string line = open_line ? "\n" : "";
+    line.append(body).append(",\"hash\":\"").append(hash).append("\"}\n");
     // One write per record: with O_APPEND a record is never interleaved with another's bytes.
     const ssize_t n = ::write(fd.get(), line.data(), line.size());
     if (n != static_cast<ssize_t>(line.size())) {
@@ -151,6 +155,7 @@ struct AuditLog::State {
            n < 0 ? std::strerror(error) : "a short write (the disk may be full); the part written was cut off");
     }
     size += static_cast<off_t>(line.size());
+    open_line = false;
     ++seq;
     prev = hash;
     if (event == "run_end" || event.starts_with("checkpoint") || event == "stop") sync();

@@ -7,7 +7,8 @@ digests in the log are Python hashlib's BLAKE2b-256 of the files; each record ha
 the line before its hash member, keyed with libsodium's KDF subkey (checked here on the unkeyed
 log: hashlib has no KDF); and loom-audit names the record for an edited, a deleted and a
 reordered line, and for an edit whose hash was recomputed in an unkeyed log; a run stopped by its
-time limit records the stop and its exit code.
+time limit records the stop and its exit code; a run started --init-from records its source and
+the digests of its files.
 
 usage: check_loom_audit.py TRAIN_GPT LOOM_AUDIT LOOM_CRYPT WORK_DIR
 """
@@ -97,6 +98,17 @@ check(stopped.returncode == 4 and len(stop) == 1 and stop[0]["reason"] == "the t
       stop[0]["saved"].endswith("step_%08d" % after[-1]["steps"]) and after[-1]["event"] == "run_end" and
       after[-1]["exit_code"] == 4 and run(loom_audit, "verify", "audit.jsonl", "--key-file", "key").returncode == 0,
       f"a stopped run records the stop, what it saved and its exit code 4: {[r['event'] for r in after]}")
+
+# --init-from: its source and each of its files' digests, as hashlib reads them.
+source = stop[0]["saved"] if stop else "missing"
+init = run(train_gpt, "--steps", "10", "--log-every", "10", "--eval-every", "0", "--batch", "4", "--data",
+           "shards:shards/train_*.bin", "--init-from", "loom:" + source, "--audit-log", "init.jsonl",
+           "--key-file", "key", "--allow-plain-input")
+loaded = [json.loads(line) for line in open("init.jsonl")] if os.path.exists("init.jsonl") else []
+loaded = [r for r in loaded if r["event"] == "weights_loaded"]
+check(init.returncode == 0 and len(loaded) == 1 and loaded[0]["source"] == "loom:" + source and
+      loaded[0]["files"] == {name: blake2b_file(os.path.join(source, name)) for name in os.listdir(source)},
+      f"--init-from is recorded with its files' digests: {loaded[0]['files'] if loaded else init.stderr[-300:]}")
 
 lines = open("audit.jsonl").read().splitlines()
 

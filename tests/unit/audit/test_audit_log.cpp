@@ -20,6 +20,7 @@
 #include "loom/audit/audit_log.hpp"
 #include "loom/comm/in_process.hpp"
 #include "loom/crypt/key.hpp"
+#include "support/file_size_limit.hpp"
 #include "support/tensor_checks.hpp"
 
 namespace fs = std::filesystem;
@@ -65,6 +66,29 @@ TEST_CASE("a second run appends to an audit log and continues its chain", "[audi
   struct stat info {};
   REQUIRE(::stat(path.c_str(), &info) == 0);
   CHECK((info.st_mode & 0777) == 0600);
+}
+
+TEST_CASE("a log whose last record lost its newline is continued on a line of its own", "[audit]") {
+  const fs::path path = fresh("no_newline");
+  {
+    loom::audit::AuditLog log(path.string(), nullptr, nullptr);
+    log.record("run_start");
+    log.record("run_end", {{"exit_code", 0}});
+  }
+  std::string text = read(path);
+  REQUIRE(text.back() == '\n');
+  text.pop_back();  // as an editor that strips the final newline saves it
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+  REQUIRE(loom::audit::verify_audit_file(path.string(), nullptr).ok());
+  {
+    loom::audit::AuditLog log(path.string(), nullptr, nullptr);
+    log.record("run_start");
+  }
+  const auto r = loom::audit::verify_audit_file(path.string(), nullptr);
+  CHECK(r.ok());
+  CHECK(r.records == 3);
+  CHECK(records(path).size() == 3);
+  CHECK(read(path) == text + "\n" + read(path).substr(text.size() + 1));
 }
 
 TEST_CASE("an audit log that does not verify, or is keyed otherwise, is refused and left as it was", "[audit]") {
@@ -207,27 +231,7 @@ TEST_CASE("audit fields that are not UTF-8 are written as U+FFFD, and the log ve
   CHECK(loom::audit::verify_audit_file(path.string(), nullptr).ok());
 }
 
-namespace {
-
-// A file-size limit of `bytes` for this process while it lives (writes past it are short, then
-// EFBIG), with SIGXFSZ ignored so the limit is an error, not the end of the test run.
-struct FileSizeLimit {
-  rlimit saved{};
-  void (*saved_handler)(int) = nullptr;
-  explicit FileSizeLimit(rlim_t bytes) {
-    ::getrlimit(RLIMIT_FSIZE, &saved);
-    saved_handler = std::signal(SIGXFSZ, SIG_IGN);
-    rlimit limited = saved;
-    limited.rlim_cur = bytes;
-    ::setrlimit(RLIMIT_FSIZE, &limited);
-  }
-  ~FileSizeLimit() {
-    ::setrlimit(RLIMIT_FSIZE, &saved);
-    std::signal(SIGXFSZ, saved_handler);
-  }
-};
-
-}  // namespace
+using loom::test::FileSizeLimit;
 
 TEST_CASE("a short write to the audit log is cut off, so the log still verifies and continues", "[audit]") {
   const fs::path path = fresh("short");
