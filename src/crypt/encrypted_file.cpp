@@ -13,8 +13,9 @@
 #include <cstring>
 
 #include "loom/core/error.hpp"
+#include "src/core/owned_output.hpp"
 #include "src/core/unique_fd.hpp"
-#include "src/core/writeback.hpp"
+#include "src/crypt/chunk_writer.hpp"
 
 namespace loom::crypt {
 
@@ -88,23 +89,6 @@ EncryptedFileInfo parse_header(const unsigned char* header, std::size_t availabl
 }
 
 using loom::detail::Fd;
-using loom::detail::Writeback;
-
-// Opens an output file that only this user can read, and that is this user's own: a link or a
-// file someone else planted there (in a folder others may write into) is refused, never written
-// through. `fresh`: the file must not exist yet.
-int open_output(const std::string& path, unsigned mode, bool fresh) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (fresh ? O_EXCL : O_TRUNC), mode);
-  if (fd < 0) fail(ErrorCategory::io, "cannot create '", path, "': ", std::strerror(errno));
-  struct stat info {};
-  const bool own = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode) && info.st_uid == ::geteuid();
-  if (!own || ::fchmod(fd, mode) != 0) {
-    ::close(fd);
-    fail(ErrorCategory::io, "'", path, "' is not a regular file of this user's, or its mode cannot be set to ",
-         mode == 0600 ? "0600" : "the one asked for", ": refused");
-  }
-  return fd;
-}
 
 // Wipes a buffer of plaintext on every path out of a scope.
 struct Wiped {
@@ -128,16 +112,6 @@ std::size_t read_fully(int fd, unsigned char* out, std::size_t n, const std::str
   return got;
 }
 
-void write_fully(int fd, const unsigned char* data, std::size_t n, const std::string& name) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, data, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) fail(ErrorCategory::io, "cannot write '", name, "': ", std::strerror(errno));
-    data += w;
-    n -= static_cast<std::size_t>(w);
-  }
-}
-
 std::uint64_t file_size(int fd, const std::string& name) {
   struct stat info {};
   if (::fstat(fd, &info) != 0) fail(ErrorCategory::io, "cannot stat '", name, "': ", std::strerror(errno));
@@ -152,7 +126,7 @@ struct EncryptingWriter::State {
   crypto_secretstream_xchacha20poly1305_state stream;
   unsigned char header[header_bytes];
   bool first = true;
-  Writeback writeback;  // the disk writes while the next chunks are sealed
+  std::unique_ptr<detail::ChunkWriter> out;  // writes chunk i while chunk i + 1 is sealed
   ~State() { sodium_memzero(&stream, sizeof stream); }
 };
 
@@ -162,7 +136,7 @@ EncryptingWriter::EncryptingWriter(const std::string& path, const SecretKey& key
   ensure_sodium();
   require(chunk_bytes >= min_chunk_bytes && chunk_bytes <= max_chunk_bytes, "encrypted file '", path,
           "': chunks of ", chunk_bytes, " bytes are outside ", min_chunk_bytes, " .. ", max_chunk_bytes);
-  fd_ = open_output(path, mode, false);
+  fd_ = loom::detail::open_owned_output(path, mode, false);
   unsigned char* h = state_->header;
   std::memset(h, 0, header_bytes);
   std::memcpy(h, magic, sizeof magic);
@@ -172,11 +146,11 @@ EncryptingWriter::EncryptingWriter(const std::string& path, const SecretKey& key
   crypto_secretstream_xchacha20poly1305_init_push(&state_->stream, h + 32, key.material());
   header_digest(h, h + digest_at);
   plain_.reserve(chunk_bytes);
-  sealed_.resize(chunk_bytes + chunk_overhead);
   try {
-    write_fully(fd_, h, header_bytes, path_);
-    state_->writeback.wrote(fd_, header_bytes);
+    state_->out = std::make_unique<detail::ChunkWriter>(fd_, path_, chunk_bytes + chunk_overhead);
+    state_->out->write_now(h, header_bytes);
   } catch (...) {
+    state_->out.reset();
     ::close(fd_);
     fd_ = -1;
     ::unlink(path_.c_str());
@@ -187,6 +161,7 @@ EncryptingWriter::EncryptingWriter(const std::string& path, const SecretKey& key
 EncryptingWriter::~EncryptingWriter() {
   plain_.resize(plain_.capacity());
   sodium_memzero(plain_.data(), plain_.size());
+  state_->out.reset();  // its thread stops before the file goes
   if (fd_ >= 0) {  // never closed: the file is incomplete, and must not look like a result
     ::close(fd_);
     ::unlink(path_.c_str());
@@ -197,12 +172,12 @@ void EncryptingWriter::seal(std::span<const unsigned char> plain, bool final) {
   unsigned long long length = 0;
   // The header is the first chunk's additional data: a changed header fails that chunk.
   const unsigned char* ad = state_->first ? state_->header : nullptr;
-  crypto_secretstream_xchacha20poly1305_push(&state_->stream, sealed_.data(), &length, plain.data(), plain.size(), ad,
+  unsigned char* sealed = state_->out->next();
+  crypto_secretstream_xchacha20poly1305_push(&state_->stream, sealed, &length, plain.data(), plain.size(), ad,
                                              ad != nullptr ? header_bytes : 0,
                                              final ? crypto_secretstream_xchacha20poly1305_TAG_FINAL : 0);
   state_->first = false;
-  write_fully(fd_, sealed_.data(), static_cast<std::size_t>(length), path_);
-  state_->writeback.wrote(fd_, length);
+  state_->out->submit(static_cast<std::size_t>(length));
 }
 
 void EncryptingWriter::seal_held(bool final) {
@@ -236,6 +211,8 @@ void EncryptingWriter::close() {
   // What is held (0 .. chunk_bytes: write() seals a full chunk only when more follows) is the
   // final chunk.
   seal_held(true);
+  state_->out->drain();
+  state_->out.reset();
   if (::fsync(fd_) != 0) fail(ErrorCategory::io, "cannot fsync '", path_, "': ", std::strerror(errno));
   const int fd = fd_;
   fd_ = -1;
@@ -454,13 +431,13 @@ void encrypt_file(const std::string& plain, const std::string& encrypted, const 
 void decrypt_file(const std::string& encrypted, const std::string& plain, const SecretKey& key, unsigned mode) {
   DecryptingReader reader(encrypted, key);
   replace_atomically(plain, [&](const std::string& temporary) {
-    Fd out(open_output(temporary, mode, true));
+    Fd out(loom::detail::open_owned_output(temporary, mode, true));
     std::vector<unsigned char> buffer(reader.info().chunk_bytes);
     const Wiped wiped{buffer};
     for (;;) {
       const std::size_t got = reader.read(buffer);
       if (got == 0) break;
-      write_fully(out.get(), buffer.data(), got, temporary);
+      detail::write_fully(out.get(), buffer.data(), got, temporary);
     }
     if (::fsync(out.get()) != 0) fail(ErrorCategory::io, "cannot fsync '", temporary, "': ", std::strerror(errno));
   });

@@ -17,6 +17,7 @@
 
 #include "loom/core/error.hpp"
 #include "loom/crypt/encrypted_file.hpp"
+#include "src/core/owned_output.hpp"
 #include "src/core/unique_fd.hpp"
 #include "src/core/writeback.hpp"
 
@@ -97,19 +98,15 @@ OutputFile::OutputFile(const std::string& path, double max_bytes_per_second)
                                                              private_file_mode());
     return;
   }
-  sink_->fd = detail::Fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
-                                private_file_mode()));
-  if (sink_->fd.get() < 0) fail(ErrorCategory::io, "cannot create '", path, "': ", std::strerror(errno));
-  // The mode before any byte: the umask, or an older file's mode, may have let others in.
-  if (::fchmod(sink_->fd.get(), private_file_mode()) != 0) {
-    fail(ErrorCategory::io, "cannot make '", path, "' owner-only: ", std::strerror(errno));
-  }
+  sink_->fd = detail::Fd(detail::open_owned_output(path, private_file_mode(), false));
+  created_ = true;
 }
 
 OutputFile::~OutputFile() {
   if (finished_) return;
-  // An unfinished file must not look like a result (the encrypting writer removes its own).
-  if (!encrypted_ && sink_ && sink_->fd.get() >= 0) ::unlink(path_.c_str());
+  // An unfinished file must not look like a result (the encrypting writer removes its own), nor
+  // one whose close failed after its descriptor was given up.
+  if (created_) ::unlink(path_.c_str());
 }
 
 void OutputFile::put(const void* data, std::size_t bytes) {
@@ -138,7 +135,9 @@ void OutputFile::put_now(const void* data, std::size_t bytes) {
   }
   const auto* at = static_cast<const char*>(data);
   while (bytes > 0) {
-    const ssize_t n = ::write(sink_->fd.get(), at, bytes);
+    // At most write-back's interval per call: a tensor of 100s of MB in one write() would be all
+    // dirty before its write-back starts, and the fsync would then wait for all of it.
+    const ssize_t n = ::write(sink_->fd.get(), at, std::min<std::size_t>(bytes, detail::Writeback::every));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) fail(ErrorCategory::io, "cannot write '", path_, "': ", std::strerror(errno));
     at += n;

@@ -129,7 +129,7 @@ CheckpointSearch find_resumable_checkpoint(const std::string& run_dir) {
       search.chosen = candidate.string();
       return search;
     } catch (const Error& e) {
-      search.skipped.push_back(candidate.filename().string() + ": " + e.what());
+      search.skipped.push_back(candidate.filename().string() + ": " + e.detail());
     }
   }
   return search;
@@ -154,13 +154,13 @@ CheckpointSearch find_resumable_checkpoint(const std::string& run_dir, comm::Com
     try {
       require_keys_for(candidate);
     } catch (const Error& e) {
-      problem = "k" + std::string(e.what());
+      problem = "k" + e.detail();
     }
     if (problem.empty()) {
       try {
         step = verify_checkpoint(candidate, comm.rank(), comm.size());
       } catch (const Error& e) {
-        problem = "d" + std::string(e.what());
+        problem = "d" + e.detail();
       }
     }
     const std::vector<std::string> problems = comm::all_gather_texts(comm, problem);

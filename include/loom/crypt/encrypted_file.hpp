@@ -48,7 +48,9 @@ bool is_encrypted_file(const std::string& path);
 EncryptedFileInfo inspect_encrypted_file(const std::string& path);
 
 // Writes an encrypted file from sequential writes. close() writes the final chunk, fsyncs and
-// closes; a writer destroyed without close() removes its incomplete file.
+// closes; a writer destroyed without close() removes its incomplete file. Sealed chunks are
+// written by a thread of the writer's own while the next ones are sealed; a failed write is
+// thrown by a later write() or close().
 class EncryptingWriter {
  public:
   // Creates (or truncates) path with `mode` (owner-only by default): a symbolic link there, or a
@@ -71,7 +73,7 @@ class EncryptingWriter {
   std::size_t chunk_bytes_;
   struct State;
   std::unique_ptr<State> state_;
-  std::vector<unsigned char> plain_, sealed_;
+  std::vector<unsigned char> plain_;
   std::uint64_t written_ = 0;
 };
 

@@ -48,7 +48,7 @@ enum class Expect { any, plain, encrypted };
 // A file written front to back, owner-only (io/files.hpp's mode), encrypted under the process's
 // key when one is set. finish() flushes, fsyncs and closes, and returns the plaintext's size and
 // CRC-32 (computed as it was written); a file not finished is removed by the destructor. A
-// symbolic link at path is refused, never written through.
+// symbolic link, a FIFO or another user's file at path is refused, never written through.
 class OutputFile {
  public:
   // max_bytes_per_second > 0: the data goes out in 4 MiB chunks no faster than this on average (a
@@ -74,6 +74,7 @@ class OutputFile {
   std::chrono::steady_clock::time_point paced_from_ = std::chrono::steady_clock::now();
   std::uint64_t paced_bytes_ = 0;
   bool encrypted_ = false;
+  bool created_ = false;  // plain: this file is ours to remove if it is not finished
   std::unique_ptr<Sink> sink_;
   FileDigest digest_;
   bool finished_ = false;

@@ -3,7 +3,8 @@
 // damage gets its own named error and hands on nothing: a wrong key, a flipped byte in the header
 // or in any chunk, a header rewritten with a valid checksum, a truncation inside a chunk, a dropped
 // final chunk, two chunks swapped, bytes appended, a plain file. A failed decryption leaves the
-// output it would have replaced as it was; files are created owner-only.
+// output it would have replaced as it was; files are created owner-only; a write that fails on
+// the writer's own thread (a full disk) is thrown to the caller and leaves no file.
 #include <catch2/catch.hpp>
 #include <sodium.h>
 #include <sys/stat.h>
@@ -17,6 +18,7 @@
 #include "loom/core/error.hpp"
 #include "loom/crypt/encrypted_file.hpp"
 #include "support/file_damage.hpp"
+#include "support/file_size_limit.hpp"
 
 namespace fs = std::filesystem;
 using loom::crypt::SecretKey;
@@ -212,4 +214,30 @@ TEST_CASE("files encrypt and decrypt file to file, and an unfinished writer leav
   }
   CHECK_FALSE(fs::exists(dir / "unfinished"));
   CHECK_THROWS_WITH(loom::crypt::EncryptingWriter((dir / "x").string(), key, 100), Catch::Contains("outside 1024"));
+}
+
+TEST_CASE("a write that fails on the writer's thread is thrown by a later call, and the file is removed", "[crypt]") {
+  const fs::path dir = fresh_dir("full");
+  const SecretKey key = SecretKey::generate();
+  const std::vector<unsigned char> text = pattern(40 * chunk, 4);
+  std::string failure;
+  {
+    const loom::test::FileSizeLimit limit(header + 3 * sealed + 100);  // the disk fills in the fourth chunk
+    try {
+      loom::crypt::EncryptingWriter writer((dir / "big").string(), key, chunk);
+      for (std::size_t at = 0; at < text.size(); at += chunk) {
+        writer.write({text.data() + at, chunk});
+      }
+      writer.close();
+    } catch (const loom::Error& e) {
+      failure = e.what();
+    }
+  }
+  CHECK_THAT(failure, Catch::Contains("cannot write") && Catch::Contains("big"));
+  CHECK_FALSE(fs::exists(dir / "big"));
+  // The same writer, room enough: every chunk reaches the file in order.
+  loom::crypt::EncryptingWriter writer((dir / "big").string(), key, chunk);
+  for (std::size_t at = 0; at < text.size(); at += chunk) writer.write({text.data() + at, chunk});
+  writer.close();
+  CHECK(loom::crypt::read_encrypted_file((dir / "big").string(), key) == text);
 }

@@ -5,6 +5,8 @@
 // with nothing loaded.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/comm/in_process.hpp"
 #include "loom/crypt/encrypted_file.hpp"
 #include "loom/crypt/key.hpp"
 #include "loom/data/addition_task.hpp"
@@ -22,9 +25,12 @@
 #include "loom/io/checkpoint_tools.hpp"
 #include "loom/io/files.hpp"
 #include "loom/io/safetensors.hpp"
+#include "loom/shard/zero.hpp"
 #include "loom/train/trainer.hpp"
-#include "support/tensor_checks.hpp"
+#include "support/ddp_equivalence.hpp"
+#include "support/error_message.hpp"
 #include "support/file_damage.hpp"
+#include "support/tensor_checks.hpp"
 #include "support/tiny_gpt.hpp"
 
 namespace fs = std::filesystem;
@@ -332,5 +338,66 @@ TEST_CASE("a run with a key refuses a plain checkpoint unless plain input is all
     REQUIRE_THROWS_MATCHES(loom::io::find_resumable_checkpoint(sealed_run.string()), loom::Error,
                            IsError(ErrorCategory::invalid_argument,
                                    {"rank_00000.safetensors", stranger->id_hex(), key->id_hex()}));
+  }
+}
+
+TEST_CASE("the ranks of a job stop their resume search together on a key problem, each naming the key once",
+          "[io][at_rest][resume]") {
+  const fs::path run = fresh_dir("ranks_key");
+  const auto key = new_key();
+  {
+    KeyScope scope(key);
+    loom::comm::run_in_process(2, [&](loom::comm::Communicator& comm) {
+      loom::nn::GPT model(tiny(), loom::nn::Precision::fp32(), loom::Device::cpu(), 3,
+                          loom::shard::space_layout(1, &comm));
+      loom::test::GlobalBatchSlice data(4, 2 * comm.rank(), 2);
+      loom::train::Trainer trainer(model, data, loom::test::tiny_trainer_options(1), &comm);
+      trainer.step();
+      trainer.save(run.string());
+    });
+  }
+  // No key (every rank: the key is the process's), then a data file of rank 1 under another key.
+  const auto search_on_ranks = [&] {
+    std::vector<std::string> messages(3);
+    loom::comm::run_in_process(3, [&](loom::comm::Communicator& comm) {
+      messages[static_cast<std::size_t>(comm.rank())] =
+          loom::test::error_message([&] { loom::io::find_resumable_checkpoint(run.string(), comm); });
+    });
+    return messages;
+  };
+  for (const std::string& message : search_on_ranks()) {
+    CHECK_THAT(message, Catch::StartsWith("loom invalid argument error") && Catch::Contains(key->id_hex()) &&
+                            !Catch::Contains("error: loom"));
+  }
+  const auto stranger = new_key();
+  KeyScope scope(key);
+  const std::string file = (run / "step_00000001" / "rank_00001.safetensors").string();
+  const std::string plaintext = loom::io::read_at_rest(file);
+  loom::crypt::write_encrypted_file(file, {reinterpret_cast<const unsigned char*>(plaintext.data()), plaintext.size()},
+                                    *stranger);
+  for (const std::string& message : search_on_ranks()) {
+    CHECK_THAT(message, Catch::StartsWith("loom invalid argument error") && Catch::Contains("rank_00001.safetensors") &&
+                            Catch::Contains(stranger->id_hex()) && !Catch::Contains("error: loom"));
+  }
+}
+
+TEST_CASE("an output file refuses a FIFO or a link at its path, plain or encrypted, and leaves it as it was",
+          "[io][at_rest]") {
+  const fs::path dir = fresh_dir("fifo");
+  fs::create_directories(dir);
+  const fs::path fifo = dir / "pipe.safetensors", link = dir / "link.safetensors", victim = dir / "victim";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::ofstream(victim) << "kept";
+  fs::create_symlink(victim, link);
+  for (const bool sealed : {false, true}) {
+    INFO((sealed ? "encrypted" : "plain"));
+    KeyScope scope(sealed ? new_key() : nullptr);
+    // (Opening a FIFO to write would block until a reader came: refused at once instead.)
+    REQUIRE_THROWS_MATCHES(loom::io::OutputFile(fifo.string()), loom::Error,
+                           IsError(ErrorCategory::io, {fifo.string(), "not a regular file"}));
+    CHECK(fs::is_fifo(fifo));
+    REQUIRE_THROWS_MATCHES(loom::io::OutputFile(link.string()), loom::Error,
+                           IsError(ErrorCategory::io, {link.string(), "cannot create"}));
+    CHECK(file_bytes(victim) == "kept");
   }
 }
