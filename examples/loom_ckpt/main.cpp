@@ -38,6 +38,8 @@ int main(int argc, char** argv) {
   try {
     if (auto key = loom::crypt::SecretKey::from_flag_or_environment(key_file)) {
       loom::io::set_at_rest_key(std::make_shared<const loom::crypt::SecretKey>(std::move(*key)));
+      // A tool reads what it is pointed at, plain or encrypted (refusing plain input is a run's rule).
+      loom::io::set_plain_input_allowed(true);
     }
     if (inspect->parsed()) {
       std::printf("%s", loom::io::describe_checkpoint(dir, verify_pieces).c_str());

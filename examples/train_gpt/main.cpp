@@ -349,7 +349,9 @@ int run(const train_gpt::RunConfig& given, loom::World& world, train_gpt::RunAud
              s.where.c_str(), s.asynchronous ? "in the background" : "synchronously", s.blocked_seconds,
              s.write_seconds, static_cast<double>(s.bytes) / 1e6);
     if (!log.leader()) return;
-    audit.settle_except(s.where);  // an older checkpoint's digest finishes before it can be pruned
+    // A checkpoint's digest is taken (in the background) before it can be deleted.
+    audit.settle_before_deleting(
+        loom::io::prunable_checkpoints(config.checkpoint_dir, config.keep_checkpoints, config.keep_every));
     for (const std::string& old : loom::io::prune_checkpoints(config.checkpoint_dir, config.keep_checkpoints,
                                                               config.keep_every)) {
       log.line("deleted old checkpoint %s (--keep-checkpoints %d)\n", old.c_str(), config.keep_checkpoints);

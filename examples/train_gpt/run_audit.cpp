@@ -124,12 +124,15 @@ void RunAudit::checkpoint_loaded(const std::string& dir, std::int64_t step) {
 
 void RunAudit::checkpoint_written(const loom::io::SaveReport& save) {
   if (!enabled() || world_.rank() != 0) return;
-  {
-    const std::lock_guard lock(mutex_);
-    digests_.push_back(save);
-  }
-  if (!digester_.joinable()) digester_ = std::thread([this] { digest_loop(); });
-  changed_.notify_all();
+  rank_zero_only("checkpoint_written", [&] {
+    // The thread first: a record queued that no thread would take would hold up the end for ever.
+    if (!digester_.joinable()) digester_ = std::thread([this] { digest_loop(); });
+    {
+      const std::lock_guard lock(mutex_);
+      digests_.push_back(save);
+    }
+    changed_.notify_all();
+  });
 }
 
 void RunAudit::digest_loop() {
@@ -159,9 +162,14 @@ void RunAudit::settle_where(const std::function<bool(const std::string&)>& done)
   });
 }
 
-void RunAudit::settle_except(const std::string& keep) {
-  if (!enabled() || world_.rank() != 0) return;
-  settle_where([&](const std::string& where) { return where == keep; });
+void RunAudit::settle_before_deleting(const std::vector<std::string>& doomed) {
+  if (!enabled() || world_.rank() != 0 || doomed.empty()) return;
+  // Step folders are named uniquely within a run directory: compared by name.
+  settle_where([&](const std::string& where) {
+    return std::none_of(doomed.begin(), doomed.end(), [&](const std::string& d) {
+      return fs::path(d).filename() == fs::path(where).filename();
+    });
+  });
 }
 
 void RunAudit::stopped(const std::string& why, const std::string& saved) {

@@ -8,7 +8,8 @@
 //                       step, each file's BLAKE2b-256 as stored (encrypted files: their ciphertext).
 //                       A written checkpoint is digested by a thread of rank 0's while training
 //                       goes on (a GPT-2 checkpoint is 1.5 GB: seconds of BLAKE2b); its record
-//                       follows when done, and a stop, the end and pruning wait for it.
+//                       follows when done; a stop and the end wait for it, and pruning for the
+//                       digests of the checkpoints it deletes.
 //   stop                a signal or the time limit, and what was saved
 //   rank_end, run_end   each rank's device-seconds (wall time on its device), then the exit code,
 //                       the steps and the error of a failed run
@@ -50,8 +51,8 @@ class RunAudit {
   void checkpoint_loaded(const std::string& dir, std::int64_t step);
   // Queued on rank 0: the files are digested in the background.
   void checkpoint_written(const loom::io::SaveReport& save);
-  // Before checkpoints are pruned: waits until every queued digest but `keep`'s is recorded.
-  void settle_except(const std::string& keep);
+  // Before checkpoints are deleted: waits until the digests of those queued are recorded.
+  void settle_before_deleting(const std::vector<std::string>& doomed);
   void stopped(const std::string& why, const std::string& saved);
   // The steps done so far, for the end record.
   void progress(std::int64_t steps) noexcept { steps_ = steps; }

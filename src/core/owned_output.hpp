@@ -16,6 +16,13 @@
 
 namespace loom::detail {
 
+// Takes O_NONBLOCK off a descriptor opened with it (to refuse a FIFO without waiting) once it is
+// known to be a regular file: some network and FUSE file systems honour it with EAGAIN.
+inline void clear_nonblocking(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0 && (flags & O_NONBLOCK) != 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+}
+
 // `fresh`: the file must not exist yet (O_EXCL); else an existing one of this user's is emptied.
 // Returns the descriptor (the caller owns it); io Error naming the path otherwise.
 inline int open_owned_output(const std::string& path, unsigned mode, bool fresh) {
@@ -35,6 +42,7 @@ inline int open_owned_output(const std::string& path, unsigned mode, bool fresh)
     fail(ErrorCategory::io, "'", path, "' is not a regular file of this user's, or its mode cannot be set to ",
          mode == 0600 ? "0600" : "the one asked for", ": refused");
   }
+  clear_nonblocking(fd);
   return fd;
 }
 

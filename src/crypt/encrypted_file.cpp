@@ -222,14 +222,26 @@ void EncryptingWriter::close() {
 // ---- reader ---------------------------------------------------------------------------------
 
 struct DecryptingReader::Source {
-  Fd fd;  // a file, or else
+  Fd owned;     // a file opened by path, or
+  int fd = -1;  // a descriptor (owned's, or the caller's), read at `at` (pread), or else
   std::span<const unsigned char> memory;
-  std::size_t memory_at = 0;
+  std::uint64_t at = 0;
   std::size_t read(unsigned char* out, std::size_t n, const std::string& name) {
-    if (fd.get() >= 0) return read_fully(fd.get(), out, n, name);
-    const std::size_t take = std::min(n, memory.size() - memory_at);
-    std::memcpy(out, memory.data() + memory_at, take);
-    memory_at += take;
+    if (fd >= 0) {
+      std::size_t got = 0;
+      while (got < n) {
+        const ssize_t r = ::pread(fd, out + got, n - got, static_cast<off_t>(at + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) fail(ErrorCategory::io, "cannot read '", name, "': ", std::strerror(errno));
+        if (r == 0) break;
+        got += static_cast<std::size_t>(r);
+      }
+      at += got;
+      return got;
+    }
+    const std::size_t take = std::min<std::size_t>(n, memory.size() - at);
+    std::memcpy(out, memory.data() + at, take);
+    at += take;
     return take;
   }
 };
@@ -242,9 +254,17 @@ struct DecryptingReader::State {
 
 DecryptingReader::DecryptingReader(const std::string& path, const SecretKey& key)
     : name_(path), source_(std::make_unique<Source>()), state_(std::make_unique<State>()) {
-  source_->fd = Fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (source_->fd.get() < 0) fail(ErrorCategory::io, "cannot open '", path, "': ", std::strerror(errno));
-  info_.file_bytes = file_size(source_->fd.get(), path);
+  source_->owned = Fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  source_->fd = source_->owned.get();
+  if (source_->fd < 0) fail(ErrorCategory::io, "cannot open '", path, "': ", std::strerror(errno));
+  info_.file_bytes = file_size(source_->fd, path);
+  open(key);
+}
+
+DecryptingReader::DecryptingReader(int fd, const SecretKey& key, std::string name)
+    : name_(std::move(name)), source_(std::make_unique<Source>()), state_(std::make_unique<State>()) {
+  source_->fd = fd;
+  info_.file_bytes = file_size(fd, name_);
   open(key);
 }
 
@@ -320,12 +340,22 @@ bool DecryptingReader::next_chunk() {
 }
 
 std::size_t DecryptingReader::read(std::span<unsigned char> out) {
+  // A reader that failed stays failed: the stream's state is past a chunk that did not verify.
+  if (failed_) std::rethrow_exception(failed_);
   std::size_t given = 0;
   while (given < out.size()) {
     if (plain_at_ == plain_.size()) {
       // What this call has is handed on before the next chunk is verified: a failure there then
       // comes from a call that handed on nothing.
-      if (given > 0 || finished_ || !next_chunk()) break;
+      if (given > 0 || finished_) break;
+      try {
+        if (!next_chunk()) break;
+      } catch (...) {
+        plain_.clear();
+        plain_at_ = 0;
+        failed_ = std::current_exception();
+        throw;
+      }
       continue;
     }
     const std::size_t take = std::min(out.size() - given, plain_.size() - plain_at_);
@@ -339,11 +369,16 @@ std::size_t DecryptingReader::read(std::span<unsigned char> out) {
 // ---- whole files ----------------------------------------------------------------------------
 
 bool is_encrypted_file(const std::string& path) {
-  Fd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  Fd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  return file.get() >= 0 && is_encrypted_descriptor(file.get());
+}
+
+bool is_encrypted_descriptor(int fd) {
   struct stat info {};
-  if (file.get() < 0 || ::fstat(file.get(), &info) != 0 || !S_ISREG(info.st_mode)) return false;
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) return false;
   unsigned char start[sizeof magic];
-  return read_fully(file.get(), start, sizeof start, path) == sizeof start && std::memcmp(start, magic, sizeof magic) == 0;
+  return ::pread(fd, start, sizeof start, 0) == static_cast<ssize_t>(sizeof start) &&
+         std::memcmp(start, magic, sizeof magic) == 0;
 }
 
 EncryptedFileInfo inspect_encrypted_file(const std::string& path) {

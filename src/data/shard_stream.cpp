@@ -17,6 +17,8 @@
 #include "loom/data/dataset.hpp"
 #include "loom/io/at_rest.hpp"
 #include "loom/data/token_shard.hpp"
+#include "src/core/owned_output.hpp"
+#include "src/core/unique_fd.hpp"
 
 namespace loom::data {
 
@@ -44,11 +46,16 @@ crypt::DecryptingReader open_encrypted(const std::string& path) {
   return crypt::DecryptingReader(path, *key);
 }
 
-void read_exactly(crypt::DecryptingReader& reader, void* out, std::size_t bytes) {
+// Exactly `bytes` of verified plaintext; a stream that ends first is a corrupt_data Error (the
+// reader ends only at a verified final chunk, so this is a shard shorter than it says).
+void read_exactly(crypt::DecryptingReader& reader, void* out, std::size_t bytes, const std::string& path) {
   auto* at = static_cast<unsigned char*>(out);
   for (std::size_t got = 0; got < bytes;) {
     const std::size_t n = reader.read({at + got, bytes - got});
-    if (n == 0) break;  // shorter than its header: check_token_shard names it
+    if (n == 0) {
+      fail(ErrorCategory::corrupt_data, "token shard '", path, "' ends after ", got, " of the ", bytes,
+           " bytes read from it (cut short)");
+    }
     got += n;
   }
 }
@@ -56,30 +63,32 @@ void read_exactly(crypt::DecryptingReader& reader, void* out, std::size_t bytes)
 }  // namespace
 
 MappedShard::MappedShard(const std::string& path) : path_(path) {
-  if (crypt::is_encrypted_file(path)) {
+  // One open judges the shard and reads it (no second open by name to swap a file in between).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO: refused below, not waited on
+  if (fd < 0) fail(ErrorCategory::io, "cannot open token shard '", path, "': ", std::strerror(errno));
+  const loom::detail::Fd owned(fd);
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) fail(ErrorCategory::io, "cannot stat token shard '", path, "': ", std::strerror(errno));
+  if (!S_ISREG(info.st_mode)) fail(ErrorCategory::invalid_argument, "token shard '", path, "' is not a regular file");
+  loom::detail::clear_nonblocking(fd);
+  if (crypt::is_encrypted_descriptor(fd)) {
     // The header is in the first chunk: decrypting that one checks the key and the header now.
     encrypted_ = true;
-    crypt::DecryptingReader reader = open_encrypted(path);
+    io::require_key_for(path);
+    const std::shared_ptr<const crypt::SecretKey> key = io::at_rest_key();
+    require(key != nullptr, "token shard '", path, "' is encrypted; give its key with --key-file or LOOM_KEY_FILE");
+    crypt::DecryptingReader reader(fd, *key, path);
     std::string header(token_shard_header_bytes, '\0');
-    read_exactly(reader, header.data(), header.size());
+    read_exactly(reader, header.data(), header.size(), path_);
     count_ = check_token_shard(header, static_cast<std::int64_t>(reader.info().plaintext_bytes), path);
     return;
   }
-  io::require_encrypted_input(path, "token shard");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(ErrorCategory::io, "cannot open token shard '", path, "': ", std::strerror(errno));
-  struct stat info {};
-  if (::fstat(fd, &info) != 0) {
-    const int error = errno;
-    ::close(fd);
-    fail(ErrorCategory::io, "cannot stat token shard '", path, "': ", std::strerror(error));
-  }
+  io::require_plain_allowed(path, "token shard");
   const auto file_bytes = static_cast<std::int64_t>(info.st_size);
   if (file_bytes > 0) {
     map_ = ::mmap(nullptr, static_cast<std::size_t>(file_bytes), PROT_READ, MAP_SHARED, fd, 0);
   }
-  const int error = errno;
-  ::close(fd);  // the mapping keeps the file
+  const int error = errno;  // (the mapping keeps the file when the descriptor closes)
   if (map_ == MAP_FAILED) {
     map_ = nullptr;
     fail(ErrorCategory::io, "cannot map token shard '", path, "': ", std::strerror(error));
@@ -108,11 +117,11 @@ ShardTokens MappedShard::tokens() const {
   if (!plain) {
     crypt::DecryptingReader reader = open_encrypted(path_);
     std::string header(token_shard_header_bytes, '\0');
-    read_exactly(reader, header.data(), header.size());
+    read_exactly(reader, header.data(), header.size(), path_);
     require(check_token_shard(header, static_cast<std::int64_t>(reader.info().plaintext_bytes), path_) == count_,
             ErrorCategory::corrupt_data, "token shard '", path_, "' changed since it was opened");
     auto tokens = std::make_shared<std::vector<std::uint16_t>>(static_cast<std::size_t>(count_));
-    read_exactly(reader, tokens->data(), tokens->size() * 2);
+    read_exactly(reader, tokens->data(), tokens->size() * 2, path_);
     // The final chunk, verified: a shard cut short or extended fails here, never trains.
     unsigned char beyond = 0;
     require(reader.read({&beyond, 1}) == 0, ErrorCategory::corrupt_data, "token shard '", path_,

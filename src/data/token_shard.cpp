@@ -50,14 +50,11 @@ std::vector<std::uint16_t> parse_token_shard(std::string_view bytes, const std::
 }
 
 std::vector<std::uint16_t> read_token_shard(const std::string& path) {
-  // An encrypted shard (io/at_rest.hpp) is decrypted and verified whole first.
-  if (crypt::is_encrypted_file(path)) return parse_token_shard(io::read_at_rest(path), path);
-  io::require_encrypted_input(path, "token shard");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorCategory::io, "cannot open token shard '", path, "'");
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) fail(ErrorCategory::io, "cannot read token shard '", path, "'");
-  return parse_token_shard(bytes, path);
+  // One open judges and reads it; an encrypted shard (io/at_rest.hpp) is decrypted and verified
+  // whole first.
+  io::PlaintextReader file(path);
+  if (!file.encrypted()) io::require_plain_allowed(path, "token shard");
+  return parse_token_shard(file.read_all(), path);
 }
 
 void write_token_shard(const std::string& path, const std::vector<std::uint16_t>& tokens) {

@@ -1,6 +1,7 @@
 #include "loom/io/at_rest.hpp"
 
 #include <fcntl.h>
+#include <sodium.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <mutex>
 #include <span>
@@ -17,6 +19,7 @@
 
 #include "loom/core/error.hpp"
 #include "loom/crypt/encrypted_file.hpp"
+#include "loom/crypt/key.hpp"
 #include "src/core/owned_output.hpp"
 #include "src/core/unique_fd.hpp"
 #include "src/core/writeback.hpp"
@@ -67,16 +70,23 @@ bool plain_input_allowed() {
   return plain_allowed;
 }
 
-void require_encrypted_input(const std::string& path, const char* what) {
+void require_plain_allowed(const std::string& path, const char* what) {
   const std::shared_ptr<const crypt::SecretKey> key = at_rest_key();
-  std::error_code error;
-  if (key == nullptr || plain_input_allowed() || !std::filesystem::is_regular_file(path, error) ||
-      crypt::is_encrypted_file(path)) {
-    return;  // (a missing file is named by whoever reads it)
-  }
+  if (key == nullptr || plain_input_allowed()) return;
   fail(ErrorCategory::invalid_argument, what, " '", path, "' is plain, but this run encrypts at rest (key id ",
        key->id_hex(), "), so it reads only encrypted input: encrypt it with loom-crypt encrypt, or pass "
        "--allow-plain-input to read plain files");
+}
+
+void require_encrypted_input(const std::string& path, const char* what) {
+  if (at_rest_key() == nullptr || plain_input_allowed()) return;
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (status.type() == std::filesystem::file_type::not_found) return;  // named by whoever reads it
+  if (!std::filesystem::is_regular_file(status)) {
+    fail(ErrorCategory::invalid_argument, what, " '", path, "' is not a regular file: refused");
+  }
+  if (!crypt::is_encrypted_file(path)) require_plain_allowed(path, what);
 }
 
 // ---- OutputFile -----------------------------------------------------------------------------
@@ -204,25 +214,8 @@ bool encrypted_as_expected(const std::string& path, Expect expect) {
 }
 
 std::string read_at_rest(const std::string& path, Expect expect) {
-  if (!encrypted_as_expected(path, expect)) return read_file(path);
-  const std::shared_ptr<const crypt::SecretKey> key = key_for(path);
-  crypt::DecryptingReader reader(path, *key);
-  std::string plain(reader.info().plaintext_bytes, '\0');
-  std::size_t at = 0;
-  // read() hands on one verified chunk at a time; the size comes from the file's length, and the
-  // final chunk must end exactly there.
-  while (true) {
-    const std::size_t got =
-        reader.read({reinterpret_cast<unsigned char*>(plain.data()) + at, plain.size() - at});
-    if (got == 0) break;
-    at += got;
-  }
-  // One more call verifies the final chunk (which may hold nothing) and that nothing follows it.
-  unsigned char beyond = 0;
-  const bool ends = reader.read({&beyond, 1}) == 0;
-  require(at == plain.size() && ends, ErrorCategory::corrupt_data, "'", path, "' does not decrypt to the ",
-          plain.size(), " bytes its size says");
-  return plain;
+  PlaintextReader file(path, expect);
+  return file.read_all();
 }
 
 std::uint64_t plaintext_size(const std::string& path, Expect expect) {
@@ -248,41 +241,62 @@ FileDigest digest_at_rest(const std::string& path, Expect expect) {
 // ---- PlaintextReader ------------------------------------------------------------------------
 
 struct PlaintextReader::Source {
-  detail::Fd fd;                                      // plain, or
+  detail::Fd fd;  // one open: judged, then read (plain: pread; encrypted: the reader's pread)
   std::shared_ptr<const crypt::SecretKey> key;        // encrypted: the reader and where it stands
   std::unique_ptr<crypt::DecryptingReader> sealed;
   std::uint64_t position = 0;
   std::vector<unsigned char> passed;  // where the bytes a read ahead passes over go
   std::string whole;                  // after a read behind: the whole plaintext
   bool held = false;
+  std::exception_ptr failed;          // the first failure, thrown again by every later read
+  ~Source() {  // plaintext of a checkpoint or a shard: not left in freed memory
+    sodium_memzero(passed.data(), passed.size());
+    sodium_memzero(whole.data(), whole.size());
+  }
 };
 
 PlaintextReader::PlaintextReader(std::string path, Expect expect)
     : path_(std::move(path)), source_(std::make_unique<Source>()) {
-  if (encrypted_as_expected(path_, expect)) {
-    source_->key = key_for(path_);
-    source_->sealed = std::make_unique<crypt::DecryptingReader>(path_, *source_->key);
-    size_ = source_->sealed->info().plaintext_bytes;
-    return;
-  }
-  source_->fd = detail::Fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
-  if (source_->fd.get() < 0) fail(ErrorCategory::io, "cannot open '", path_, "': ", std::strerror(errno));
+  Source& s = *source_;
+  // O_NONBLOCK: a FIFO must not block the open; it is refused below (for a file it does nothing).
+  s.fd = detail::Fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (s.fd.get() < 0) fail(ErrorCategory::io, "cannot open '", path_, "': ", std::strerror(errno));
   struct stat info {};
-  if (::fstat(source_->fd.get(), &info) != 0) fail(ErrorCategory::io, "cannot stat '", path_, "': ", std::strerror(errno));
+  if (::fstat(s.fd.get(), &info) != 0) fail(ErrorCategory::io, "cannot stat '", path_, "': ", std::strerror(errno));
+  if (!S_ISREG(info.st_mode)) fail(ErrorCategory::io, "'", path_, "' is not a regular file: refused");
+  detail::clear_nonblocking(s.fd.get());
   size_ = static_cast<std::uint64_t>(info.st_size);
+  // Judged by the bytes of this open, not of another open by name.
+  const bool encrypted = crypt::is_encrypted_descriptor(s.fd.get());
+  require_expected(encrypted, expect);
+  if (!encrypted) return;
+  s.key = key_for(path_);
+  s.sealed = std::make_unique<crypt::DecryptingReader>(s.fd.get(), *s.key, path_);
+  size_ = s.sealed->info().plaintext_bytes;
 }
 
 PlaintextReader::~PlaintextReader() = default;
 
 bool PlaintextReader::encrypted() const noexcept { return source_->key != nullptr; }
 
+void PlaintextReader::require_expected(bool encrypted, Expect expect) const {
+  if (expect == Expect::encrypted && !encrypted) {
+    fail(ErrorCategory::corrupt_data, "'", path_, "' is a plain file in an encrypted checkpoint (its state.json is "
+         "encrypted): a plain file may not stand in for an encrypted one");
+  }
+  if (expect == Expect::plain && encrypted) {
+    fail(ErrorCategory::corrupt_data, "'", path_, "' is encrypted in a plain checkpoint (its state.json is not)");
+  }
+}
+
 void PlaintextReader::read(void* out, std::size_t bytes, std::uint64_t offset) {
+  Source& s = *source_;
+  if (s.failed) std::rethrow_exception(s.failed);
   if (offset > size_ || bytes > size_ - offset) {
     fail(ErrorCategory::corrupt_data, "'", path_, "': ", bytes, " bytes at byte ", offset, " go past its end at ",
          size_, " (truncated?)");
   }
   auto* at = static_cast<unsigned char*>(out);
-  Source& s = *source_;
   if (!s.key) {
     while (bytes > 0) {
       const ssize_t got = ::pread(s.fd.get(), at, bytes, static_cast<off_t>(offset));
@@ -295,31 +309,61 @@ void PlaintextReader::read(void* out, std::size_t bytes, std::uint64_t offset) {
     }
     return;
   }
-  if (offset < s.position && !s.held) {
-    // Behind: a reader out of file order would decrypt from the header again and again, so the
-    // whole file is decrypted (and verified) once and held.
-    s.whole = read_at_rest(path_, Expect::encrypted);
-    s.held = true;
-    s.sealed.reset();
-  }
-  if (s.held) {
-    std::memcpy(at, s.whole.data() + offset, bytes);
-    return;
-  }
-  // next(): bytes from the stream into `to`; the header's size says they are there, so a stream
-  // that ends first was cut short (the reader verified every chunk it handed on).
-  auto next = [&](unsigned char* to, std::size_t n) {
-    const std::size_t got = s.sealed->read({to, n});
-    if (got == 0) {
-      fail(ErrorCategory::corrupt_data, "'", path_, "' ends at plaintext byte ", s.position, ", before the ", size_,
-           " bytes its size says");
+  try {
+    if (offset < s.position && !s.held) {
+      // Behind: a reader out of file order would decrypt from the header again and again, so the
+      // whole file is decrypted (and verified) once, from this same open, and held.
+      crypt::DecryptingReader again(s.fd.get(), *s.key, path_);
+      s.whole.assign(size_, '\0');
+      std::uint64_t done = 0;
+      while (done < size_) {
+        const std::size_t got = again.read({reinterpret_cast<unsigned char*>(s.whole.data()) + done, size_ - done});
+        if (got == 0) break;
+        done += got;
+      }
+      unsigned char beyond = 0;
+      require(done == size_ && again.read({&beyond, 1}) == 0, ErrorCategory::corrupt_data, "'", path_,
+              "' does not decrypt to the ", size_, " bytes its size says");
+      s.held = true;
+      s.sealed.reset();
     }
-    s.position += got;
-    return got;
-  };
-  if (s.position < offset) s.passed.resize(std::min<std::size_t>(s.sealed->info().chunk_bytes, 1u << 20));
-  while (s.position < offset) next(s.passed.data(), static_cast<std::size_t>(std::min<std::uint64_t>(s.passed.size(), offset - s.position)));
-  for (std::size_t done = 0; done < bytes;) done += next(at + done, bytes - done);
+    if (s.held) {
+      std::memcpy(at, s.whole.data() + offset, bytes);
+      return;
+    }
+    // next(): bytes from the stream into `to`; the header's size says they are there, so a stream
+    // that ends first was cut short (the reader verified every chunk it handed on).
+    auto next = [&](unsigned char* to, std::size_t n) {
+      const std::size_t got = s.sealed->read({to, n});
+      if (got == 0) {
+        fail(ErrorCategory::corrupt_data, "'", path_, "' ends at plaintext byte ", s.position, ", before the ", size_,
+             " bytes its size says");
+      }
+      s.position += got;
+      return got;
+    };
+    if (s.position < offset) s.passed.resize(std::min<std::size_t>(s.sealed->info().chunk_bytes, 1u << 20));
+    while (s.position < offset) {
+      next(s.passed.data(), static_cast<std::size_t>(std::min<std::uint64_t>(s.passed.size(), offset - s.position)));
+    }
+    for (std::size_t done = 0; done < bytes;) done += next(at + done, bytes - done);
+  } catch (...) {
+    s.failed = std::current_exception();
+    throw;
+  }
+}
+
+std::string PlaintextReader::read_all() {
+  std::string all(size_, '\0');
+  read(all.data(), all.size(), 0);
+  Source& s = *source_;
+  if (s.sealed) {
+    // One more call verifies the final chunk (which may hold nothing) and that nothing follows.
+    unsigned char beyond = 0;
+    require(s.sealed->read({&beyond, 1}) == 0, ErrorCategory::corrupt_data, "'", path_, "' holds more than the ",
+            size_, " bytes its size says");
+  }
+  return all;
 }
 
 void write_at_rest_atomically(const std::string& path, const std::string& contents) {

@@ -112,7 +112,9 @@ std::vector<fs::path> list_candidates(const std::string& run_dir, CheckpointSear
 void require_keys_for(const fs::path& candidate) {
   std::error_code error;
   std::vector<fs::path> files;
-  for (const fs::directory_entry& entry : fs::directory_iterator(candidate, error)) files.push_back(entry.path());
+  for (fs::directory_iterator it(candidate, error), end; !error && it != end; it.increment(error)) {
+    files.push_back(it->path());
+  }
   std::sort(files.begin(), files.end());  // the same file named first every time
   for (const fs::path& file : files) require_key_for(file.string());
   require_encrypted_input((candidate / "state.json").string(), "checkpoint file");
@@ -123,7 +125,13 @@ void require_keys_for(const fs::path& candidate) {
 CheckpointSearch find_resumable_checkpoint(const std::string& run_dir) {
   CheckpointSearch search;
   for (const fs::path& candidate : list_candidates(run_dir, search)) {
-    require_keys_for(candidate);
+    try {
+      require_keys_for(candidate);
+    } catch (const Error& e) {
+      if (e.category() == ErrorCategory::invalid_argument) throw;  // a key problem; else damage, below
+      search.skipped.push_back(candidate.filename().string() + ": " + e.detail());
+      continue;
+    }
     try {
       search.step = verify_checkpoint(candidate.string());
       search.chosen = candidate.string();
@@ -151,17 +159,18 @@ CheckpointSearch find_resumable_checkpoint(const std::string& run_dir, comm::Com
   for (const std::string& candidate : listing.at("candidates").get<std::vector<std::string>>()) {
     std::string problem;  // "k" + why for a key problem (not damage: it stops the search), "d" + why
     std::int64_t step = 0;
+    // Every failure becomes a problem to share (one escaping on one rank would leave the others
+    // waiting in the gather below); only invalid_argument from the key check is a key problem.
+    bool keys_checked = false;
     try {
       require_keys_for(candidate);
+      keys_checked = true;
+      step = verify_checkpoint(candidate, comm.rank(), comm.size());
     } catch (const Error& e) {
-      problem = "k" + e.detail();
-    }
-    if (problem.empty()) {
-      try {
-        step = verify_checkpoint(candidate, comm.rank(), comm.size());
-      } catch (const Error& e) {
-        problem = "d" + e.detail();
-      }
+      const bool key = !keys_checked && e.category() == ErrorCategory::invalid_argument;
+      problem = (key ? "k" : "d") + e.detail();
+    } catch (const std::exception& e) {
+      problem = "d" + std::string(e.what());
     }
     const std::vector<std::string> problems = comm::all_gather_texts(comm, problem);
     const auto failed = std::find_if(problems.begin(), problems.end(), [](const std::string& p) { return !p.empty(); });
@@ -177,19 +186,27 @@ CheckpointSearch find_resumable_checkpoint(const std::string& run_dir, comm::Com
   return search;
 }
 
-std::vector<std::string> prune_checkpoints(const std::string& run_dir, int keep, std::int64_t keep_every) {
+std::vector<std::string> prunable_checkpoints(const std::string& run_dir, int keep, std::int64_t keep_every) {
   require(keep >= 1, "prune_checkpoints: keep must be at least 1, got ", keep);
   require(keep_every >= 0, "prune_checkpoints: keep_every must not be negative, got ", keep_every);
   const std::optional<fs::path> named = latest_target(run_dir);
-  std::vector<std::string> removed;
+  std::vector<std::string> prunable;
   const std::vector<Committed> committed = committed_checkpoints(run_dir);
   for (std::size_t i = static_cast<std::size_t>(keep); i < committed.size(); ++i) {
     const Committed& c = committed[i];
     if ((keep_every > 0 && c.step % keep_every == 0) || (named && fs::equivalent(*named, c.path))) continue;
+    prunable.push_back(c.path.string());
+  }
+  return prunable;
+}
+
+std::vector<std::string> prune_checkpoints(const std::string& run_dir, int keep, std::int64_t keep_every) {
+  std::vector<std::string> removed;
+  for (const std::string& path : prunable_checkpoints(run_dir, keep, keep_every)) {
     std::error_code error;
-    fs::remove_all(c.path, error);
-    if (error) fail(ErrorCategory::io, "cannot delete the old checkpoint '", c.path.string(), "': ", error.message());
-    removed.push_back(c.path.string());
+    fs::remove_all(path, error);
+    if (error) fail(ErrorCategory::io, "cannot delete the old checkpoint '", path, "': ", error.message());
+    removed.push_back(path);
   }
   return removed;
 }

@@ -42,9 +42,11 @@ std::string text_field(const json& object, const char* name, const std::string& 
 
 CheckpointManifest read_manifest(const std::string& dir) {
   const std::string state_path = dir + "/state.json";
-  const bool encrypted = is_encrypted_at_rest(state_path);
-  CheckpointManifest manifest = parse_manifest(read_at_rest(state_path), state_path);
-  manifest.encrypted = encrypted;
+  // One open judges and reads it: what decides the data files' kind is what was read.
+  PlaintextReader file(state_path);
+  if (!file.encrypted()) require_plain_allowed(state_path, "checkpoint file");
+  CheckpointManifest manifest = parse_manifest(file.read_all(), state_path);
+  manifest.encrypted = file.encrypted();
   return manifest;
 }
 

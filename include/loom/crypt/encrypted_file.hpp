@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <span>
 #include <string>
@@ -41,8 +42,11 @@ struct EncryptedFileInfo {
   std::uint64_t plaintext_bytes = 0;  // from the file's size
 };
 
-// Whether the file starts with the encrypted format's magic (a cheap test, no key).
+// Whether the file starts with the encrypted format's magic (a cheap test, no key); false for
+// anything but a regular file.
 bool is_encrypted_file(const std::string& path);
+// The same for an open descriptor (read with pread at 0: its offset is left as it was).
+bool is_encrypted_descriptor(int fd);
 // Reads and checks the header: corrupt_data Error naming the path for a plain file, another
 // version, a damaged header or a size no chunk sequence has.
 EncryptedFileInfo inspect_encrypted_file(const std::string& path);
@@ -84,6 +88,9 @@ class DecryptingReader {
   // Checks the header and the key id (a key other than the file's is an invalid_argument Error
   // naming both ids).
   DecryptingReader(const std::string& path, const SecretKey& key);
+  // Over an open descriptor, read from its start with pread (the caller keeps it open while the
+  // reader lives): a file judged and decrypted through one open. `name` for errors.
+  DecryptingReader(int fd, const SecretKey& key, std::string name);
   // Over bytes in memory (`name` for errors): the fuzz target's way in.
   DecryptingReader(std::span<const unsigned char> file, const SecretKey& key, std::string name);
   ~DecryptingReader();
@@ -92,7 +99,8 @@ class DecryptingReader {
 
   // Up to out.size() bytes, from at most one newly verified chunk; 0 once the final chunk has been
   // read. corrupt_data Error naming the file and chunk for a chunk that fails authentication, a
-  // missing final chunk, or bytes after it (from a call that hands on nothing).
+  // missing final chunk, or bytes after it (from a call that hands on nothing); every later call
+  // throws the same Error.
   std::size_t read(std::span<unsigned char> out);
   const EncryptedFileInfo& info() const { return info_; }
 
@@ -109,6 +117,7 @@ class DecryptingReader {
   std::size_t plain_at_ = 0;
   std::uint64_t chunk_index_ = 0;
   bool finished_ = false;
+  std::exception_ptr failed_;  // the first failure, thrown again by every later read()
 };
 
 // Reads a whole encrypted file through one chunk of memory, verifying every chunk; returns the

@@ -39,8 +39,12 @@ std::shared_ptr<const crypt::SecretKey> at_rest_key();
 void set_plain_input_allowed(bool allowed);
 bool plain_input_allowed();
 // invalid_argument Error, naming path as `what` (a checkpoint, a token shard) and the flag that
-// allows it, when the process has a key, plain input is not allowed and path is plain.
+// allows it, when the process has a key, plain input is not allowed and path is plain (or not a
+// regular file; a missing one passes, for its reader to name). A check by name: a reader enforces
+// it on what it opened with require_plain_allowed, once it has judged the file itself.
 void require_encrypted_input(const std::string& path, const char* what);
+// The same for a file already judged plain.
+void require_plain_allowed(const std::string& path, const char* what);
 
 // What kind a file read back must be.
 enum class Expect { any, plain, encrypted };
@@ -87,22 +91,28 @@ class OutputFile {
 // file decrypted into memory once, at its first step back. Not thread-safe.
 class PlaintextReader {
  public:
-  // Opens path and judges its kind by its header (encrypted_as_expected); an encrypted file needs
-  // the process's key (an invalid_argument Error names the key id it needs otherwise).
+  // Opens path once and judges its kind by the first bytes of that open, refusing (corrupt_data)
+  // the other kind than `expect`; a FIFO or anything else but a regular file is an io Error. An
+  // encrypted file needs the process's key (an invalid_argument Error names the key id it needs).
   explicit PlaintextReader(std::string path, Expect expect = Expect::any);
   ~PlaintextReader();
   PlaintextReader(const PlaintextReader&) = delete;
   PlaintextReader& operator=(const PlaintextReader&) = delete;
 
   const std::string& path() const noexcept { return path_; }
+  // Judged by the first bytes of this reader's own open of the file.
   bool encrypted() const noexcept;
   // The plaintext's size (an encrypted file's from its header and length).
   std::uint64_t size() const noexcept { return size_; }
   // Exactly `bytes` at `offset`: a corrupt_data Error naming the file when they go past its end
-  // or a chunk on the way fails to authenticate; io Error when it cannot be read.
+  // or a chunk on the way fails to authenticate; io Error when it cannot be read. After a failure
+  // every later read throws the same Error.
   void read(void* out, std::size_t bytes, std::uint64_t offset);
+  // The whole plaintext, an encrypted file verified to its final chunk and its end.
+  std::string read_all();
 
  private:
+  void require_expected(bool encrypted, Expect expect) const;
   struct Source;
   std::string path_;
   std::uint64_t size_ = 0;

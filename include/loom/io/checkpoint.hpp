@@ -96,6 +96,8 @@ CheckpointSearch find_resumable_checkpoint(const std::string& run_dir, comm::Com
 // Deletes the committed checkpoints of run_dir other than the newest `keep` (>= 1), those whose
 // step is a multiple of keep_every (when > 0) and the one `latest` names. Returns what it deleted.
 std::vector<std::string> prune_checkpoints(const std::string& run_dir, int keep, std::int64_t keep_every = 0);
+// What prune_checkpoints would delete now, deleting nothing.
+std::vector<std::string> prunable_checkpoints(const std::string& run_dir, int keep, std::int64_t keep_every = 0);
 
 // Deletes what interrupted saves left in run_dir (.step_<N>.tmp, and .step_<N>.old unless
 // `latest` names it). Returns what it deleted.

@@ -7,6 +7,7 @@
 // within 64 MiB of where it started. Encrypted shards give the plain ones' batches, and a missing
 // key or a damaged chunk is named.
 #include <catch2/catch.hpp>
+#include <sys/stat.h>
 
 #include <unistd.h>
 
@@ -213,6 +214,11 @@ TEST_CASE("encrypted shards give the plain shards' batches and each of a missing
                          IsError(ErrorCategory::invalid_argument, {plain[0], "is plain", "--allow-plain-input"}));
   REQUIRE_THROWS_MATCHES(data::read_token_shard(plain[0]), loom::Error,
                          IsError(ErrorCategory::invalid_argument, {plain[0], "is plain"}));
+  // A FIFO in the set is refused at once, not waited on.
+  const std::string fifo = dir / numbered("f", 0);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  REQUIRE_THROWS_MATCHES(data::ShardSet(std::vector<std::string>{sealed[0], fifo}), loom::Error,
+                         IsError(ErrorCategory::invalid_argument, {fifo, "not a regular file"}));
   loom::io::set_plain_input_allowed(true);
   const data::ShardSet plain_set(plain), sealed_set(sealed);
   CHECK(sealed_set.tokens() == plain_set.tokens());

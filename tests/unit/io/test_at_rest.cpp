@@ -283,12 +283,26 @@ TEST_CASE("PlaintextReader reads a plain and an encrypted file at offsets alike,
     REQUIRE_THROWS_MATCHES(r.read(out.data(), 11, 9990), loom::Error,
                            IsError(ErrorCategory::corrupt_data, {path, "go past its end at 10000"}));
   }
-  // A damaged chunk is reached, not trusted: what lies before it reads, it fails by chunk.
+  // A file cut short after it was opened: a read behind decrypts it again from the same open,
+  // and fails by name instead of reading past what is there.
+  {
+    loom::io::PlaintextReader r(sealed);
+    expect(r, 5000, 100);
+    fs::resize_file(sealed, loom::crypt::header_bytes + 6 * (chunk + 17));
+    std::vector<unsigned char> out(50);
+    REQUIRE_THROWS_MATCHES(r.read(out.data(), 50, 10), loom::Error, IsError(ErrorCategory::corrupt_data, {sealed}));
+    loom::crypt::write_encrypted_file(sealed, bytes, *key, chunk);
+  }
+  // A damaged chunk is reached, not trusted: what lies before it reads, it fails by chunk, and
+  // the reader stays failed (every later read, ahead or behind, throws the same).
   loom::test::flip_byte(sealed, loom::crypt::header_bytes + 8 * (chunk + 17) + 5);
   loom::io::PlaintextReader r(sealed);
   expect(r, 100, 7000);
-  std::vector<unsigned char> out(100);
-  REQUIRE_THROWS_MATCHES(r.read(out.data(), 100, 8400), loom::Error, IsError(ErrorCategory::corrupt_data, {"chunk"}));
+  std::vector<unsigned char> out(100, 0xee);
+  REQUIRE_THROWS_MATCHES(r.read(out.data(), 100, 8400), loom::Error, IsError(ErrorCategory::corrupt_data, {"chunk 8"}));
+  REQUIRE_THROWS_MATCHES(r.read(out.data(), 100, 9000), loom::Error, IsError(ErrorCategory::corrupt_data, {"chunk 8"}));
+  REQUIRE_THROWS_MATCHES(r.read(out.data(), 100, 0), loom::Error, IsError(ErrorCategory::corrupt_data, {"chunk 8"}));
+  CHECK(std::all_of(out.begin(), out.end(), [](unsigned char c) { return c == 0xee; }));
   // Of the other kind than expected: refused by name.
   REQUIRE_THROWS_MATCHES(loom::io::PlaintextReader(plain, loom::io::Expect::encrypted), loom::Error,
                          IsError(ErrorCategory::corrupt_data, {plain, "plain file"}));
@@ -314,6 +328,14 @@ TEST_CASE("a run with a key refuses a plain checkpoint unless plain input is all
     REQUIRE_THROWS_MATCHES(loom::io::load_checkpoint(saved, other, other_trainer.optimizer()), loom::Error,
                            IsError(ErrorCategory::invalid_argument, {"state.json' is plain", "loom-crypt encrypt"}));
     CHECK(weights(other) == before);
+    // Not a regular file where state.json goes (a FIFO would block a reader): refused by name too.
+    const fs::path state = fs::path(saved) / "state.json", moved = run / "state.json.saved";
+    fs::rename(state, moved);
+    REQUIRE(::mkfifo(state.c_str(), 0600) == 0);
+    REQUIRE_THROWS_MATCHES(loom::io::find_resumable_checkpoint(run.string()), loom::Error,
+                           IsError(ErrorCategory::invalid_argument, {"state.json' is not a regular file"}));
+    fs::remove(state);
+    fs::rename(moved, state);
     loom::io::set_plain_input_allowed(true);
     CHECK(loom::io::find_resumable_checkpoint(run.string()).chosen == saved);
     loom::io::load_checkpoint(saved, other, other_trainer.optimizer());
