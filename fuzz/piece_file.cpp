@@ -1,7 +1,7 @@
 // libFuzzer target: a sharded checkpoint's rank file (safetensors with a piece table). The bytes
-// go to a scratch file (PieceFile reads where pieces lie, with pread); opening it, reading every
-// piece, and the piece arithmetic over its table either work or are a loom::Error; anything else
-// (another exception, a crash, a leak, a hang) is a finding.
+// go to a scratch file (PieceFile reads where pieces lie, through io::PlaintextReader); opening
+// it, reading every piece, and the piece arithmetic over its table either work or are a
+// loom::Error; anything else (another exception, a crash, a leak, a hang) is a finding.
 #include <unistd.h>
 
 #include <cstddef>
@@ -22,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
   }
   try {
-    const loom::io::PieceFile file(path);
+    loom::io::PieceFile file(path);
     std::map<std::string, std::vector<loom::io::Piece>> tensors;
     for (std::size_t i = 0; i < file.pieces().size(); ++i) {
       try {
