@@ -1,5 +1,5 @@
 # Finds what loom builds against. Everything comes from the system; nothing is downloaded.
-# Results: LOOM_WITH_CUDA, LOOM_WITH_NCCL, LOOM_WITH_CUDNN, LOOM_WITH_MPI (ON/OFF).
+# Results: LOOM_WITH_CUDA, LOOM_WITH_NCCL, LOOM_WITH_CUDNN, LOOM_WITH_MPI, LOOM_WITH_GLOO (ON/OFF).
 
 function(loom_check_mode name value)
   if(NOT value MATCHES "^(AUTO|ON|OFF)$")
@@ -8,8 +8,10 @@ function(loom_check_mode name value)
 endfunction()
 string(TOUPPER "${LOOM_CUDA}" LOOM_CUDA_MODE)
 string(TOUPPER "${LOOM_MPI}" LOOM_MPI_MODE)
+string(TOUPPER "${LOOM_GLOO}" LOOM_GLOO_MODE)
 loom_check_mode(LOOM_CUDA "${LOOM_CUDA_MODE}")
 loom_check_mode(LOOM_MPI "${LOOM_MPI_MODE}")
+loom_check_mode(LOOM_GLOO "${LOOM_GLOO_MODE}")
 
 set(THREADS_PREFER_PTHREAD_FLAG ON)
 find_package(Threads REQUIRED)
@@ -92,5 +94,20 @@ if(NOT LOOM_MPI_MODE STREQUAL "OFF")
     set(LOOM_WITH_MPI ON)
   else()
     message(STATUS "loom: MPI not found; building without the MPI communicator (install libopenmpi-dev)")
+  endif()
+endif()
+
+# ---- Gloo (CPU processes started without an MPI launcher) -------------------------------------
+set(LOOM_WITH_GLOO OFF)
+if(NOT LOOM_GLOO_MODE STREQUAL "OFF")
+  if(LOOM_GLOO_MODE STREQUAL "ON")
+    find_package(Gloo REQUIRED CONFIG)
+  else()
+    find_package(Gloo QUIET CONFIG)
+  endif()
+  if(TARGET gloo)
+    set(LOOM_WITH_GLOO ON)
+  else()
+    message(STATUS "loom: Gloo not found; building without the Gloo communicator (install libgloo-dev)")
   endif()
 endif()

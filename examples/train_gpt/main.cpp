@@ -311,7 +311,7 @@ int run(const train_gpt::RunConfig& given, loom::World& world, train_gpt::RunAud
   if (dp.comm) {
     log.line("data-parallel: %d ranks (%s), %lld sequences per step (%lld per rank x %lld micro-batches), %d gradient "
              "buckets, %s reduction; %s\n",
-             dp.data_ranks, std::string(world.comm().backend()).c_str(),
+             dp.data_ranks, world.backend_choice().c_str(),
              static_cast<long long>(sized.batch * sized.grad_accumulation * dp.data_ranks),
              static_cast<long long>(sized.batch), static_cast<long long>(sized.grad_accumulation),
              static_cast<int>(trainer.gradient_sync().bucket_layout().size()), config.grad_reduction.c_str(), dp.summary.c_str());

@@ -15,6 +15,7 @@
 #include "loom/comm/backend/call_checks.hpp"
 #include "loom/comm/backend/call_queue.hpp"
 #include "src/comm/checked.hpp"
+#include "src/comm/cpu_call.hpp"
 #include "src/comm/mpi/collectives.hpp"
 #include "src/comm/mpi/gate.hpp"
 #include "src/comm/mpi/status.hpp"
@@ -28,12 +29,10 @@ namespace {
 using detail::CollectiveKind;
 using detail::CollectiveSignature;
 
-bool is_16bit(DType dtype) { return dtype == DType::f16 || dtype == DType::bf16; }
-
-void divide(float* values, std::int64_t n, int size) {
-  const auto divisor = static_cast<float>(size);
-  for (std::int64_t i = 0; i < n; ++i) values[i] /= divisor;
-}
+using detail::divide;
+using detail::hold;
+using detail::is_16bit;
+using detail::view_of;
 
 int mpi_count(const std::string& what, std::int64_t count, const char* unit = "elements") {
   require(count <= INT_MAX, what, ": ", count, " ", unit, " exceed MPI's int count (", INT_MAX, "); split the tensor");
@@ -118,22 +117,6 @@ struct Engine {
   detail::MpiGate gate;
 };
 
-// A tensor's memory as a call uses it; the call's `held` tuple keeps the tensor alive.
-struct View {
-  void* data;
-  std::int64_t numel;
-  DType dtype;
-  std::size_t nbytes;
-};
-View view_of(const Tensor& t) {
-  if (!t.defined()) return {nullptr, 0, DType::f32, 0};  // a reduce's output off the root
-  return {t.raw_data(), t.numel(), t.dtype(), t.nbytes()};
-}
-
-template <class... T>
-std::shared_ptr<void> hold(const T&... tensors) {
-  return std::make_shared<std::tuple<T...>>(tensors...);
-}
 
 class MpiCommunicator : public Communicator {
  public:

@@ -21,14 +21,13 @@
 
 #include "loom/core/error.hpp"
 #include "src/comm/rendezvous_auth.hpp"
-#include "src/core/unique_fd.hpp"
+#include "src/comm/rendezvous_socket.hpp"
 
 namespace loom::comm {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-using namespace std::chrono_literals;
+using namespace rendezvous;
 
 constexpr std::uint32_t magic = 0x4C4F4F4D;  // "LOOM"
 constexpr std::uint32_t protocol_version = 1;                // without a job secret
@@ -55,34 +54,6 @@ std::uint32_t word(const unsigned char* header, std::size_t index) {
   return value;
 }
 
-using loom::detail::Fd;
-
-// Names the rendezvous in every message and the rank in every error (ranks may be threads, so the
-// launcher's rank is not the right one).
-struct Context {
-  std::string where;  // "tcp rendezvous with host:port" or "file rendezvous at 'path'"
-  int rank;
-  int size;
-  std::chrono::milliseconds timeout;
-  // Capped so that milliseconds::max() ("wait for ever") does not overflow the clock.
-  Clock::time_point deadline = Clock::now() + std::min<std::chrono::milliseconds>(timeout, 24h * 365);
-
-  template <class... Parts>
-  [[noreturn]] void fail(ErrorCategory category, const Parts&... parts) const {
-    throw Error(category, loom::detail::concat(where, ": ", parts...), rank);
-  }
-  [[noreturn]] void fail_errno(const char* what, int error) const {
-    fail(ErrorCategory::io, what, ": ", std::strerror(error));
-  }
-  template <class... Parts>
-  [[noreturn]] void timed_out(const Parts&... parts) const {
-    fail(ErrorCategory::timeout, "gave up after ", timeout.count(), " ms: ", parts...);
-  }
-  void require(bool ok, const char* what) const {
-    if (!ok) fail(ErrorCategory::invalid_argument, what, " (rank ", rank, " of a world of ", size, ")");
-  }
-};
-
 // Checks the first three words of a header (`from` names its sender) and returns the fourth.
 std::uint32_t check_header(const Context& ctx, const unsigned char* header, const char* from,
                            std::uint32_t version = protocol_version) {
@@ -102,133 +73,6 @@ std::uint32_t check_header(const Context& ctx, const unsigned char* header, cons
     ctx.fail(ErrorCategory::corrupt_data, "world size mismatch: ", from, " says ", word(header, 2), ", this rank says ",
              ctx.size);
   return word(header, 3);
-}
-
-int remaining_ms(Clock::time_point deadline) {
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::clamp<std::chrono::milliseconds::rep>(left, 0, INT_MAX));
-}
-
-// Waits until fd is ready for `events`; false once the deadline has passed.
-bool wait_ready(const Context& ctx, int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    pollfd entry{fd, events, 0};
-    const int ready = ::poll(&entry, 1, remaining_ms(deadline));
-    if (ready > 0) return true;
-    if (ready == 0) return false;
-    if (errno != EINTR) ctx.fail_errno("poll", errno);
-  }
-}
-
-// Sockets are non-blocking: every send and recv waits with poll, up to the deadline.
-void send_all(const Context& ctx, int fd, std::span<const unsigned char> bytes, const char* what) {
-  while (!bytes.empty()) {
-    const ssize_t sent = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-    if (sent >= 0) {
-      bytes = bytes.subspan(static_cast<std::size_t>(sent));
-    } else if (errno != EINTR) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK) ctx.fail_errno(what, errno);
-      if (!wait_ready(ctx, fd, POLLOUT, ctx.deadline)) ctx.timed_out(what, " did not complete");
-    }
-  }
-}
-
-void recv_all(const Context& ctx, int fd, std::span<unsigned char> bytes, const char* what) {
-  while (!bytes.empty()) {
-    const ssize_t got = ::recv(fd, bytes.data(), bytes.size(), 0);
-    if (got > 0) {
-      bytes = bytes.subspan(static_cast<std::size_t>(got));
-    } else if (got == 0) {
-      ctx.fail(ErrorCategory::io, what, ": connection closed with ", bytes.size(), " bytes missing");
-    } else if (errno != EINTR) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK) ctx.fail_errno(what, errno);
-      if (!wait_ready(ctx, fd, POLLIN, ctx.deadline)) ctx.timed_out(what, " did not complete");
-    }
-  }
-}
-
-// One attempt to connect to any address of host:port; an empty Fd and the reason when it fails.
-Fd try_connect(const Context& ctx, const std::string& host, int port, std::string& error) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0) {
-    error = rc == EAI_SYSTEM ? std::strerror(errno) : ::gai_strerror(rc);
-    return Fd();
-  }
-  const std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addresses(found, &::freeaddrinfo);
-  for (const addrinfo* address = found; address != nullptr; address = address->ai_next) {
-    Fd fd(::socket(address->ai_family, address->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, address->ai_protocol));
-    if (fd.get() < 0 ||
-        (::connect(fd.get(), address->ai_addr, address->ai_addrlen) != 0 && errno != EINPROGRESS && errno != EINTR)) {
-      error = std::strerror(errno);
-      continue;
-    }
-    if (!wait_ready(ctx, fd.get(), POLLOUT, ctx.deadline)) {
-      error = "no answer";
-      return Fd();
-    }
-    int status = 0;
-    socklen_t length = sizeof status;
-    if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &status, &length) != 0) status = errno;
-    // With nobody listening, a local port may connect to itself (TCP simultaneous open).
-    sockaddr_storage self{}, peer{};
-    socklen_t self_length = sizeof self, peer_length = sizeof peer;
-    if (status == 0 && ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&self), &self_length) == 0 &&
-        ::getpeername(fd.get(), reinterpret_cast<sockaddr*>(&peer), &peer_length) == 0 && self_length == peer_length &&
-        std::memcmp(&self, &peer, self_length) == 0) {
-      status = ECONNREFUSED;
-    }
-    if (status == 0) return fd;
-    error = std::strerror(status);
-  }
-  return Fd();
-}
-
-Fd listen_on(const Context& ctx, int port) {
-  const auto port_bytes = htons(static_cast<std::uint16_t>(port));
-  sockaddr_in6 any6{};
-  any6.sin6_family = AF_INET6;
-  any6.sin6_port = port_bytes;
-  any6.sin6_addr = in6addr_any;
-  sockaddr_in any4{};
-  any4.sin_family = AF_INET;
-  any4.sin_port = port_bytes;
-  any4.sin_addr.s_addr = htonl(INADDR_ANY);
-  // Dual-stack IPv6 first (it takes IPv4 clients too), IPv4 alone where the host has no IPv6.
-  const std::pair<const sockaddr*, socklen_t> addresses[] = {{reinterpret_cast<const sockaddr*>(&any6), sizeof any6},
-                                                             {reinterpret_cast<const sockaddr*>(&any4), sizeof any4}};
-  int error = 0;
-  for (const auto& [address, length] : addresses) {
-    Fd fd(::socket(address->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    const int on = 1, off = 0;
-    if (fd.get() >= 0 && ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) == 0 &&
-        (address->sa_family != AF_INET6 || ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off) == 0) &&
-        ::bind(fd.get(), address, length) == 0 && ::listen(fd.get(), SOMAXCONN) == 0) {
-      return fd;
-    }
-    error = errno;
-  }
-  ctx.fail_errno("cannot listen on the port", error);
-}
-
-// Where a connected peer comes from, for the report of a refused one.
-std::string peer_address(int fd) {
-  sockaddr_storage address{};
-  socklen_t length = sizeof address;
-  char text[INET6_ADDRSTRLEN] = "an unknown address";
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    if (address.ss_family == AF_INET)
-      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&address)->sin_addr, text, sizeof text);
-    else if (const auto* v6 = reinterpret_cast<sockaddr_in6*>(&address); address.ss_family == AF_INET6) {
-      if (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr))  // an IPv4 client of the dual-stack socket
-        ::inet_ntop(AF_INET, v6->sin6_addr.s6_addr + 12, text, sizeof text);
-      else
-        ::inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof text);
-    }
-  }
-  return text;
 }
 
 // The ranks a rank 0 has admitted: each once, none of them rank 0.
@@ -395,12 +239,7 @@ std::vector<unsigned char> fetch_authenticated(const Context& ctx, int fd, const
 
 std::vector<unsigned char> fetch(const Context& ctx, const std::string& host, int port,
                                  const RendezvousOptions& options) {
-  std::string error;
-  Fd fd;
-  while ((fd = try_connect(ctx, host, port, error)).get() < 0) {
-    if (Clock::now() >= ctx.deadline) ctx.timed_out("no connection to rank 0 (last error: ", error, ")");
-    std::this_thread::sleep_until(std::min(ctx.deadline, Clock::now() + 50ms));
-  }
+  const Fd fd = connect_until_deadline(ctx, host, port, "rank 0");
   if (options.secret != nullptr) return fetch_authenticated(ctx, fd.get(), options.secret->keys());
   send_all(ctx, fd.get(), make_header(ctx.size, static_cast<std::size_t>(ctx.rank)), "sending this rank's answer");
   Header header{};
@@ -440,11 +279,11 @@ void publish(const Context& ctx, const std::string& path, std::span<const unsign
   }
 }
 
-std::vector<unsigned char> read_published(const Context& ctx, const std::string& path) {
+std::vector<unsigned char> read_published(const Context& ctx, const std::string& path, int writer = 0) {
   Fd fd;
   while ((fd = Fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC))).get() < 0) {
     if (errno != ENOENT && errno != EINTR) ctx.fail_errno("cannot open the file", errno);
-    if (Clock::now() >= ctx.deadline) ctx.timed_out("rank 0 did not write the file");
+    if (Clock::now() >= ctx.deadline) ctx.timed_out("rank ", writer, " did not write the file");
     std::this_thread::sleep_until(std::min(ctx.deadline, Clock::now() + 10ms));
   }
   std::vector<unsigned char> bytes(header_bytes + max_rendezvous_blob_bytes + 1);
@@ -498,6 +337,28 @@ std::vector<unsigned char> file_share_blob(const std::string& path, int rank, in
   if (rank != 0) return read_published(ctx, path);
   publish(ctx, path, blob);
   return {blob.begin(), blob.end()};
+}
+
+std::vector<std::vector<unsigned char>> file_all_gather_blobs(const std::string& path, int rank, int size,
+                                                              std::span<const unsigned char> blob,
+                                                              std::chrono::milliseconds timeout) {
+  const Context ctx{"file rendezvous at '" + path + ".*'", rank, size, timeout};
+  ctx.require(!blob.empty(), "this rank has an empty blob to share");
+  if (!check_common(ctx, blob)) return {{blob.begin(), blob.end()}};
+  ctx.require(!path.empty(), "the path is empty");
+  const auto path_of = [&](int r) { return path + "." + std::to_string(r); };
+  publish(ctx, path_of(rank), blob);
+  std::vector<std::vector<unsigned char>> blobs(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) {
+      blobs[static_cast<std::size_t>(r)].assign(blob.begin(), blob.end());
+      continue;
+    }
+    Context from = ctx;  // the same deadline for every file
+    from.where = "file rendezvous at '" + path_of(r) + "'";
+    blobs[static_cast<std::size_t>(r)] = read_published(from, path_of(r), r);
+  }
+  return blobs;
 }
 
 }  // namespace loom::comm

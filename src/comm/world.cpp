@@ -9,6 +9,7 @@
 #include <thread>
 #include <string_view>
 
+#include "loom/comm/gloo.hpp"
 #include "loom/comm/in_process.hpp"
 #include "loom/comm/mpi.hpp"
 #include "loom/comm/nccl.hpp"
@@ -26,6 +27,17 @@ int parse_count(std::string_view flag, std::string_view text) {
   require(ec == std::errc() && end == text.data() + text.size() && value >= 0, "init: ", flag,
           " needs a non-negative integer, got '", text, "'");
   return value;
+}
+
+// LOOM_JOB_TOKEN (or LOOM_KEY_FILE) authenticates the TCP rendezvous; without one, anyone who
+// reaches the port could take a rank's place, which rank 0 says at start.
+std::optional<comm::RendezvousSecret> job_secret(int port, int rank) {
+  std::optional<comm::RendezvousSecret> secret = comm::RendezvousSecret::from_environment();
+  if (!secret && rank == 0) {
+    std::fprintf(stderr, "loom: the TCP rendezvous on port %d is unauthenticated: set LOOM_JOB_TOKEN (16+ random "
+                         "characters) on every rank to admit only this job's ranks (SECURITY.md)\n", port);
+  }
+  return secret;
 }
 
 bool launched_by_mpi(const comm::LaunchInfo& launch) {
@@ -50,13 +62,7 @@ comm::NcclId share_nccl_id(const comm::LaunchInfo& launch, bool mpi_running, std
   } else if (!launch.master_addr.empty()) {
     int port = launch.master_port + 1;
     if (const char* text = std::getenv("LOOM_RENDEZVOUS_PORT"); text != nullptr) port = parse_count("LOOM_RENDEZVOUS_PORT", text);
-    // LOOM_JOB_TOKEN (or LOOM_KEY_FILE) authenticates it; without one, anyone who reaches the port
-    // could take a rank's place, which rank 0 says at start.
-    const std::optional<comm::RendezvousSecret> secret = comm::RendezvousSecret::from_environment();
-    if (!secret && launch.rank == 0) {
-      std::fprintf(stderr, "loom: the TCP rendezvous on port %d is unauthenticated: set LOOM_JOB_TOKEN (16+ random "
-                           "characters) on every rank to admit only this job's ranks (SECURITY.md)\n", port);
-    }
+    const std::optional<comm::RendezvousSecret> secret = job_secret(port, launch.rank);
     comm::RendezvousOptions options;
     options.secret = secret ? &*secret : nullptr;
     shared = comm::tcp_share_blob(launch.master_addr, port, launch.rank, launch.size, mine, timeout, options);
@@ -70,8 +76,79 @@ comm::NcclId share_nccl_id(const comm::LaunchInfo& launch, bool mpi_running, std
   return id;
 }
 
+bool set(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0';
+}
+
+struct BackendChoice {
+  std::string backend, reason;
+};
+
+// The backend between CPU processes: MPI when an MPI launcher started them (MPI then knows the
+// job), Gloo otherwise; LOOM_CPU_BACKEND overrides.
+BackendChoice choose_cpu_backend(const comm::LaunchInfo& launch) {
+  if (const char* forced = std::getenv("LOOM_CPU_BACKEND"); forced != nullptr && *forced != '\0') {
+    const std::string_view value = forced;
+    require(value == "mpi" || value == "gloo", "init: LOOM_CPU_BACKEND='", value, "' is not mpi or gloo");
+    return {std::string(value), loom::detail::concat("LOOM_CPU_BACKEND=", value)};
+  }
+  const bool mpi_launcher = launch.launcher == "Open MPI" || launch.launcher == "PMI" ||
+                            (launch.launcher == "SLURM" && (set("PMIX_RANK") || set("PMI_RANK")));
+  if (mpi_launcher) return {"mpi", loom::detail::concat("started by ", launch.launcher == "SLURM" ? "srun with MPI support (PMIx/PMI)" : launch.launcher)};
+  const std::string started_by = launch.launcher == "SLURM" ? "srun without MPI support (no PMIx/PMI)"
+                                 : launch.launcher == "torchrun" ? std::string("torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR)")
+                                                                  : launch.launcher;
+  return {"gloo", loom::detail::concat("started by ", started_by, ", no MPI launcher")};
+}
+
+// Every rank's blob through the rendezvous the environment names: LOOM_RENDEZVOUS_FILE, else TCP
+// next to MASTER_ADDR:MASTER_PORT (the port after it, as for NCCL's id).
+comm::BlobExchange gloo_exchange(const comm::LaunchInfo& launch, std::chrono::milliseconds timeout, bool& local) {
+  if (const char* path = std::getenv("LOOM_RENDEZVOUS_FILE"); path != nullptr && *path != '\0') {
+    local = set("LOCAL_WORLD_SIZE") && std::string_view(std::getenv("LOCAL_WORLD_SIZE")) == std::to_string(launch.size);
+    return [path = std::string(path), launch, timeout](std::span<const unsigned char> mine) {
+      return comm::file_all_gather_blobs(path, launch.rank, launch.size, mine, timeout);
+    };
+  }
+  std::string host = launch.master_addr;
+  int port = launch.master_port;
+  if (host.empty() && set("MASTER_ADDR") && set("MASTER_PORT")) {  // srun jobs that set them, as PyTorch's need
+    host = std::getenv("MASTER_ADDR");
+    port = parse_count("MASTER_PORT", std::getenv("MASTER_PORT"));
+  }
+  require(!host.empty(), "init: ", launch.size, " CPU processes (", launch.launcher, ") on Gloo need a rendezvous: "
+          "set MASTER_ADDR and MASTER_PORT on every rank (rank 0's host and a free port), or LOOM_RENDEZVOUS_FILE to "
+          "a fresh path on a file system all ranks share; or launch with mpirun");
+  port += 1;
+  if (const char* text = std::getenv("LOOM_RENDEZVOUS_PORT"); text != nullptr) port = parse_count("LOOM_RENDEZVOUS_PORT", text);
+  require(port >= 1 && port <= 65535, "init: the Gloo rendezvous port ", port, " is outside 1..65535 (MASTER_PORT + 1, "
+          "or LOOM_RENDEZVOUS_PORT)");
+  local = host == "127.0.0.1" || host == "localhost" || host == "::1";
+  return [host, port, launch, timeout](std::span<const unsigned char> mine) {
+    const std::optional<comm::RendezvousSecret> secret = job_secret(port, launch.rank);
+    comm::RendezvousOptions options;
+    options.secret = secret ? &*secret : nullptr;
+    try {
+      return comm::tcp_all_gather_blobs(host, port, launch.rank, launch.size, mine, timeout, options);
+    } catch (const Error& e) {
+      if (e.category() != ErrorCategory::timeout) throw;
+      throw Error(ErrorCategory::timeout, loom::detail::concat(
+          "init: ", e.detail(), " (every rank must reach rank 0 at MASTER_ADDR:MASTER_PORT+1 = ", host, ":", port,
+          ", and every rank must be started with the same WORLD_SIZE, ", launch.size, "; set LOOM_RENDEZVOUS_PORT if "
+          "that port is taken, or --loom-timeout-ms to wait longer)"), launch.rank);
+    }
+  };
+}
+
 std::unique_ptr<comm::Communicator> world_communicator(const std::string& backend, const comm::LaunchInfo& launch,
                                                        Device device, bool mpi_running, const comm::CommOptions& options) {
+  if (backend == "gloo") {
+    bool local = false;
+    const comm::BlobExchange exchange = gloo_exchange(launch, options.timeout, local);
+    return comm::make_gloo_communicator(launch.rank, launch.size, exchange, comm::gloo_options_from_environment(local),
+                                        options);
+  }
   if (backend == "in-process") return std::move(comm::make_in_process_communicators(1, options).front());
   if (backend == "mpi") return comm::make_mpi_world_communicator(options);
   return comm::make_nccl_communicator(share_nccl_id(launch, mpi_running, options.timeout), launch.rank, launch.size,
@@ -80,15 +157,17 @@ std::unique_ptr<comm::Communicator> world_communicator(const std::string& backen
 
 }  // namespace
 
-World::World(comm::LaunchInfo launch, Device device, std::unique_ptr<comm::Communicator> comm, bool owns_mpi)
-    : launch_(std::move(launch)), device_(device), comm_(std::move(comm)), owns_mpi_(owns_mpi) {}
+World::World(comm::LaunchInfo launch, Device device, std::unique_ptr<comm::Communicator> comm, bool owns_mpi,
+             std::string backend_choice)
+    : launch_(std::move(launch)), device_(device), comm_(std::move(comm)), owns_mpi_(owns_mpi),
+      backend_choice_(std::move(backend_choice)) {}
 
 World::~World() {
-  // Destroyed while an exception unwinds (the World inside main's try): MPI_Finalize would wait
-  // for peers still in their collectives, and the error would never be printed. The peers are told
-  // instead (they fail at once), and MPI is not finalized.
+  // Destroyed while an exception unwinds (the World inside main's try): the peers, still in their
+  // collectives, would wait out the timeout (and MPI_Finalize for them, so the error would never be
+  // printed). They are told instead (they fail at once), and MPI is not finalized.
   bool told_peers = false;
-  if (owns_mpi_ && std::uncaught_exceptions() > 0 && comm_ && comm_->size() > 1) {
+  if (std::uncaught_exceptions() > 0 && comm_ && comm_->size() > 1 && (owns_mpi_ || comm_->backend() == "gloo")) {
     try {
       comm_->abort("its process is unwinding from an error (it is printed by that process)");
       told_peers = true;
@@ -170,9 +249,20 @@ std::unique_ptr<World> init(int& argc, char**& argv, const InitOptions& base) {
                                                 : comm::device_for(launch, cuda.device_count, options.allow_gpu_sharing);
 
   std::string backend = options.backend;
-  if (backend == "auto") backend = device.is_cuda() ? "nccl" : launch.size == 1 ? "in-process" : "mpi";
-  require(backend == "nccl" || backend == "mpi" || backend == "in-process", "init: unknown backend '", backend,
-          "' (auto, nccl, mpi or in-process)");
+  std::string why = "--loom-backend " + backend;
+  if (backend == "auto") {
+    BackendChoice choice{"nccl", "one GPU per rank"};
+    if (device.is_cpu()) choice = launch.size == 1 ? BackendChoice{"in-process", "one process"} : choose_cpu_backend(launch);
+    backend = choice.backend;
+    why = choice.reason;
+  }
+  require(backend == "nccl" || backend == "mpi" || backend == "gloo" || backend == "in-process",
+          "init: unknown backend '", backend, "' (auto, nccl, mpi, gloo or in-process)");
+  require(backend != "gloo" || comm::gloo_built(), "init: the gloo backend was chosen (", why, ") but this loom was "
+          "built without Gloo: install libgloo-dev (scripts/install-deps.sh) and rebuild, or launch with mpirun");
+  require(backend != "mpi" || comm::mpi_built(), "init: the mpi backend was chosen (", why, ") but this loom was "
+          "built without MPI: install libopenmpi-dev and rebuild, or set LOOM_CPU_BACKEND=gloo with MASTER_ADDR and "
+          "MASTER_PORT");
   require(backend != "nccl" || device.is_cuda(), "init: the nccl backend needs a GPU, and this process uses the cpu");
   require(backend == "nccl" || device.is_cpu(), "init: the ", backend, " backend moves CPU tensors; on ", device,
           " use nccl (or --loom-device cpu)");
@@ -180,7 +270,7 @@ std::unique_ptr<World> init(int& argc, char**& argv, const InitOptions& base) {
           "init: NCCL needs one GPU per rank, but ", launch.size, " ranks share ", cuda.device_count,
           " GPU(s) (--loom-allow-gpu-sharing); use --loom-device cpu or fewer ranks");
   require(backend != "in-process" || launch.size == 1, "init: the in-process backend serves one process, but ",
-          launch.launcher, " started ", launch.size, "; use mpi (mpirun) for CPU processes");
+          launch.launcher, " started ", launch.size, "; use mpi (mpirun) or gloo (torchrun) for CPU processes");
 
   const bool use_mpi = backend == "mpi" || (backend == "nccl" && launch.size > 1 && launched_by_mpi(launch) &&
                                             comm::mpi_built());
@@ -191,11 +281,12 @@ std::unique_ptr<World> init(int& argc, char**& argv, const InitOptions& base) {
     const auto [mpi_rank, mpi_size] = comm::mpi_world();
     require(mpi_rank == launch.rank && mpi_size == launch.size, "init: ", launch.launcher, " says rank ", launch.rank,
             " of ", launch.size, " but MPI says rank ", mpi_rank, " of ", mpi_size,
-            " (was the program started by a different MPI's launcher, or with conflicting --loom-* overrides?)");
+            " (was the program started by a different MPI's launcher, or with conflicting --loom-* overrides? Without "
+            "mpirun, use the gloo backend: unset LOOM_CPU_BACKEND or set it to gloo)");
   }
   if (device.is_cuda()) set_current_cuda_device(device.index());  // this rank's contexts on its own GPU
   std::unique_ptr<comm::Communicator> comm = world_communicator(backend, launch, device, use_mpi, options.comm);
-  return std::make_unique<World>(launch, device, std::move(comm), owns_mpi);
+  return std::make_unique<World>(launch, device, std::move(comm), owns_mpi, backend + ": " + why);
 }
 
 }  // namespace loom

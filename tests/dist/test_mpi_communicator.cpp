@@ -17,6 +17,7 @@
 #include "loom/core/error.hpp"
 #include "loom/core/mpi_check.hpp"
 #include "support/comm_conformance.hpp"
+#include "support/error_message.hpp"
 
 using loom::DType;
 using loom::Tensor;
@@ -25,14 +26,7 @@ using loom::comm::ReduceOp;
 
 namespace {
 
-std::string outcome(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const loom::Error& e) {
-    return std::string(to_string(e.category())) + ": " + e.what();
-  }
-  return "no error";
-}
+std::string outcome(const std::function<void()>& call) { return loom::test::error_outcome(call); }
 
 void world_barrier() { loom::check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
 

@@ -19,4 +19,15 @@ std::string error_message(const Call& call) {
   return "no error";
 }
 
+// "<category>: <message>" of the loom::Error a call throws, or "no error".
+template <class Call>
+std::string error_outcome(const Call& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return std::string(to_string(e.category())) + ": " + e.what();
+  }
+  return "no error";
+}
+
 }  // namespace loom::test

@@ -89,4 +89,25 @@ std::vector<unsigned char> tcp_share_blob(const std::string& host, int port, int
 std::vector<unsigned char> file_share_blob(const std::string& path, int rank, int size,
                                            std::span<const unsigned char> blob, std::chrono::milliseconds timeout);
 
+// Every rank's blob on every rank, in rank order (each rank passes its own, non-empty): the
+// bootstrap of a backend whose ranks connect to each other (Gloo's pairs), the part of a key-value
+// store such a backend needs.
+//
+// Over TCP, in two steps on host:port. First tcp_share_blob (authenticated by options.secret as
+// always) hands every rank a fresh 32-byte session key and the port of a second listener rank 0
+// has opened for this gather. Then each rank connects there and sends its blob with an HMAC under
+// the session key, and rank 0, once it holds every blob, answers each rank with the table under
+// the same key. A connection that does not prove the key within 5 s is dropped and reported (as
+// tcp_share_blob reports a refused peer), and rank 0 goes on waiting. Errors as for tcp_share_blob.
+std::vector<std::vector<unsigned char>> tcp_all_gather_blobs(const std::string& host, int port, int rank, int size,
+                                                             std::span<const unsigned char> blob,
+                                                             std::chrono::milliseconds timeout,
+                                                             const RendezvousOptions& options = {});
+
+// Through files: rank r writes `path`.r as file_share_blob writes `path`, and reads every other
+// rank's. The same freshness rule holds for the path; nobody removes the files.
+std::vector<std::vector<unsigned char>> file_all_gather_blobs(const std::string& path, int rank, int size,
+                                                              std::span<const unsigned char> blob,
+                                                              std::chrono::milliseconds timeout);
+
 }  // namespace loom::comm

@@ -1,11 +1,15 @@
 // Bootstrap: loom::init(argc, argv) finds where this process sits in the job (comm/launch.hpp),
 // picks its device (the GPU of its local rank, or the CPU), and builds the world communicator for
 // that device: NCCL on GPUs (the NCCL id shared through MPI, or TCP at MASTER_ADDR:MASTER_PORT, or
-// the file named by LOOM_RENDEZVOUS_FILE), MPI between CPU processes, in-process for a single
-// CPU process. loom's own flags are taken out of argv (as MPI_Init does with its own):
+// the file named by LOOM_RENDEZVOUS_FILE), MPI between CPU processes an MPI launcher started (mpirun,
+// srun with PMIx/PMI), Gloo between CPU processes something else started (torchrun, a PyTorchJob's
+// environment, srun without MPI support: they meet over TCP at MASTER_ADDR:MASTER_PORT + 1, or
+// through LOOM_RENDEZVOUS_FILE), in-process for a single CPU process. LOOM_CPU_BACKEND=mpi|gloo
+// overrides the choice for CPU processes; World::backend_choice says what was chosen and why.
+// loom's own flags are taken out of argv (as MPI_Init does with its own):
 //   --loom-rank N --loom-world-size N --loom-local-rank N   override the launcher
 //   --loom-device cpu|cuda       the device type (default: cuda when there are GPUs)
-//   --loom-backend auto|nccl|mpi|in-process
+//   --loom-backend auto|nccl|mpi|gloo|in-process
 //   --loom-allow-gpu-sharing     more local ranks than GPUs share them round-robin
 //   --loom-timeout-ms N          CommOptions::timeout
 // A misconfiguration (rank out of range, more local ranks than GPUs, a torchrun job without
@@ -23,7 +27,7 @@ namespace loom {
 
 struct InitOptions {
   comm::CommOptions comm{};
-  std::string backend = "auto";             // auto, nccl, mpi or in-process
+  std::string backend = "auto";             // auto, nccl, mpi, gloo or in-process
   std::optional<DeviceType> device_type{};  // unset: cuda when GPUs are visible, else cpu
   bool allow_gpu_sharing = false;
   comm::LaunchOverrides overrides{};
@@ -34,7 +38,8 @@ struct InitOptions {
 // communicator was aborted: a peer may be gone, and MPI_Finalize would wait for it).
 class World {
  public:
-  World(comm::LaunchInfo launch, Device device, std::unique_ptr<comm::Communicator> comm, bool owns_mpi);
+  World(comm::LaunchInfo launch, Device device, std::unique_ptr<comm::Communicator> comm, bool owns_mpi,
+        std::string backend_choice = {});
   ~World();
   World(const World&) = delete;
   World& operator=(const World&) = delete;
@@ -44,12 +49,15 @@ class World {
   comm::Communicator& comm() const noexcept { return *comm_; }
   int rank() const noexcept { return launch_.rank; }
   int size() const noexcept { return launch_.size; }
+  // The backend and why it was chosen ("gloo: started by torchrun's environment, no MPI launcher").
+  const std::string& backend_choice() const noexcept { return backend_choice_; }
 
  private:
   comm::LaunchInfo launch_;
   Device device_;
   std::unique_ptr<comm::Communicator> comm_;
   bool owns_mpi_;
+  std::string backend_choice_;
 };
 
 // Removes loom's flags from argv (updating argc) and applies them over `options`.

@@ -495,3 +495,75 @@ TEST_CASE("rendezvous: silent strangers neither delay the job's ranks nor stay p
     CHECK(outcomes[0].took >= 4900ms);
   }
 }
+
+namespace {
+
+// Rank r's blob for the all-gathers: r + 1 bytes of value 10 + r, so that blobs differ in length.
+Blob gather_blob(int rank) { return Blob(static_cast<std::size_t>(rank) + 1, static_cast<unsigned char>(10 + rank)); }
+
+// Runs gather(rank) on every rank and checks that each got every rank's blob in rank order.
+void require_gathered(int size, const std::function<std::vector<Blob>(int rank)>& gather,
+                      std::chrono::milliseconds root_delay = 0ms) {
+  std::vector<std::vector<Blob>> got(static_cast<std::size_t>(size));
+  const std::vector<Outcome> outcomes = run_ranks(
+      size,
+      [&](int rank) {
+        got[static_cast<std::size_t>(rank)] = gather(rank);
+        return Blob{};
+      },
+      root_delay);
+  std::vector<Blob> expected;
+  for (int r = 0; r < size; ++r) expected.push_back(gather_blob(r));
+  for (int rank = 0; rank < size; ++rank) {
+    INFO("rank " << rank << " of " << size << ": " << describe(outcomes[static_cast<std::size_t>(rank)].error));
+    REQUIRE(!outcomes[static_cast<std::size_t>(rank)].error);
+    REQUIRE(got[static_cast<std::size_t>(rank)] == expected);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("rendezvous: every rank gets every rank's blob over TCP, with and without a job secret",
+          "[comm][rendezvous]") {
+  const RendezvousSecret secret = RendezvousSecret::from_token(token);
+  for (const bool authenticated : {false, true}) {
+    for (const int size : {1, 2, 4}) {
+      INFO(size << " ranks, " << (authenticated ? "with" : "without") << " a secret");
+      const int port = free_port();
+      RendezvousOptions options;
+      if (authenticated) options.secret = &secret;
+      require_gathered(
+          size,
+          [&](int rank) {
+            return loom::comm::tcp_all_gather_blobs("127.0.0.1", port, rank, size, gather_blob(rank), 10s, options);
+          },
+          100ms);
+    }
+  }
+}
+
+TEST_CASE("rendezvous: every rank gets every rank's blob through files", "[comm][rendezvous]") {
+  const TemporaryDirectory directory;
+  const std::string path = directory.file("gather");
+  require_gathered(3, [&](int rank) {
+    return loom::comm::file_all_gather_blobs(path, rank, 3, gather_blob(rank), 10s);
+  });
+  CHECK(std::filesystem::exists(path + ".0"));
+  CHECK(std::filesystem::exists(path + ".2"));
+}
+
+TEST_CASE("rendezvous: a gather whose rank never comes is a timeout naming what is missing", "[comm][rendezvous]") {
+  const int port = free_port();
+  const TemporaryDirectory directory;
+  const std::vector<Outcome> outcomes = run_ranks(2, [&](int rank) -> Blob {
+    if (rank == 0) loom::comm::tcp_all_gather_blobs("127.0.0.1", port, 0, 3, gather_blob(0), 300ms);
+    else loom::comm::file_all_gather_blobs(directory.file("gather"), 1, 2, gather_blob(1), 300ms);
+    return {};
+  });
+  CHECK_THAT(describe(outcomes[0].error), Catch::Contains("tcp rendezvous with 127.0.0.1:") &&
+                                              Catch::Contains("only 0 of the 2 other ranks connected"));
+  CHECK_THAT(describe(outcomes[1].error), Catch::Contains("gather.0") &&
+                                              Catch::Contains("rank 0 did not write the file"));
+  CHECK_THROWS_WITH(loom::comm::tcp_all_gather_blobs("127.0.0.1", port, 0, 2, {}, 1s),
+                    Catch::Contains("this rank has an empty blob to share"));
+}

@@ -79,7 +79,7 @@ TEST_CASE("init names misconfigurations", "[comm]") {
   const bool has_gpu = loom::cuda_runtime_status().available();
   const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> cases = {
       {{"p", "--loom-device=cpu", "--loom-backend=nccl"}, {"nccl backend needs a GPU"}},
-      {{"p", "--loom-device=cpu", "--loom-backend=gloo"}, {"unknown backend 'gloo'"}},
+      {{"p", "--loom-device=cpu", "--loom-backend=tcp"}, {"unknown backend 'tcp'"}},
       {{"p", "--loom-device=cpu", "--loom-backend=in-process", "--loom-rank=0", "--loom-world-size=2"},
        {"in-process backend serves one process", "started 2"}},
       {{"p", "--loom-rank=3", "--loom-world-size=2"}, {"rank 3 is outside a world of 2"}},
