@@ -3,6 +3,7 @@
 //   mpirun -np 2 build/benchmarks/allreduce_bench -b 8 -e 64M -f 4     (CPU: MPI backend)
 //   mpirun -np 2 build/benchmarks/allreduce_bench --collective all      (a table per collective)
 //   build/benchmarks/allreduce_bench -b 1K -e 1G -f 2                 (one GPU: NCCL backend)
+//   mpirun -np 2 build/benchmarks/allreduce_bench --gloo               (loom on MPI, then on Gloo)
 // time is the per-call time (median over rounds of the mean over -n calls; the slowest rank); the
 // raw columns time the backend's own call on the same buffers, out of place and in place, in rounds
 // alternating with loom's, and loom/raw is loom's time over raw's (below 1: loom is faster);
@@ -135,6 +136,7 @@ double slowest_per_call(Communicator& comm, const std::function<void()>& sync, c
 struct Settings {
   std::string collective = "all_reduce", type = "float", op = "sum", min_bytes = "8", max_bytes = "64M", json;
   std::string algo = "flat", simulate;
+  bool gloo = false;
   double factor = 2;
   int iterations = 20, warmup = 5, check = 1, rounds = 5;
 };
@@ -185,7 +187,8 @@ int simulate(const Settings& s) {
   return 0;
 }
 
-// One table: every size of one collective, loom against the raw call; its JSON rows.
+// One table: every size of one collective, loom (on `comm`, whatever its backend) against the raw
+// call of the world's; its JSON rows.
 nlohmann::json run_table(const Settings& s, const std::string& collective, std::int64_t smallest, std::int64_t largest,
                          Communicator& comm, const loom::World& world, loom::bench::RawCollective* raw) {
   const DType dtype = loom::parse_dtype(s.type);  // nccl-tests' names (float, half, bfloat16, ...) are aliases
@@ -288,6 +291,8 @@ int main(int argc, char** argv) {
                    "planner's choice per size), from the detected topology or LOOM_TOPO_FILE")
         ->check(CLI::IsMember({"flat", "hier", "auto"}));
     app.add_option("--simulate", s.simulate, "print the cost model's predictions for this topology file and exit");
+    app.add_flag("--gloo", s.gloo, "also run every table on a Gloo communicator beside the world's (its addresses "
+                  "exchanged through the world), against the same raw baseline");
     CLI11_PARSE(app, argc, argv);
     const auto [smallest, largest] = size_range(s);  // before any rank starts communicating
     if (!s.simulate.empty()) return simulate(s);
@@ -306,8 +311,30 @@ int main(int argc, char** argv) {
         s.collective == "all" ? std::vector<std::string>{"all_reduce", "reduce_scatter", "all_gather"}
                               : std::vector<std::string>{s.collective};
     nlohmann::json rows = nlohmann::json::array();
+    std::unique_ptr<Communicator> gloo;
+    if (s.gloo) {
+      loom::require(loom::comm::gloo_built(), "allreduce_bench: --gloo needs a loom built with Gloo (libgloo-dev)");
+      loom::require(world->device().is_cpu(), "allreduce_bench: --gloo moves CPU tensors; run with --loom-device cpu");
+      Communicator& through = world->comm();
+      const loom::comm::BlobExchange exchange = [&](std::span<const unsigned char> mine) {
+        std::vector<std::vector<unsigned char>> blobs;
+        for (const std::string& text : loom::comm::all_gather_texts(through, std::string(mine.begin(), mine.end())))
+          blobs.emplace_back(text.begin(), text.end());
+        return blobs;
+      };
+      gloo = loom::comm::make_gloo_communicator(through.rank(), through.size(), exchange,
+                                                loom::comm::gloo_options_from_environment(true));
+    }
     for (const std::string& collective : collectives) {
-      for (auto& row : run_table(s, collective, smallest, largest, comm, *world, raw.get())) rows.push_back(row);
+      for (auto& row : run_table(s, collective, smallest, largest, comm, *world, raw.get())) {
+        row["backend"] = comm.backend();
+        rows.push_back(row);
+      }
+      if (!gloo) continue;
+      for (auto& row : run_table(s, collective, smallest, largest, *gloo, *world, raw.get())) {
+        row["backend"] = "gloo";
+        rows.push_back(row);
+      }
     }
     if (lead && !s.json.empty()) {
       nlohmann::json record = loom::bench::make_record(

@@ -7,12 +7,13 @@
 // small parameters, bucketed against one all-reduce per parameter. On a CPU each rank's MPI
 // progress thread shares the cores with the OpenMP threads; that contention is part of the step.
 //
-//   build/benchmarks/ddp_bench --json ddp.json          # launches mpirun -np 1..4 itself
+//   build/benchmarks/ddp_bench --json ddp.json          # launches mpirun -np 1..4 itself, then Gloo jobs
 //   mpirun -np 8 build/benchmarks/ddp_bench --device cuda --json ddp.json   # one job, as launched
 //
 // Run without a launcher, it starts one `mpirun -np N` job per configuration (ranks x OpenMP
 // threads, threads = cores / ranks, at least 1; --bind-to none) of itself in worker mode and
-// collects their JSON. Run under a launcher, it measures that job only. On the CPU, each rank count
+// collects their JSON; with --backends gloo (the default has both), the same configurations again
+// as torchrun starts them, on Gloo. Run under a launcher, it measures that job only. On the CPU, each rank count
 // of the first workload is also run by PyTorch (DistributedDataParallel over gloo, the same ranks,
 // threads, model and batch; benchmarks/peers/torch_gpt.py, when python3-torch is installed; --peer).
 #include <CLI/CLI.hpp>
@@ -28,6 +29,7 @@
 #include "ddp_worker.hpp"
 #include "self_launch.hpp"
 #include "torch_peer.hpp"
+#include "loom/comm/gloo.hpp"
 #include "loom/comm/launch.hpp"
 #include "loom/comm/mpi.hpp"
 #include "loom/core/build_info.hpp"
@@ -38,6 +40,7 @@ namespace {
 struct Options {
   std::vector<std::string> workloads{"default", "small-params"};
   std::vector<int> ranks{1, 2, 3, 4};
+  std::vector<std::string> backends{"mpi", "gloo"};  // those built; 1 rank runs once, in-process
   int cores = static_cast<int>(std::thread::hardware_concurrency());
   int steps = 20, warmup = 3;
   double bucket_mb = 25;
@@ -70,12 +73,17 @@ int run_worker(const Options& o, loom::InitOptions init, int argc, char** argv) 
   return 0;
 }
 
-// One job of `ranks` processes x `threads` OpenMP threads; returns its rows.
-nlohmann::json launch_job(const Options& o, const std::string& workload, int ranks, int threads) {
+// One job of `ranks` processes x `threads` OpenMP threads on `backend` (MPI: started by mpirun;
+// Gloo: started as torchrun starts it); returns its rows.
+nlohmann::json launch_job(const Options& o, const std::string& workload, int ranks, int threads,
+                          const std::string& backend) {
   std::ostringstream arguments;
   arguments << "--workloads " << workload << " --steps " << o.steps << " --warmup " << o.warmup << " --bucket-mb "
             << o.bucket_mb << " --device " << o.device << " --precision " << o.precision;
-  return loom::bench::launch_self_job("ddp_bench", ranks, threads, arguments.str());
+  nlohmann::json rows = loom::bench::launch_self_job("ddp_bench", ranks, threads, arguments.str(),
+                                                     backend == "gloo" ? "torchrun" : "mpirun");
+  for (auto& row : rows) row["backend"] = ranks == 1 ? "in-process" : backend;
+  return rows;
 }
 
 // PyTorch's tokens/s for this job's configuration, into the row (torch_tokens_per_s, vs_torch).
@@ -96,7 +104,7 @@ void add_torch_peer(const Options& o, const std::string& workload, nlohmann::jso
 }
 
 void print_table(const nlohmann::json& rows, double baseline_tokens_per_s) {
-  std::printf("\n%-13s %5s %7s %9s %10s %10s %9s %10s %7s %10s %9s %11s %8s\n", "workload", "ranks", "threads",
+  std::printf("\n%-13s %-10s %5s %7s %9s %10s %10s %9s %10s %7s %10s %9s %11s %8s\n", "workload", "backend", "ranks", "threads",
               "step ms", "compute ms", "exposed ms", "sync wait", "comm ms", "hidden", "tok/s", "vs 1 rank",
               "torch tok/s", "vs torch");
   for (const auto& r : rows) {
@@ -108,19 +116,19 @@ void print_table(const nlohmann::json& rows, double baseline_tokens_per_s) {
       std::snprintf(torch, sizeof(torch), "%.0f", r["torch_tokens_per_s"].get<double>());
       std::snprintf(versus_torch, sizeof(versus_torch), "%.2fx", r["vs_torch"].get<double>());
     }
-    std::printf("%-13s %5d %7d %9.2f %10.2f %10.3f %9.3f %10.3f %6.0f%% %10.0f %9s %11s %8s\n",
-                r["workload"].get<std::string>().c_str(), r["ranks"].get<int>(), r["threads_per_rank"].get<int>(),
+    std::printf("%-13s %-10s %5d %7d %9.2f %10.2f %10.3f %9.3f %10.3f %6.0f%% %10.0f %9s %11s %8s\n",
+                r["workload"].get<std::string>().c_str(), r.value("backend", std::string("-")).c_str(), r["ranks"].get<int>(), r["threads_per_rank"].get<int>(),
                 r["step_ms"].get<double>(), r["compute_ms"].get<double>(), r["exposed_comm_ms"].get<double>(),
                 r["synchronize_wait_ms"].get<double>(), r["comm_only_ms"].get<double>(),
                 100 * r["hidden_fraction"].get<double>(), r["tokens_per_s"].get<double>(), versus.c_str(), torch,
                 versus_torch);
   }
-  std::printf("\n%-13s %5s %14s %14s %9s %14s %14s\n", "workload", "ranks", "bucketed comm", "per-tensor comm",
+  std::printf("\n%-13s %-10s %5s %14s %14s %9s %14s %14s\n", "workload", "backend", "ranks", "bucketed comm", "per-tensor comm",
               "speedup", "bucketed step", "per-tensor step");
   for (const auto& r : rows) {
     if (!r.contains("per_tensor_comm_only_ms")) continue;
-    std::printf("%-13s %5d %11.3f ms %11.3f ms %8.1fx %11.2f ms %12.2f ms\n", r["workload"].get<std::string>().c_str(),
-                r["ranks"].get<int>(), r["comm_only_ms"].get<double>(), r["per_tensor_comm_only_ms"].get<double>(),
+    std::printf("%-13s %-10s %5d %11.3f ms %11.3f ms %8.1fx %11.2f ms %12.2f ms\n", r["workload"].get<std::string>().c_str(),
+                r.value("backend", std::string("-")).c_str(), r["ranks"].get<int>(), r["comm_only_ms"].get<double>(), r["per_tensor_comm_only_ms"].get<double>(),
                 r["per_tensor_comm_only_ms"].get<double>() / r["comm_only_ms"].get<double>(), r["step_ms"].get<double>(),
                 r["per_tensor_step_ms"].get<double>());
   }
@@ -136,16 +144,27 @@ int run_orchestrator(const Options& o) {
   std::string peer_absent;
   for (const std::string& workload : o.workloads) {
     for (int ranks : o.ranks) {
-      if (!loom::comm::mpi_built() && ranks > 1) continue;  // without MPI: one process only
       if (workload == "small-params" && ranks == 1) continue;  // nothing to compare per tensor at 1 rank
       const int threads = std::max(1, o.cores / ranks);
-      std::printf("  %s: %d rank(s) x %d thread(s)...\n", workload.c_str(), ranks, threads);
-      for (auto& row : launch_job(o, workload, ranks, threads)) {
-        if (want_peer && peer_absent.empty() && workload == o.workloads.front()) {
-          std::printf("  %s: PyTorch, %d rank(s) x %d thread(s)...\n", workload.c_str(), ranks, threads);
-          add_torch_peer(o, workload, row, peer_absent);
+      bool peer_done = false;  // PyTorch once per rank count
+      for (const std::string& backend : o.backends) {
+        const bool built = backend == "gloo" ? loom::comm::gloo_built() : loom::comm::mpi_built();
+        if (ranks > 1 && !built) {
+          std::printf("  %s: %d rank(s) on %s: not measured (this loom was built without it)\n", workload.c_str(),
+                      ranks, backend.c_str());
+          continue;
         }
-        rows.push_back(row);
+        if (ranks == 1 && backend != o.backends.front()) continue;  // one process: no backend to compare
+        std::printf("  %s: %d rank(s) x %d thread(s) on %s...\n", workload.c_str(), ranks, threads,
+                    ranks == 1 ? "one process" : backend.c_str());
+        for (auto& row : launch_job(o, workload, ranks, threads, backend)) {
+          if (want_peer && peer_absent.empty() && workload == o.workloads.front() && !peer_done) {
+            std::printf("  %s: PyTorch, %d rank(s) x %d thread(s)...\n", workload.c_str(), ranks, threads);
+            add_torch_peer(o, workload, row, peer_absent);
+            peer_done = true;
+          }
+          rows.push_back(row);
+        }
       }
     }
   }
@@ -173,6 +192,8 @@ int main(int argc, char** argv) {
   app.add_option("--workloads", o.workloads, "default (train_bench's GPT), small-params (196 tensors), gpt2-124m")
       ->delimiter(',');
   app.add_option("--ranks", o.ranks, "rank counts to launch, e.g. 1,2,3,4")->delimiter(',');
+  app.add_option("--backends", o.backends, "CPU backends to run each rank count on: mpi (mpirun), gloo (started as "
+                 "torchrun starts it), or both, in the same run")->delimiter(',')->check(CLI::IsMember({"mpi", "gloo"}));
   app.add_option("--cores", o.cores, "cores to share among each job's ranks")->check(CLI::PositiveNumber);
   app.add_option("--steps", o.steps, "timed steps (medians reported)")->check(CLI::PositiveNumber);
   app.add_option("--warmup", o.warmup)->check(CLI::NonNegativeNumber);

@@ -18,8 +18,11 @@ std::string self_path(const std::string& tool);
 
 // Runs `<self> --worker --worker-json FILE <arguments>` as one job of `ranks` processes and returns
 // the array of rows it wrote, each with threads_per_rank added. Throws naming the command if the
-// job fails.
-nlohmann::json launch_self_job(const std::string& tool, int ranks, int threads, const std::string& arguments);
+// job fails. launcher "mpirun" starts the job with mpirun (loom then runs on MPI); "torchrun"
+// starts the processes itself with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR on a free
+// local port, ...), so that loom runs on Gloo.
+nlohmann::json launch_self_job(const std::string& tool, int ranks, int threads, const std::string& arguments,
+                               const std::string& launcher = "mpirun");
 
 // The main() of such a benchmark: loom's flags taken out of argv, the tool's flags parsed by app,
 // then run_worker (launched by mpirun, or --worker: `worker` is that flag's variable) or
