@@ -73,7 +73,9 @@ class GlooCommunicator : public Communicator {
                    const CommOptions& options)
       : options_(options), rank_(transport->rank), size_(transport->size) {
     // No CallQueue watchdog: the link watches the running call and names the peer it waits for.
-    calls_ = std::make_unique<backend::CallQueue>("Gloo communicator", std::chrono::milliseconds(0));
+    // Inline: the thread that waits for a call runs it (no call blocks past its deadline), which
+    // spares a small call two thread hand-offs: 44 us against 370-780 us for 1 KiB on 2 cores.
+    calls_ = std::make_unique<backend::CallQueue>("Gloo communicator", std::chrono::milliseconds(0), true);
     engine_ = std::make_shared<Engine>(std::move(device), std::move(transport), options.timeout, calls_->handle());
   }
 

@@ -212,7 +212,7 @@ void GlooLink::abort_locked(ErrorCategory category, const std::string& reason, b
 
 void GlooLink::watch() {
   const auto tick = std::clamp<std::chrono::milliseconds>(timeout_ / 32, std::chrono::milliseconds(1),
-                                                          std::chrono::milliseconds(250));
+                                                          std::chrono::milliseconds(100));
   // A deadline seen passed is acted on a moment later, if it still stands: a process resumed after
   // a stop first takes the notice a peer sent meanwhile, and fails with the peer's reason rather
   // than a timeout of its own. Failing takes timeout + 2 ticks at most (6.25%).
@@ -229,6 +229,13 @@ void GlooLink::watch() {
       told_ = true;
       changed_.notify_all();
       continue;
+    }
+    // A call queued while the worker sleeps, that nobody waits for, is started here (the calls run on
+    // the thread that waits for them: the worker is not woken for each).
+    if (what_ == nullptr && !aborted_) {
+      lock.unlock();
+      calls_.nudge(tick);
+      lock.lock();
     }
     const auto now = Clock::now();
     if (what_ == nullptr || aborted_ || now < deadline_) {

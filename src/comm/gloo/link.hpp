@@ -11,6 +11,9 @@
 // a stop) fails at once instead of waiting out its own timeout. A peer whose process ends closes
 // its connections: the waits on it throw at once, and the call fails naming the peer.
 //
+// The watch thread also starts a call nobody has waited for (CallQueue::Handle::nudge), as the MPI
+// backend's status thread does.
+//
 // After an abort, transfers may still be posted into the running call's memory; that memory (the
 // call's tensors and the scratch) is kept, never freed, and the connections stay open.
 #pragma once
