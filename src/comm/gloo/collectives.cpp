@@ -122,7 +122,8 @@ void gloo_all_reduce(const GlooCall& call, const void* in, void* out, std::int64
     if (out != in && bytes > 0) std::memcpy(out, in, bytes);
     return;
   }
-  if (bytes * static_cast<std::size_t>(n - 1) <= gloo_direct_all_reduce_bytes || count < n) {
+  // On two ranks the direct exchange moves what the ring does (the buffer, each way) in one step.
+  if (n == 2 || bytes * static_cast<std::size_t>(n - 1) <= gloo_direct_all_reduce_bytes || count < n) {
     direct_all_reduce(call, in, out, count, dtype, op);
     return;
   }

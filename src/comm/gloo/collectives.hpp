@@ -3,8 +3,9 @@
 // deadline naming the peer it waits for, or at once when a peer aborts or its connection fails.
 //
 // Small messages go in one step, straight to every rank that needs them (one message latency:
-// TCP's is tens of microseconds); large all-reduces and reduce-scatters take the ring, so each
-// rank sends and receives about twice the buffer whatever the rank count. Results are the same
+// TCP's is tens of microseconds), as do all-reduces on two ranks at any size (each rank sends the
+// buffer once, as in the ring, but in one step); large all-reduces and reduce-scatters on more
+// ranks take the ring, so each rank sends and receives about twice the buffer whatever the count. Results are the same
 // bits on every rank and from run to run: the direct exchanges combine the ranks in rank order;
 // the ring combines each block along the ring from its successor (op(received, mine)), once, and
 // the all-gather copies it. Element types f32, i32 and i64 (the backend widens f16/bf16); ops sum,
