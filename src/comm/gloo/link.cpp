@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
-#include <optional>
 
 #include "loom/comm/backend/call_checks.hpp"
 
@@ -217,10 +216,11 @@ void GlooLink::watch() {
   // a stop first takes the notice a peer sent meanwhile, and fails with the peer's reason rather
   // than a timeout of its own. Failing takes timeout + 2 ticks at most (6.25%).
   const auto grace = std::min<std::chrono::milliseconds>(tick, std::chrono::milliseconds(100));
-  std::optional<Clock::time_point> expired_seen;
+  bool expired = false;
+  Clock::time_point expired_seen{};
   std::unique_lock lock(mutex_);
   while (!stopping_) {
-    changed_.wait_for(lock, expired_seen ? grace : tick);
+    changed_.wait_for(lock, expired ? grace : tick);
     if (notify_ && !told_) {
       const std::string reason = abort_reason_;
       lock.unlock();
@@ -239,11 +239,14 @@ void GlooLink::watch() {
     }
     const auto now = Clock::now();
     if (what_ == nullptr || aborted_ || now < deadline_) {
-      expired_seen.reset();
+      expired = false;
       continue;
     }
-    if (!expired_seen) expired_seen = now;
-    if (now - *expired_seen < grace) continue;
+    if (!expired) {
+      expired = true;
+      expired_seen = now;
+    }
+    if (now - expired_seen < grace) continue;
     std::string reason = loom::detail::concat(*what_, ": ", backend::not_completed_within(timeout_));
     if (waiting_ != nullptr)
       reason += loom::detail::concat("; it was waiting ", waiting_receive_ ? "for rank " : "to send to rank ",
