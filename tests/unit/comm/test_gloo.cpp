@@ -111,7 +111,7 @@ TEST_CASE("a Gloo rank that never joins fails the others at the timeout, naming 
                            Catch::Contains("not completed within 600 ms"));
     const long took = std::stol(result.substr(result.rfind("took ") + 5));
     CHECK(took >= 600);
-    CHECK(took <= 660 + 100);  // the timeout plus 10%, and a scheduling margin
+    CHECK(took <= 660 + 250);  // the timeout plus 10%, and a margin for a loaded machine (tests/dist hold the 10%)
   }
   // Rank 0 waits for rank 2 itself in the direct exchange (100000 floats x 2 peers is past the
   // direct limit, so the ring: rank 0 receives from rank 2, its left).
