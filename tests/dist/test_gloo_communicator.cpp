@@ -1,10 +1,12 @@
 // loom's Gloo backend in processes started as torchrun starts them (tests/dist/torchrun_env.sh,
-// 2, 3 and 4 ranks, no mpirun): loom::init chooses Gloo and says why; the conformance suite every
+// 2, 3 and 4 ranks, no mpirun; and as srun without MPI support starts them, --slurm): loom::init
+// chooses Gloo and says why; the conformance suite every
 // backend passes, on the world and on split groups; a recv of the wrong size; a rank that joins too
 // late; DDP and ZeRO-1/2 equal one process, as under MPI.
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <thread>
@@ -28,14 +30,17 @@ std::string outcome(const std::function<void()>& call) { return loom::test::erro
 
 }  // namespace
 
-TEST_CASE("loom::init chooses Gloo for a torchrun-style job and says why", "[gloo]") {
+TEST_CASE("loom::init chooses Gloo for a job no MPI launcher started, and says why", "[gloo][init]") {
   loom::World& world = loom::test::gloo_world();
   REQUIRE(world.comm().backend() == "gloo");
-  CHECK(world.launch().launcher == "torchrun");
-  CHECK_THAT(world.backend_choice(), Catch::StartsWith("gloo: started by torchrun") &&
-                                         Catch::Contains("no MPI launcher"));
-  CHECK(world.comm().rank() == std::stoi(std::getenv("RANK")));
-  CHECK(world.comm().size() == std::stoi(std::getenv("WORLD_SIZE")));
+  // tests/dist/torchrun_env.sh sets torchrun's variables, or with --slurm srun's (no PMIx).
+  const bool slurm = std::getenv("SLURM_PROCID") != nullptr;
+  CHECK(world.launch().launcher == (slurm ? "SLURM" : "torchrun"));
+  CHECK_THAT(world.backend_choice(),
+             Catch::StartsWith(slurm ? "gloo: started by srun without MPI support" : "gloo: started by torchrun") &&
+                 Catch::Contains("no MPI launcher"));
+  CHECK(world.comm().rank() == std::stoi(std::getenv(slurm ? "SLURM_PROCID" : "RANK")));
+  CHECK(world.comm().size() == std::stoi(std::getenv(slurm ? "SLURM_NTASKS" : "WORLD_SIZE")));
 }
 
 TEST_CASE("the Gloo communicator passes the conformance suite", "[gloo]") {
