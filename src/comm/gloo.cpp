@@ -47,6 +47,9 @@ struct Engine {
     try {
       if (link.aborted()) link.throw_aborted();
       body(GlooCall{link, scratch, collective, what});
+      // Aborted as it finished (its deadline passed in the last combine, a peer's notice came): the
+      // peers were told, or told this rank, that this call failed; it fails here too.
+      if (link.aborted()) link.throw_aborted();
     } catch (const Error& e) {
       // A failure on this rank alone would leave the peers waiting: they are told. A refused
       // argument (a recv of the wrong size, drained) leaves every rank where it should be.
@@ -201,15 +204,15 @@ class GlooCommunicator : public Communicator {
                                                            message](const GlooCall& call) {
       auto size = std::make_shared<std::int64_t>(static_cast<std::int64_t>(bytes));
       call.link.hold(size);
-      auto header = call.link.buffer(size.get(), sizeof(std::int64_t));
-      call.link.send(*header, peer, detail::point_to_point_slot(message, false), 0, sizeof(std::int64_t));
-      detail::GlooLink::Buffer payload;
+      auto& header = call.link.buffer(size.get(), sizeof(std::int64_t));
+      call.link.send(header, peer, detail::point_to_point_slot(message, false), 0, sizeof(std::int64_t));
+      gloo::transport::UnboundBuffer* payload = nullptr;
       if (bytes > 0) {
-        payload = call.link.buffer(data, bytes);
+        payload = &call.link.buffer(data, bytes);
         call.link.send(*payload, peer, detail::point_to_point_slot(message, true), 0, bytes);
       }
-      call.link.wait_send(*header, peer);
-      if (payload) call.link.wait_send(*payload, peer);
+      call.link.wait_send(header, peer);
+      if (payload != nullptr) call.link.wait_send(*payload, peer);
     });
   }
 
@@ -220,16 +223,16 @@ class GlooCommunicator : public Communicator {
     return point_to_point(std::move(what), hold(tensor), [tensor, peer, message](const GlooCall& call) {
       auto size = std::make_shared<std::int64_t>(-1);
       call.link.hold(size);
-      auto header = call.link.buffer(size.get(), sizeof(std::int64_t));
-      call.link.recv(*header, peer, detail::point_to_point_slot(message, false), 0, sizeof(std::int64_t));
-      call.link.wait_recv(*header, peer);
+      auto& header = call.link.buffer(size.get(), sizeof(std::int64_t));
+      call.link.recv(header, peer, detail::point_to_point_slot(message, false), 0, sizeof(std::int64_t));
+      call.link.wait_recv(header, peer);
       const auto sent = static_cast<std::size_t>(*size);
       void* destination = tensor.raw_data();
       if (sent != tensor.nbytes()) destination = call.scratch.get(call.link, 0, sent);  // let the sender finish
       if (sent > 0) {
-        auto payload = call.link.buffer(destination, sent);
-        call.link.recv(*payload, peer, detail::point_to_point_slot(message, true), 0, sent);
-        call.link.wait_recv(*payload, peer);
+        auto& payload = call.link.buffer(destination, sent);
+        call.link.recv(payload, peer, detail::point_to_point_slot(message, true), 0, sent);
+        call.link.wait_recv(payload, peer);
       }
       if (sent != tensor.nbytes())
         fail(ErrorCategory::invalid_argument, call.what, ": rank ", peer, " sent ", sent, " bytes but this recv expects ",

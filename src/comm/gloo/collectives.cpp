@@ -13,18 +13,19 @@ namespace loom::comm::detail {
 
 namespace {
 
-// A step's transfers: receives posted first, then sends, then every one waited for.
+// A step's transfers: receives posted first, then sends, then every one waited for. Their buffers
+// belong to the link (kept past an aborted call, whose transfers may still be posted).
 class Step {
  public:
   Step(const GlooCall& call, int step) : call_(call), slot_(collective_slot(call.collective, step)) {}
   void send(const void* data, std::size_t bytes, int to) {
     if (bytes == 0) return;
-    sends_.push_back({call_.link.buffer(data, bytes), to});
+    sends_.push_back({&call_.link.buffer(data, bytes), to});
     call_.link.send(*sends_.back().buffer, to, slot_, 0, bytes);
   }
   void recv(void* data, std::size_t bytes, int from) {
     if (bytes == 0) return;
-    recvs_.push_back({call_.link.buffer(data, bytes), from});
+    recvs_.push_back({&call_.link.buffer(data, bytes), from});
     call_.link.recv(*recvs_.back().buffer, from, slot_, 0, bytes);
   }
   void wait() {
@@ -34,7 +35,7 @@ class Step {
 
  private:
   struct Transfer {
-    GlooLink::Buffer buffer;
+    gloo::transport::UnboundBuffer* buffer;
     int peer;
   };
   const GlooCall& call_;

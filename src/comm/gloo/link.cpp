@@ -18,7 +18,7 @@ using Clock = std::chrono::steady_clock;
 // Bit 63: notices; bit 62: point-to-point; else a collective's number (bits 16..61) and step.
 constexpr std::uint64_t notice_slot = std::uint64_t{1} << 63;
 constexpr std::uint64_t point_to_point_bit = std::uint64_t{1} << 62;
-constexpr std::size_t notice_bytes = 1024;  // per peer: a receive is posted for each (see listen)
+constexpr std::size_t notice_bytes = 1024;  // per peer: a receive is posted from each (see listen)
 // Gloo's own wait limit, past loom's deadline: reached only if the watch thread could not
 // interrupt a wait (Gloo then closes every connection of the context).
 constexpr auto gloo_backstop = std::chrono::seconds(30);
@@ -41,9 +41,15 @@ GlooLink::GlooLink(std::shared_ptr<gloo::transport::Context> transport, std::chr
                    backend::CallQueue::Handle calls, std::string label)
     : transport_(std::move(transport)), rank_(transport_->rank), size_(transport_->size), timeout_(timeout),
       calls_(std::move(calls)), label_(std::move(label)), notice_(notice_bytes * static_cast<std::size_t>(size_)) {
-  notice_buffer_ = transport_->createUnboundBuffer(notice_.data(), notice_.size());
+  notice_buffers_.resize(static_cast<std::size_t>(size_));
+  heard_.assign(static_cast<std::size_t>(size_), false);
+  for (int peer = 0; peer < size_; ++peer)
+    if (peer != rank_)
+      notice_buffers_[static_cast<std::size_t>(peer)] =
+          transport_->createUnboundBuffer(notice_.data() + static_cast<std::size_t>(peer) * notice_bytes, notice_bytes);
   watcher_ = std::thread([this] { watch(); });
-  if (size_ > 1) listener_ = std::thread([this] { listen(); });
+  for (int peer = 0; peer < size_; ++peer)
+    if (peer != rank_) listeners_.emplace_back([this, peer] { listen(peer); });
 }
 
 GlooLink::~GlooLink() {
@@ -53,12 +59,15 @@ GlooLink::~GlooLink() {
     stopping_ = true;
   }
   changed_.notify_all();
-  notice_buffer_->abortWaitRecv();
-  if (listener_.joinable()) listener_.join();
+  for (Buffer& notice : notice_buffers_)
+    if (notice) notice->abortWaitRecv();
+  for (std::thread& listener : listeners_) listener.join();
   watcher_.join();
-  // The buffers before the transport: Gloo's pairs hold only weak pointers to them.
+  // The buffers before the memory they cover (held_, notice_, outgoing_).
+  call_buffers_.clear();
+  kept_buffers_.clear();
   outgoing_buffers_.clear();
-  notice_buffer_.reset();
+  notice_buffers_.clear();
 }
 
 void GlooLink::begin(const std::string* what) {
@@ -71,7 +80,12 @@ void GlooLink::end() {
   const std::lock_guard lock(mutex_);
   what_ = nullptr;
   waiting_ = nullptr;
-  if (!aborted_) held_.clear();
+  if (aborted_) {
+    for (Buffer& buffer : call_buffers_) kept_buffers_.push_back(std::move(buffer));
+  } else {
+    held_.clear();
+  }
+  call_buffers_.clear();
 }
 
 void GlooLink::hold(std::shared_ptr<void> memory) {
@@ -79,14 +93,10 @@ void GlooLink::hold(std::shared_ptr<void> memory) {
   held_.push_back(std::move(memory));
 }
 
-void GlooLink::release() {
-  const std::lock_guard lock(mutex_);
-  if (!aborted_) held_.clear();
-}
-
-GlooLink::Buffer GlooLink::buffer(const void* data, std::size_t bytes) const {
+gloo::transport::UnboundBuffer& GlooLink::buffer(const void* data, std::size_t bytes) {
   // Gloo's buffers are read-write; a send only reads.
-  return transport_->createUnboundBuffer(const_cast<void*>(data), bytes);
+  call_buffers_.push_back(transport_->createUnboundBuffer(const_cast<void*>(data), bytes));
+  return *call_buffers_.back();
 }
 
 void GlooLink::send(gloo::transport::UnboundBuffer& buffer, int peer, std::uint64_t slot, std::size_t offset,
@@ -109,6 +119,11 @@ void GlooLink::recv(gloo::transport::UnboundBuffer& buffer, int peer, std::uint6
 
 void GlooLink::connection_failed(int peer, bool receiving, const std::string& failure) {
   std::unique_lock lock(mutex_);
+  // A peer that aborted sent its notice before closing: it comes first on the connection, and the
+  // peer's listener ends on it (or on the same failure). Its reason is the one to give.
+  if (!failure.empty() && peer != rank_)
+    changed_.wait_for(lock, std::chrono::milliseconds(200),
+                      [&] { return aborted_ || heard_[static_cast<std::size_t>(peer)]; });
   if (aborted_) {
     lock.unlock();
     throw_aborted();
@@ -187,14 +202,34 @@ void GlooLink::deliver_notices() {
   for (std::size_t i = delivered_; i < outgoing_buffers_.size(); ++i) sends.push_back(outgoing_buffers_[i].get());
   delivered_ = outgoing_buffers_.size();
   lock.unlock();
+  if (sends.empty()) return;
+  // The bound is kept by interrupting the waits that remain at `until` (the buffers stay, with the
+  // link, for a notice still leaving).
+  std::mutex timer_mutex;
+  std::condition_variable timer_changed;
+  bool finished = false;
+  std::thread timer([&] {
+    std::unique_lock timer_lock(timer_mutex);
+    if (timer_changed.wait_until(timer_lock, until, [&] { return finished; })) return;
+    finished = true;
+    for (gloo::transport::UnboundBuffer* send : sends) send->abortWaitSend();
+  });
   for (gloo::transport::UnboundBuffer* send : sends) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+    {
+      const std::lock_guard timer_lock(timer_mutex);
+      if (finished) break;
+    }
     try {
-      send->waitSend(nullptr, std::max(left, std::chrono::milliseconds(1)));
-    } catch (const std::exception&) {  // a peer that is gone or stopped: it learns at its own timeout
-      break;
+      if (!send->waitSend(nullptr, forever)) break;  // interrupted at `until`
+    } catch (const std::exception&) {  // a peer that is gone: the others may still be told
     }
   }
+  {
+    const std::lock_guard timer_lock(timer_mutex);
+    finished = true;
+  }
+  timer_changed.notify_all();
+  timer.join();
 }
 
 void GlooLink::abort_locked(ErrorCategory category, const std::string& reason, bool tell_peers) {
@@ -220,7 +255,9 @@ void GlooLink::watch() {
   Clock::time_point expired_seen{};
   std::unique_lock lock(mutex_);
   while (!stopping_) {
-    changed_.wait_for(lock, expired ? grace : tick);
+    // Notices go out as soon as an abort asks for them (this thread's own included).
+    changed_.wait_for(lock, expired ? grace : tick, [&] { return stopping_ || (notify_ && !told_); });
+    if (stopping_) break;
     if (notify_ && !told_) {
       const std::string reason = abort_reason_;
       lock.unlock();
@@ -272,23 +309,24 @@ void GlooLink::tell_peers(const std::string& reason) {
   }
 }
 
-void GlooLink::listen() {
-  // A receive posted for each peer (not one from any): Gloo then tells each peer at once that it is
-  // posted, so a notice goes out eagerly, even to a rank that is stopped, and waits in its socket.
-  std::fill(notice_.begin(), notice_.end(), '\0');
-  int from = -1;
+void GlooLink::listen(int peer) {
+  // The receive is posted from each peer by name (not from any): Gloo then tells the peer at once
+  // that it is posted, so a notice goes out eagerly, even to a rank that is stopped, and waits in
+  // its socket.
+  gloo::transport::UnboundBuffer& notice = *notice_buffers_[static_cast<std::size_t>(peer)];
+  char* text = notice_.data() + static_cast<std::size_t>(peer) * notice_bytes;
+  bool received = false;
   try {
-    for (int peer = 0; peer < size_; ++peer)
-      if (peer != rank_) notice_buffer_->recv(peer, notice_slot, static_cast<std::size_t>(peer) * notice_bytes, notice_bytes);
-    if (!notice_buffer_->waitRecv(&from, forever)) return;  // the destructor
-  } catch (const std::exception&) {
-    return;  // a connection failed: the calls that wait on it fail by themselves
+    notice.recv(peer, notice_slot, 0, notice_bytes);
+    received = notice.waitRecv(nullptr, forever);  // false: the destructor
+  } catch (const std::exception&) {  // the connection failed: the calls that wait on this peer fail by themselves
   }
-  char* text = notice_.data() + static_cast<std::size_t>(from) * notice_bytes;
-  text[notice_bytes - 1] = '\0';
-  const std::string reason = loom::detail::concat("rank ", from, " aborted the ", label_, ": ", text);
   const std::lock_guard lock(mutex_);
-  abort_locked(ErrorCategory::aborted, reason, false);
+  heard_[static_cast<std::size_t>(peer)] = true;
+  changed_.notify_all();
+  if (!received) return;
+  text[notice_bytes - 1] = '\0';
+  abort_locked(ErrorCategory::aborted, loom::detail::concat("rank ", peer, " aborted the ", label_, ": ", text), false);
 }
 
 }  // namespace loom::comm::detail

@@ -6,7 +6,9 @@
 // the timeout; seen twice, a moment apart, so that a process resumed after a stop first takes the
 // notices that came meanwhile), interrupts that wait (Gloo's abortWaitRecv/abortWaitSend), fails the call with an
 // Error naming it and the peer it was waiting for, and sends the reason to every peer on a slot of
-// its own. A notice thread keeps a receive posted on that slot for every peer: a notice aborts
+// its own. A receive stays posted on that slot from every peer, each in a buffer of its own with
+// a thread waiting on it (a failed connection fails every transfer of a buffer for good, so one
+// buffer for all peers would stop hearing the others once one of them is gone): a notice aborts
 // this communicator with the peer's reason, so a rank still coming to the call (or resuming after
 // a stop) fails at once instead of waiting out its own timeout. A peer whose process ends closes
 // its connections: the waits on it throw at once, and the call fails naming the peer.
@@ -14,8 +16,10 @@
 // The watch thread also starts a call nobody has waited for (CallQueue::Handle::nudge), as the MPI
 // backend's status thread does.
 //
-// After an abort, transfers may still be posted into the running call's memory; that memory (the
-// call's tensors and the scratch) is kept, never freed, and the connections stay open.
+// After an abort, transfers may still be posted into the running call's memory: the link owns the
+// call's Gloo buffers, and keeps them and that memory (the call's tensors and the scratch) until it
+// is destroyed. Gloo's connections refer to a buffer only weakly; one freed under a posted transfer
+// would leave the connection's reader stuck on it, and no later message (a notice) would arrive.
 #pragma once
 
 #include <chrono>
@@ -61,7 +65,9 @@ class GlooLink {
   void begin(const std::string* what);
   void end();
 
-  Buffer buffer(const void* data, std::size_t bytes) const;
+  // A buffer over `bytes` at `data` for the running call's transfers, owned by the link until the
+  // call ends (kept for good if the call was aborted).
+  gloo::transport::UnboundBuffer& buffer(const void* data, std::size_t bytes);
   // Post a transfer; a failed connection throws as a wait does.
   void send(gloo::transport::UnboundBuffer& buffer, int peer, std::uint64_t slot, std::size_t offset,
             std::size_t bytes);
@@ -75,7 +81,6 @@ class GlooLink {
 
   // Memory a call's pending transfers may still reach, kept for good when the call is aborted.
   void hold(std::shared_ptr<void> memory);
-  void release();
 
   bool aborted() const;
   [[noreturn]] void throw_aborted() const;
@@ -89,11 +94,12 @@ class GlooLink {
   // Throws the abort if there was one, else aborts with an io Error naming the peer and throws it.
   [[noreturn]] void connection_failed(int peer, bool receiving, const std::string& failure);
   void watch();
-  void listen();
+  void listen(int peer);
   // Under mutex_: the first abort wins. Interrupts the registered wait; notices go out from the watch thread.
   void abort_locked(ErrorCategory category, const std::string& reason, bool tell_peers);
   void tell_peers(const std::string& reason);
-  // Waits (at most a second in all) until the notices posted so far have left.
+  // Waits (250 ms at most) until the notices posted so far have left. Gloo's own timed waits are
+  // not used: one that times out closes every connection.
   void deliver_notices();
 
   std::shared_ptr<gloo::transport::Context> transport_;
@@ -114,14 +120,18 @@ class GlooLink {
   bool told_ = false;
   ErrorCategory abort_category_ = ErrorCategory::timeout;
   std::string abort_reason_;
-  std::vector<std::shared_ptr<void>> held_, kept_;
+  std::vector<std::shared_ptr<void>> held_;
+  std::vector<Buffer> call_buffers_;  // the running call's (its thread alone touches them)
+  std::vector<Buffer> kept_buffers_;  // of aborted calls: transfers may still be posted
 
   std::vector<char> notice_;  // what the peers' notices land in, notice_bytes each
-  Buffer notice_buffer_;
+  std::vector<Buffer> notice_buffers_;  // one per peer (none for this rank)
   std::vector<std::shared_ptr<std::vector<char>>> outgoing_;  // notices sent (their memory)
   std::vector<Buffer> outgoing_buffers_;
   std::size_t delivered_ = 0;  // outgoing_buffers_ waited for
-  std::thread watcher_, listener_;
+  std::thread watcher_;
+  std::vector<std::thread> listeners_;  // one per peer
+  std::vector<bool> heard_;  // per peer, under mutex_: its listener has ended (a notice, or the connection failed)
 };
 
 }  // namespace loom::comm::detail
