@@ -34,7 +34,8 @@ constexpr std::uint32_t gather_magic = 0x4C4F4F47;  // "LOOG"
 constexpr std::size_t key_bytes = crypto_auth_hmacsha512256_KEYBYTES;
 constexpr std::size_t tag_bytes = crypto_auth_hmacsha512256_BYTES;
 constexpr std::size_t head_bytes = 16;  // four big-endian words
-// How long a connection to the gather listener has to deliver a rank's proven message.
+// How long a connection to the gather listener has to deliver a rank's proven message (all are
+// served together: a silent stranger does not delay the others).
 constexpr auto proof_limit = 5s;
 constexpr std::string_view rank_label = "loom gather: a rank's blob";
 constexpr std::string_view table_label = "loom gather: rank 0's table";
@@ -81,23 +82,42 @@ struct Received {
   bool proven = false;
 };
 
-// Reads one sealed message (a body of at most max_body bytes); throws on a wrong magic, an
-// oversized body or a socket failure, and says whether the tag holds.
+// Checks a sealed message's head (its magic; a body of at most max_body bytes) and returns the
+// whole message's length; an empty string when it holds, else why not.
+std::string check_head(const unsigned char* head, std::size_t max_body, std::size_t& total) {
+  if (get_word(head) != gather_magic) return "not a loom gather";
+  const std::uint32_t length = get_word(head + 12);
+  if (length > max_body) return loom::detail::concat("announces ", length, " bytes");
+  total = head_bytes + length + tag_bytes;
+  return {};
+}
+
+// A whole sealed message, and whether its tag holds under the key.
+Received open_message(const Key& key, std::string_view label, std::span<const unsigned char> message) {
+  const std::size_t length = message.size() - head_bytes - tag_bytes;
+  const Tag tag = tag_of(key, label, message.first(head_bytes + length));
+  Received out{get_word(message.data() + 4), get_word(message.data() + 8), {}, false};
+  out.proven = sodium_memcmp(tag.data(), message.data() + head_bytes + length, tag_bytes) == 0;
+  out.body.assign(message.begin() + head_bytes, message.begin() + static_cast<std::ptrdiff_t>(head_bytes + length));
+  return out;
+}
+
+// Reads one sealed message from a known peer; throws on a wrong magic, an oversized body or a
+// socket failure. Memory grows with the bytes that arrive, not with the length announced before
+// the tag is checked.
 Received read_message(const Context& ctx, int fd, const Key& key, std::string_view label, std::size_t max_body,
                       const char* from) {
   std::vector<unsigned char> message(head_bytes);
   recv_all(ctx, fd, message, from);
-  if (get_word(message.data()) != gather_magic) ctx.fail(ErrorCategory::corrupt_data, from, ": not a loom gather");
-  Received out{get_word(message.data() + 4), get_word(message.data() + 8), {}, false};
-  const std::uint32_t length = get_word(message.data() + 12);
-  if (length > max_body) ctx.fail(ErrorCategory::corrupt_data, from, ": announces ", length, " bytes");
-  message.resize(head_bytes + length + tag_bytes);
-  recv_all(ctx, fd, std::span(message).subspan(head_bytes), from);
-  const std::span<const unsigned char> signed_part(message.data(), head_bytes + length);
-  const Tag tag = tag_of(key, label, signed_part);
-  out.proven = sodium_memcmp(tag.data(), message.data() + head_bytes + length, tag_bytes) == 0;
-  out.body.assign(message.begin() + head_bytes, message.begin() + static_cast<std::ptrdiff_t>(head_bytes + length));
-  return out;
+  std::size_t total = 0;
+  if (const std::string bad = check_head(message.data(), max_body, total); !bad.empty())
+    ctx.fail(ErrorCategory::corrupt_data, from, ": ", bad);
+  while (message.size() < total) {
+    const std::size_t have = message.size();
+    message.resize(std::min(total, have + (std::size_t{1} << 16)));
+    recv_all(ctx, fd, std::span(message).subspan(have), from);
+  }
+  return open_message(key, label, message);
 }
 
 void report_refused(const Context& ctx, const RendezvousOptions& options, const std::string& from,
@@ -107,6 +127,8 @@ void report_refused(const Context& ctx, const RendezvousOptions& options, const 
   else std::fprintf(stderr, "loom: %s\n", line.c_str());
 }
 
+// Rank 0's side: every connection is read at once (poll), each given proof_limit to deliver a
+// proven blob, so silent strangers cost the job nothing but a slot, and are dropped and reported.
 std::vector<std::vector<unsigned char>> gather_on_rank_0(const Context& ctx, const Fd& listener, const Key& key,
                                                          std::span<const unsigned char> blob,
                                                          const RendezvousOptions& options) {
@@ -114,38 +136,87 @@ std::vector<std::vector<unsigned char>> gather_on_rank_0(const Context& ctx, con
   std::vector<std::vector<unsigned char>> blobs(slots);
   std::vector<Fd> peers(slots);
   blobs[0].assign(blob.begin(), blob.end());
-  for (int gathered = 1; gathered < ctx.size;) {
-    if (!wait_ready(ctx, listener.get(), POLLIN, ctx.deadline))
-      ctx.timed_out("only ", gathered - 1, " of the ", ctx.size - 1, " other ranks sent their blobs");
-    Fd peer(::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-    if (peer.get() < 0) {
-      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED) continue;
-      ctx.fail_errno("accept", errno);
-    }
-    const std::string from = peer_address(peer.get());
-    Context limited = ctx;  // a silent stranger costs at most proof_limit
-    limited.deadline = std::min(ctx.deadline, Clock::now() + proof_limit);
-    Received message;
-    try {
-      message = read_message(limited, peer.get(), key, rank_label, max_rendezvous_blob_bytes, "a rank's blob");
-    } catch (const Error& e) {
-      report_refused(ctx, options, from, e.detail());
-      continue;
-    }
-    if (!message.proven) {
-      report_refused(ctx, options, from, "its blob does not hold under this job's session key");
-      continue;
-    }
-    // Proven: one of this job's ranks, so a disagreement is an error of the job.
+  struct Arrival {
+    Fd fd;
+    std::string from;
+    Clock::time_point until;
+    std::vector<unsigned char> bytes;
+    std::size_t total = head_bytes;  // the whole message, once its head is read
+  };
+  std::vector<Arrival> arrivals;
+  const auto refuse = [&](Arrival& arrival, const std::string& why) {
+    report_refused(ctx, options, arrival.from, why);
+    arrival.fd = Fd();
+  };
+  // A proven message: one of this job's ranks, so a disagreement is an error of the job. A second
+  // message for a rank (a replay, or two processes given one RANK) is reported and dropped; a
+  // duplicate process then fails on its own, with no table.
+  const auto admit = [&](Arrival& arrival, Received message) {
     if (message.size != static_cast<std::uint32_t>(ctx.size))
       ctx.fail(ErrorCategory::corrupt_data, "world size mismatch: rank ", message.who, " says ", message.size);
-    if (message.who == 0 || message.who >= slots || peers[message.who].get() >= 0)
-      ctx.fail(ErrorCategory::corrupt_data, "a rank claims rank ", message.who,
-               message.who == 0 || message.who >= slots ? ", which is not a peer of rank 0" : ", which already sent");
+    if (message.who == 0 || message.who >= slots)
+      ctx.fail(ErrorCategory::corrupt_data, "a rank claims rank ", message.who, ", which is not a peer of rank 0");
     if (message.body.empty()) ctx.fail(ErrorCategory::corrupt_data, "rank ", message.who, " sent an empty blob");
+    if (peers[message.who].get() >= 0)
+      return refuse(arrival, loom::detail::concat("a second blob for rank ", message.who, " (two processes started "
+                                                  "with that rank, or a replayed message)"));
     blobs[message.who] = std::move(message.body);
-    peers[message.who] = std::move(peer);
-    ++gathered;
+    peers[message.who] = std::move(arrival.fd);
+  };
+  std::vector<unsigned char> chunk(std::size_t{1} << 16);
+  for (;;) {
+    std::size_t gathered = 1;
+    for (const Fd& peer : peers) gathered += peer.get() >= 0 ? 1 : 0;
+    if (gathered == slots) break;
+    auto wake = ctx.deadline;
+    std::vector<pollfd> watched{{listener.get(), POLLIN, 0}};
+    for (const Arrival& arrival : arrivals) {
+      watched.push_back({arrival.fd.get(), POLLIN, 0});
+      wake = std::min(wake, arrival.until);
+    }
+    if (::poll(watched.data(), watched.size(), remaining_ms(wake)) < 0 && errno != EINTR) ctx.fail_errno("poll", errno);
+    const auto now = Clock::now();
+    for (std::size_t i = 0; i < arrivals.size(); ++i) {
+      Arrival& arrival = arrivals[i];
+      if ((watched[i + 1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+        const std::size_t want = std::min(chunk.size(), arrival.total - arrival.bytes.size());
+        const ssize_t got = ::recv(arrival.fd.get(), chunk.data(), want, 0);
+        if (got <= 0 && !(got < 0 && (errno == EINTR || errno == EAGAIN))) {
+          refuse(arrival, "it hung up before sending a blob");
+          continue;
+        }
+        if (got > 0) arrival.bytes.insert(arrival.bytes.end(), chunk.begin(), chunk.begin() + got);
+        if (arrival.total == head_bytes && arrival.bytes.size() == head_bytes) {
+          if (const std::string bad = check_head(arrival.bytes.data(), max_rendezvous_blob_bytes, arrival.total);
+              !bad.empty()) {
+            refuse(arrival, "its blob is " + bad);
+            continue;
+          }
+        }
+        if (arrival.bytes.size() == arrival.total) {
+          Received message = open_message(key, rank_label, arrival.bytes);
+          if (!message.proven) refuse(arrival, "its blob does not hold under this job's session key");
+          else admit(arrival, std::move(message));
+          continue;
+        }
+      }
+      if (now >= arrival.until)
+        refuse(arrival, loom::detail::concat("it sent no blob within ",
+                                             std::chrono::duration_cast<std::chrono::seconds>(proof_limit).count(), " s"));
+    }
+    std::erase_if(arrivals, [](const Arrival& arrival) { return arrival.fd.get() < 0; });
+    if (now >= ctx.deadline)
+      ctx.timed_out("only ", gathered - 1, " of the ", ctx.size - 1, " other ranks sent their blobs");
+    for (;;) {  // every connection waiting
+      Fd peer(::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+      if (peer.get() < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        ctx.fail_errno("accept", errno);
+      }
+      std::string from = peer_address(peer.get());
+      arrivals.push_back({std::move(peer), std::move(from), now + proof_limit, {}, head_bytes});
+    }
   }
   std::vector<unsigned char> table;
   for (const auto& b : blobs) {

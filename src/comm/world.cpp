@@ -40,13 +40,41 @@ std::optional<comm::RendezvousSecret> job_secret(int port, int rank) {
   return secret;
 }
 
-bool launched_by_mpi(const comm::LaunchInfo& launch) {
-  return launch.launcher == "Open MPI" || launch.launcher == "PMI" || launch.launcher == "SLURM";
+bool set(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0';
 }
 
-// Rank 0's NCCL id on every rank: through MPI when it is running, else TCP next to torchrun's
-// MASTER_ADDR:MASTER_PORT (the port after it: torchrun's own store holds MASTER_PORT), else the
-// file LOOM_RENDEZVOUS_FILE.
+// An MPI launcher started the processes, so MPI knows the job: mpirun, a PMI launcher, or srun
+// with MPI support (PMIx/PMI variables; srun without them starts processes MPI sees as singletons).
+bool launched_by_mpi(const comm::LaunchInfo& launch) {
+  return launch.launcher == "Open MPI" || launch.launcher == "PMI" ||
+         (launch.launcher == "SLURM" && (set("PMIX_RANK") || set("PMI_RANK")));
+}
+
+// Rank 0's TCP rendezvous: MASTER_ADDR and the port after MASTER_PORT (torchrun's own store holds
+// MASTER_PORT; srun jobs set both, as PyTorch's need), or LOOM_RENDEZVOUS_PORT. Empty host: none.
+struct RendezvousAddress {
+  std::string host;
+  int port = 0;
+};
+
+RendezvousAddress rendezvous_address(const comm::LaunchInfo& launch) {
+  RendezvousAddress out{launch.master_addr, launch.master_port};
+  if (out.host.empty() && set("MASTER_ADDR") && set("MASTER_PORT")) {
+    out.host = std::getenv("MASTER_ADDR");
+    out.port = parse_count("MASTER_PORT", std::getenv("MASTER_PORT"));
+  }
+  if (out.host.empty()) return out;
+  out.port += 1;
+  if (const char* text = std::getenv("LOOM_RENDEZVOUS_PORT"); text != nullptr) out.port = parse_count("LOOM_RENDEZVOUS_PORT", text);
+  require(out.port >= 1 && out.port <= 65535, "init: the rendezvous port ", out.port, " is outside 1..65535 "
+          "(MASTER_PORT + 1, or LOOM_RENDEZVOUS_PORT)");
+  return out;
+}
+
+// Rank 0's NCCL id on every rank: through MPI when it is running, else the file
+// LOOM_RENDEZVOUS_FILE, else TCP at rendezvous_address.
 comm::NcclId share_nccl_id(const comm::LaunchInfo& launch, bool mpi_running, std::chrono::milliseconds timeout) {
   comm::NcclId id{};
   if (launch.rank == 0) id = comm::make_nccl_id();
@@ -59,26 +87,19 @@ comm::NcclId share_nccl_id(const comm::LaunchInfo& launch, bool mpi_running, std
   std::vector<unsigned char> shared;
   if (const char* path = std::getenv("LOOM_RENDEZVOUS_FILE"); path != nullptr && *path != '\0') {
     shared = comm::file_share_blob(path, launch.rank, launch.size, mine, timeout);
-  } else if (!launch.master_addr.empty()) {
-    int port = launch.master_port + 1;
-    if (const char* text = std::getenv("LOOM_RENDEZVOUS_PORT"); text != nullptr) port = parse_count("LOOM_RENDEZVOUS_PORT", text);
-    const std::optional<comm::RendezvousSecret> secret = job_secret(port, launch.rank);
+  } else if (const RendezvousAddress at = rendezvous_address(launch); !at.host.empty()) {
+    const std::optional<comm::RendezvousSecret> secret = job_secret(at.port, launch.rank);
     comm::RendezvousOptions options;
     options.secret = secret ? &*secret : nullptr;
-    shared = comm::tcp_share_blob(launch.master_addr, port, launch.rank, launch.size, mine, timeout, options);
+    shared = comm::tcp_share_blob(at.host, at.port, launch.rank, launch.size, mine, timeout, options);
   } else {
     fail(ErrorCategory::invalid_argument, "init: ", launch.size, " GPU processes (", launch.launcher,
-         ") need a way to share the NCCL id: launch with mpirun (loom built with MPI), with torchrun "
-         "(MASTER_ADDR/MASTER_PORT), or set LOOM_RENDEZVOUS_FILE to a fresh path on a file system all ranks share");
+         ") need a way to share the NCCL id: launch with mpirun (loom built with MPI), with torchrun, set "
+         "MASTER_ADDR and MASTER_PORT on every rank, or set LOOM_RENDEZVOUS_FILE to a fresh path on a file system all ranks share");
   }
   require(shared.size() == id.size(), "init: the rendezvous delivered ", shared.size(), " bytes, not an NCCL id");
   std::memcpy(id.data(), shared.data(), id.size());
   return id;
-}
-
-bool set(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr && *value != '\0';
 }
 
 struct BackendChoice {
@@ -93,9 +114,7 @@ BackendChoice choose_cpu_backend(const comm::LaunchInfo& launch) {
     require(value == "mpi" || value == "gloo", "init: LOOM_CPU_BACKEND='", value, "' is not mpi or gloo");
     return {std::string(value), loom::detail::concat("LOOM_CPU_BACKEND=", value)};
   }
-  const bool mpi_launcher = launch.launcher == "Open MPI" || launch.launcher == "PMI" ||
-                            (launch.launcher == "SLURM" && (set("PMIX_RANK") || set("PMI_RANK")));
-  if (mpi_launcher) return {"mpi", loom::detail::concat("started by ", launch.launcher == "SLURM" ? "srun with MPI support (PMIx/PMI)" : launch.launcher)};
+  if (launched_by_mpi(launch)) return {"mpi", loom::detail::concat("started by ", launch.launcher == "SLURM" ? "srun with MPI support (PMIx/PMI)" : launch.launcher)};
   const std::string started_by = launch.launcher == "SLURM" ? "srun without MPI support (no PMIx/PMI)"
                                  : launch.launcher == "torchrun" ? std::string("torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR)")
                                                                   : launch.launcher;
@@ -105,25 +124,20 @@ BackendChoice choose_cpu_backend(const comm::LaunchInfo& launch) {
 // Every rank's blob through the rendezvous the environment names: LOOM_RENDEZVOUS_FILE, else TCP
 // next to MASTER_ADDR:MASTER_PORT (the port after it, as for NCCL's id).
 comm::BlobExchange gloo_exchange(const comm::LaunchInfo& launch, std::chrono::milliseconds timeout, bool& local) {
+  if (launch.size == 1) {  // --loom-backend gloo in one process: nothing to meet
+    local = true;
+    return [](std::span<const unsigned char> mine) { return std::vector<std::vector<unsigned char>>{{mine.begin(), mine.end()}}; };
+  }
   if (const char* path = std::getenv("LOOM_RENDEZVOUS_FILE"); path != nullptr && *path != '\0') {
     local = set("LOCAL_WORLD_SIZE") && std::string_view(std::getenv("LOCAL_WORLD_SIZE")) == std::to_string(launch.size);
     return [path = std::string(path), launch, timeout](std::span<const unsigned char> mine) {
       return comm::file_all_gather_blobs(path, launch.rank, launch.size, mine, timeout);
     };
   }
-  std::string host = launch.master_addr;
-  int port = launch.master_port;
-  if (host.empty() && set("MASTER_ADDR") && set("MASTER_PORT")) {  // srun jobs that set them, as PyTorch's need
-    host = std::getenv("MASTER_ADDR");
-    port = parse_count("MASTER_PORT", std::getenv("MASTER_PORT"));
-  }
+  const auto [host, port] = rendezvous_address(launch);
   require(!host.empty(), "init: ", launch.size, " CPU processes (", launch.launcher, ") on Gloo need a rendezvous: "
           "set MASTER_ADDR and MASTER_PORT on every rank (rank 0's host and a free port), or LOOM_RENDEZVOUS_FILE to "
           "a fresh path on a file system all ranks share; or launch with mpirun");
-  port += 1;
-  if (const char* text = std::getenv("LOOM_RENDEZVOUS_PORT"); text != nullptr) port = parse_count("LOOM_RENDEZVOUS_PORT", text);
-  require(port >= 1 && port <= 65535, "init: the Gloo rendezvous port ", port, " is outside 1..65535 (MASTER_PORT + 1, "
-          "or LOOM_RENDEZVOUS_PORT)");
   local = host == "127.0.0.1" || host == "localhost" || host == "::1";
   return [host, port, launch, timeout](std::span<const unsigned char> mine) {
     const std::optional<comm::RendezvousSecret> secret = job_secret(port, launch.rank);
@@ -281,8 +295,9 @@ std::unique_ptr<World> init(int& argc, char**& argv, const InitOptions& base) {
     const auto [mpi_rank, mpi_size] = comm::mpi_world();
     require(mpi_rank == launch.rank && mpi_size == launch.size, "init: ", launch.launcher, " says rank ", launch.rank,
             " of ", launch.size, " but MPI says rank ", mpi_rank, " of ", mpi_size,
-            " (was the program started by a different MPI's launcher, or with conflicting --loom-* overrides? Without "
-            "mpirun, use the gloo backend: unset LOOM_CPU_BACKEND or set it to gloo)");
+            " (was the program started by a different MPI's launcher, or with conflicting --loom-* overrides? ",
+            device.is_cpu() ? "Without mpirun, use the gloo backend: unset LOOM_CPU_BACKEND or set it to gloo)"
+                            : "Without mpirun, NCCL shares its id through MASTER_ADDR/MASTER_PORT or LOOM_RENDEZVOUS_FILE)");
   }
   if (device.is_cuda()) set_current_cuda_device(device.index());  // this rank's contexts on its own GPU
   std::unique_ptr<comm::Communicator> comm = world_communicator(backend, launch, device, use_mpi, options.comm);

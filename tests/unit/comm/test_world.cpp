@@ -2,9 +2,11 @@
 // working one-rank communicator, and misconfigurations are named errors.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "loom/comm/gloo.hpp"
 #include "loom/comm/world.hpp"
 #include "loom/core/gpu_info.hpp"
 #include "support/tensor_checks.hpp"
@@ -70,6 +72,23 @@ TEST_CASE("init on one CPU process gives a working one-rank world", "[comm]") {
   REQUIRE(world->size() == 1);
   REQUIRE(world->device() == loom::Device::cpu());
   REQUIRE(world->comm().backend() == "in-process");
+  const loom::Tensor t = loom::Tensor::from_vector(std::vector<float>{1.5f, -2}, {2});
+  world->comm().all_reduce(t, t, loom::comm::ReduceOp::sum).wait();
+  REQUIRE(t.to_vector<float>() == std::vector<float>{1.5f, -2});
+}
+
+TEST_CASE("init with the gloo backend on one process needs no rendezvous", "[comm]") {
+  ::unsetenv("MASTER_ADDR");  // a one-process world has no one to meet
+  ::unsetenv("LOOM_RENDEZVOUS_FILE");
+  Args args({"prog", "--loom-device", "cpu", "--loom-backend", "gloo"});
+  if (!loom::comm::gloo_built()) {
+    REQUIRE_THROWS_MATCHES(loom::init(args.argc, args.argv), loom::Error,
+                           IsError(ErrorCategory::invalid_argument, {"built without Gloo"}));
+    return;
+  }
+  std::unique_ptr<loom::World> world = loom::init(args.argc, args.argv);
+  REQUIRE(world->comm().backend() == "gloo");
+  REQUIRE(world->size() == 1);
   const loom::Tensor t = loom::Tensor::from_vector(std::vector<float>{1.5f, -2}, {2});
   world->comm().all_reduce(t, t, loom::comm::ReduceOp::sum).wait();
   REQUIRE(t.to_vector<float>() == std::vector<float>{1.5f, -2});
