@@ -9,7 +9,8 @@
 // alternating with loom's, and loom/raw is loom's time over raw's (below 1: loom is faster);
 // algbw = size / time, busbw = algbw x 2(n-1)/n for all_reduce and x (n-1)/n for reduce_scatter
 // and all_gather; size is the full buffer (all ranks' blocks for reduce_scatter/all_gather).
-// #wrong counts elements that differ from the exact result of crafted inputs (-c 1).
+// #wrong counts elements that differ from the exact result of crafted inputs (-c 1). root is
+// nccl-tests' column: -1, as these collectives have none.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -22,6 +23,8 @@
 #include "raw_collective.hpp"
 
 namespace {
+
+constexpr int no_root = -1;  // nccl-tests' root column for collectives without a root
 
 using loom::DType;
 using loom::Tensor;
@@ -165,8 +168,9 @@ int simulate(const Settings& s) {
   const auto element = static_cast<std::int64_t>(loom::dtype_size(loom::parse_dtype(s.type)));
   std::printf("# loom allreduce_bench --simulate %s: %s, %d rank(s), predicted by the cost model (--algo %s)\n",
               s.simulate.c_str(), s.collective.c_str(), n, s.algo.c_str());
-  std::printf("#%11s %12s %8s %6s %9s %8s %8s %7s\n", "size", "count", "type", "redop", "time", "algbw", "busbw", "algo");
-  std::printf("#%11s %12s %8s %6s %9s %8s %8s %7s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "");
+  std::printf("#%11s %12s %8s %6s %6s %9s %8s %8s %7s\n", "size", "count", "type", "redop", "root", "time", "algbw", "busbw",
+              "algo");
+  std::printf("#%11s %12s %8s %6s %6s %9s %8s %8s %7s\n", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "");
   for (double wanted = static_cast<double>(smallest); wanted <= static_cast<double>(largest) * 1.0000001;
        wanted *= s.factor) {
     const std::int64_t count = std::max<std::int64_t>(1, static_cast<std::int64_t>(wanted) / element / n) * n;
@@ -179,8 +183,8 @@ int simulate(const Settings& s) {
       const loom::topo::Algorithm algorithm = hier ? loom::topo::Algorithm::hierarchical : loom::topo::Algorithm::ring;
       plan = {algorithm, planner.model().predict(collective, algorithm, bytes)};
     }
-    std::printf(" %11lld %12lld %8s %6s %9.2f %8.3f %8.3f %7s\n", static_cast<long long>(bytes),
-                static_cast<long long>(count), s.type.c_str(), s.collective == "all_gather" ? "-" : s.op.c_str(),
+    std::printf(" %11lld %12lld %8s %6s %6d %9.2f %8.3f %8.3f %7s\n", static_cast<long long>(bytes),
+                static_cast<long long>(count), s.type.c_str(), s.collective == "all_gather" ? "-" : s.op.c_str(), no_root,
                 plan.prediction.seconds * 1e6, plan.prediction.algbw_gbps, plan.prediction.busbw_gbps,
                 loom::topo::to_string(plan.algorithm).c_str());
   }
@@ -201,12 +205,12 @@ nlohmann::json run_table(const Settings& s, const std::string& collective, std::
     std::printf("# loom allreduce_bench: %s, %d rank(s), backend %s on %s, --algo %s, raw baseline %s\n",
                 collective.c_str(), n, std::string(comm.backend()).c_str(), world.device().to_string().c_str(),
                 s.algo.c_str(), raw ? raw->name().c_str() : "none");
-    std::printf("#%51s%34s%34s%38s\n", "", "out-of-place", "in-place", "raw backend (out / in place)");
-    std::printf("#%11s %12s %8s %6s %9s %8s %8s %7s %9s %8s %8s %7s %9s %9s %9s %9s\n", "size", "count", "type",
-                "redop", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "time", "time",
+    std::printf("#%58s%34s%34s%38s\n", "", "out-of-place", "in-place", "raw backend (out / in place)");
+    std::printf("#%11s %12s %8s %6s %6s %9s %8s %8s %7s %9s %8s %8s %7s %9s %9s %9s %9s\n", "size", "count", "type",
+                "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "time", "time",
                 "loom/raw", "loom/raw");
-    std::printf("#%11s %12s %8s %6s %9s %8s %8s %7s %9s %8s %8s %7s %9s %9s %9s %9s\n", "(B)", "(elements)", "", "",
-                "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "out", "in");
+    std::printf("#%11s %12s %8s %6s %6s %9s %8s %8s %7s %9s %8s %8s %7s %9s %9s %9s %9s\n", "(B)", "(elements)", "", "",
+                "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "out", "in");
   }
   nlohmann::json rows = nlohmann::json::array();
   for (double bytes_wanted = static_cast<double>(smallest); bytes_wanted <= static_cast<double>(largest) * 1.0000001;
@@ -242,9 +246,9 @@ nlohmann::json run_table(const Settings& s, const std::string& collective, std::
         s.check ? count_wrong(comm, collective, b.in_place_input, b.in_place_output, op, block) : -1;
     const auto gbps = [&](double t) { return static_cast<double>(bytes) / t / 1e9; };
     if (lead) {
-      std::printf(" %11lld %12lld %8s %6s %9.2f %8.3f %8.3f %7lld %9.2f %8.3f %8.3f %7lld", static_cast<long long>(bytes),
-                  static_cast<long long>(count), s.type.c_str(), std::string(loom::comm::to_string(op)).c_str(),
-                  t_out * 1e6, gbps(t_out), gbps(t_out) * bus_factor, static_cast<long long>(wrong_out), t_in * 1e6,
+      std::printf(" %11lld %12lld %8s %6s %6d %9.2f %8.3f %8.3f %7lld %9.2f %8.3f %8.3f %7lld",
+                  static_cast<long long>(bytes), static_cast<long long>(count), s.type.c_str(),
+                  std::string(loom::comm::to_string(op)).c_str(), no_root, t_out * 1e6, gbps(t_out), gbps(t_out) * bus_factor, static_cast<long long>(wrong_out), t_in * 1e6,
                   gbps(t_in), gbps(t_in) * bus_factor, static_cast<long long>(wrong_in));
       if (has_raw) std::printf(" %9.2f %9.2f %9.3f %9.3f\n", t_raw * 1e6, t_raw_in * 1e6, t_out / t_raw, t_in / t_raw_in);
       else std::printf(" %9s %9s %9s %9s\n", "-", "-", "-", "-");
@@ -254,6 +258,7 @@ nlohmann::json run_table(const Settings& s, const std::string& collective, std::
                           {"count", count},
                           {"type", s.type},
                           {"redop", loom::comm::to_string(op)},
+                          {"root", no_root},
                           {"out_of_place", {{"time_us", t_out * 1e6}, {"algbw_gbps", gbps(t_out)},
                                             {"busbw_gbps", gbps(t_out) * bus_factor}, {"wrong", wrong_out}}},
                           {"in_place", {{"time_us", t_in * 1e6}, {"algbw_gbps", gbps(t_in)},

@@ -2,8 +2,8 @@
 // reports the step time split into computation (the same step without communication, measured in
 // the same job) and what data parallelism exposed (step - computation; also the time blocked in
 // synchronize()), the communication alone, the fraction of it hidden behind backward
-// (1 - exposed / alone; negative when overlap slowed the computation by more than the
-// communication takes), the job's tokens/s against 1 rank on all cores, and, on a model of 196
+// (1 - exposed / alone, within [0, 1]; "n/m", not meaningful, with the reason below the table
+// when ranks x threads exceed the cores or the step lost more than the communication takes), the job's tokens/s against 1 rank on all cores, and, on a model of 196
 // small parameters, bucketed against one all-reduce per parameter. On a CPU each rank's MPI
 // progress thread shares the cores with the OpenMP threads; that contention is part of the step.
 //
@@ -82,7 +82,14 @@ nlohmann::json launch_job(const Options& o, const std::string& workload, int ran
             << o.bucket_mb << " --device " << o.device << " --precision " << o.precision;
   nlohmann::json rows = loom::bench::launch_self_job("ddp_bench", ranks, threads, arguments.str(),
                                                      backend == "gloo" ? "torchrun" : "mpirun");
-  for (auto& row : rows) row["backend"] = ranks == 1 ? "in-process" : backend;
+  for (auto& row : rows) {
+    row["backend"] = ranks == 1 ? "in-process" : backend;
+    std::string why;
+    const std::optional<double> hidden = loom::bench::hidden_fraction(
+        row["exposed_comm_ms"].get<double>(), row["comm_only_ms"].get<double>(), ranks, ranks * threads > o.cores, why);
+    row["hidden_fraction"] = hidden ? nlohmann::json(*hidden) : nlohmann::json(nullptr);
+    if (!hidden) row["hidden_not_measured"] = why;
+  }
   return rows;
 }
 
@@ -111,17 +118,23 @@ void print_table(const nlohmann::json& rows, double baseline_tokens_per_s) {
     const bool against_baseline = r["workload"] == rows.front()["workload"] && baseline_tokens_per_s > 0;
     const std::string versus =
         against_baseline ? std::to_string(static_cast<int>(100 * r["tokens_per_s"].get<double>() / baseline_tokens_per_s + 0.5)) + "%" : "-";
-    char torch[32] = "-", versus_torch[32] = "-";
+    char torch[32] = "-", versus_torch[32] = "-", hidden[16] = "n/m";
+    if (!r["hidden_fraction"].is_null()) std::snprintf(hidden, sizeof(hidden), "%.0f%%", 100 * r["hidden_fraction"].get<double>());
     if (r.contains("torch_tokens_per_s")) {
       std::snprintf(torch, sizeof(torch), "%.0f", r["torch_tokens_per_s"].get<double>());
       std::snprintf(versus_torch, sizeof(versus_torch), "%.2fx", r["vs_torch"].get<double>());
     }
-    std::printf("%-13s %-10s %5d %7d %9.2f %10.2f %10.3f %9.3f %10.3f %6.0f%% %10.0f %9s %11s %8s\n",
+    std::printf("%-13s %-10s %5d %7d %9.2f %10.2f %10.3f %9.3f %10.3f %7s %10.0f %9s %11s %8s\n",
                 r["workload"].get<std::string>().c_str(), r.value("backend", std::string("-")).c_str(), r["ranks"].get<int>(), r["threads_per_rank"].get<int>(),
                 r["step_ms"].get<double>(), r["compute_ms"].get<double>(), r["exposed_comm_ms"].get<double>(),
-                r["synchronize_wait_ms"].get<double>(), r["comm_only_ms"].get<double>(),
-                100 * r["hidden_fraction"].get<double>(), r["tokens_per_s"].get<double>(), versus.c_str(), torch,
-                versus_torch);
+                r["synchronize_wait_ms"].get<double>(), r["comm_only_ms"].get<double>(), hidden,
+                r["tokens_per_s"].get<double>(), versus.c_str(), torch, versus_torch);
+  }
+  for (const auto& r : rows) {  // n/m: not meaningful, and why
+    if (r.contains("hidden_not_measured"))
+      std::printf("  hidden n/m for %s at %d rank(s) on %s: %s\n", r["workload"].get<std::string>().c_str(),
+                  r["ranks"].get<int>(), r.value("backend", std::string("-")).c_str(),
+                  r["hidden_not_measured"].get<std::string>().c_str());
   }
   std::printf("\n%-13s %-10s %5s %14s %14s %9s %14s %14s\n", "workload", "backend", "ranks", "bucketed comm", "per-tensor comm",
               "speedup", "bucketed step", "per-tensor step");

@@ -1,6 +1,8 @@
 #include "ddp_worker.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <random>
 
 #include "bench_report.hpp"
@@ -119,8 +121,6 @@ nlohmann::json measure_ddp(const DdpWorkload& w, World& world) {
            {"exposed_comm_ms", (parallel.step - parallel.compute) * 1e3},
            {"synchronize_wait_ms", parallel.synchronize_wait * 1e3},
            {"comm_only_ms", comm_only * 1e3},
-           // Unclamped: below 0 the step lost more than the communication alone takes.
-           {"hidden_fraction", comm_only > 0 ? 1.0 - (parallel.step - parallel.compute) / comm_only : 0.0},
            {"tokens_per_s", tokens / parallel.step}};
   }
   if (w.compare_per_tensor) {
@@ -131,6 +131,28 @@ nlohmann::json measure_ddp(const DdpWorkload& w, World& world) {
     row["per_tensor_buckets"] = per_tensor.stats().buckets;
   }
   return world.rank() == 0 ? row : nlohmann::json::object();
+}
+
+std::optional<double> hidden_fraction(double exposed_ms, double comm_only_ms, int ranks, bool oversubscribed,
+                                      std::string& why) {
+  why.clear();
+  if (ranks <= 1 || comm_only_ms <= 0) {
+    why = "one rank: no communication to hide";
+    return std::nullopt;
+  }
+  if (oversubscribed) {
+    why = "ranks x threads exceed the cores: computation slows with the communication, which overlap cannot hide";
+    return std::nullopt;
+  }
+  if (exposed_ms > comm_only_ms) {
+    char text[160];
+    std::snprintf(text, sizeof(text), "the step lost more (%.3f ms) than the communication alone takes (%.3f ms)",
+                  exposed_ms, comm_only_ms);
+    why = text;
+    return std::nullopt;
+  }
+  // Noise can make the exposed time slightly negative: all of it hidden.
+  return std::clamp(1.0 - exposed_ms / comm_only_ms, 0.0, 1.0);
 }
 
 }  // namespace loom::bench

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 
 #include "loom/comm/world.hpp"
@@ -32,8 +33,15 @@ DdpWorkload named_workload(const std::string& name);
 // ranks, step_ms (median, with the reducer), compute_ms (median of the same step without any
 // communication, alternating with the data-parallel steps), exposed_comm_ms = step - compute,
 // synchronize_wait_ms (median time blocked in synchronize()), comm_only_ms (the same reductions
-// with nothing to overlap), hidden_fraction = 1 - exposed / comm_only (unclamped), tokens_per_s
-// (the job's), buckets, parameters and, when compared, per_tensor_{step,comm_only}_ms.
+// with nothing to overlap), tokens_per_s (the job's), buckets, parameters and, when compared,
+// per_tensor_{step,comm_only}_ms. The launcher adds hidden_fraction (below).
 nlohmann::json measure_ddp(const DdpWorkload& workload, World& world);
+
+// The share of the communication hidden behind the backward pass, 1 - exposed / comm_only, within
+// [0, 1]; none, with the reason in `why`, where it means nothing: one rank (nothing to hide), ranks
+// x threads past the cores (each rank's computation then slows with its neighbours' and with the
+// communication's), or a step that lost more than the communication alone takes.
+std::optional<double> hidden_fraction(double exposed_ms, double comm_only_ms, int ranks, bool oversubscribed,
+                                      std::string& why);
 
 }  // namespace loom::bench
