@@ -215,6 +215,8 @@ int main(int argc, char** argv) {
       record["rows"][0]["vs_torch"] = tokens / step_seconds / peer_tokens_per_s;
       record["peer"] = *peer_record;
       record["peer"]["tokens_per_s_rounds"] = peer_tokens;
+    } else {
+      record["peer_not_measured"] = peer_absent;  // why there is no PyTorch figure
     }
     if (checkpointing_modes.size() > 1) {
       record["config"]["activation_checkpointing"] = checkpointing_modes;

@@ -8,7 +8,8 @@
 #   5 train         train_bench GPT-2 124M bf16 at B = 8, MFU; the telemetry's overhead on that step
 #   6 train_gpt     a short run of the example
 #   7 kernels/comm  attention_bench (composed, head-major, fused at GPT-2's shape), kernel_bench, train_bench
-#                   with fused attention (B = 8 picks stored) and at B = 16, one-GPU ddp_bench and allreduce_bench, alloc_bench, topology
+#                   with fused attention (B = 8 picks stored) and at B = 16, one-GPU ddp_bench and allreduce_bench, alloc_bench, topology,
+#                   then the benchmark suite's GPU section (report.md with plots, OUTDIR/suite)
 #   8 memcheck      compute-sanitizer memcheck on the kernel tests
 # OUTDIR gets one log per step, a JSON per benchmark and summary.txt; the summary (a table of the
 # steps with their status and seconds, then the key lines) is printed on exit whatever happened.
@@ -157,6 +158,12 @@ bench ddp 60 ddp_bench --device cuda --precision bf16 --workloads gpt2-124m --ra
 bench allreduce 45 allreduce_bench -b 1K -e 256M -f 4 -n 20 --rounds 5
 bench alloc 20 alloc_bench --device cuda:0
 step topology 20 "$build/examples/loom_topo/loom-topo" -b 1K -e 1G -f 16 --dump "$out/topology.json"
+# The benchmark suite's GPU section (benchmarks/suite, as scripts/bench.sh --gpu runs it): OUTDIR/suite/
+# gets results.json and report.md with its plots from the first GPU run.
+step suite 100 /usr/bin/python3 "$root/benchmarks/suite/bench.py" --smoke --gpu --build "$build" --out "$out/suite" \
+  --jobs gpu-gemm,gpu-attention,gpu-allreduce,gpu-train
+echo "== suite (report: suite/report.md)" >> "$summary"
+grep -E "^\| (GPU|GEMM|attention|all_reduce|GPT)" "$out/suite/report.md" 2>/dev/null | head -24 >> "$summary"
 
 # 8. Memory errors in the kernels, last: the slowest step, and the one a short lease can spare.
 if [ -n "$sanitizer" ]; then

@@ -1,0 +1,97 @@
+"""benchmarks/suite/bench.py --smoke against a build (argv[1]): every area has its section in
+results.json and report.md, with figures or the reason there are none; results.json holds to
+the schema kept in the repository; every plot it lists is a PNG that decodes; the plots that
+the measured sections call for are there; and a comparison against the run itself passes, with
+every one-repeat figure reported as not compared."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+SUITE = os.path.join(ROOT, "benchmarks", "suite")
+sys.path.insert(0, SUITE)
+import jobs  # noqa: E402
+
+BUILD = None
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def is_png(path):
+    """Signature, IHDR first, IEND last, and matplotlib decodes it to a picture of some size."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if not (data.startswith(PNG_SIGNATURE) and data[12:16] == b"IHDR" and data[-8:-4] == b"IEND"):
+        return False
+    import matplotlib.image
+    picture = matplotlib.image.imread(path)
+    return picture.shape[0] >= 100 and picture.shape[1] >= 100
+
+
+class SmokeRunTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.out = tempfile.mkdtemp(prefix="loom-bench-smoke-")
+        run = subprocess.run([sys.executable, os.path.join(SUITE, "bench.py"), "--smoke", "--build", BUILD, "--out",
+                              cls.out], capture_output=True, text=True, timeout=600)
+        cls.log = run.stdout + run.stderr
+        cls.status = run.returncode
+        with open(os.path.join(cls.out, "results.json")) as f:
+            cls.results = json.load(f)
+        with open(os.path.join(cls.out, "report.md")) as f:
+            cls.report = f.read()
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.out, ignore_errors=True)
+
+    def test_the_run_succeeds(self):
+        self.assertEqual(self.status, 0, self.log)
+        failed = {name: job for name, job in self.results["jobs"].items() if job["status"] == "failed"}
+        self.assertEqual(failed, {}, self.log)
+
+    def test_results_hold_to_the_schema(self):
+        import jsonschema
+        with open(os.path.join(SUITE, "results.schema.json")) as f:
+            jsonschema.validate(self.results, json.load(f))
+        self.assertEqual(self.results["mode"], "smoke")
+        self.assertRegex(self.results["commit"], r"^[0-9a-f]{40}")
+
+    def test_every_area_has_a_section_with_figures_or_a_reason(self):
+        sections = {s["area"]: s for s in self.results["sections"]}
+        self.assertEqual(list(sections), [area for area, _ in jobs.AREAS])
+        for area, title in jobs.AREAS:
+            section = sections[area]
+            self.assertTrue(section["figures"] or section.get("not_measured"), area)
+            self.assertIn(f"\n## {title}\n", self.report)
+            for figure in section["figures"]:
+                self.assertTrue("median" in figure or figure.get("not_measured"), figure["id"])
+        # Kernels run on every build; without a GPU the GPU section says why.
+        self.assertTrue(any("median" in f for f in sections["kernels"]["figures"]))
+        if not self.results["machine"]["gpus"]:
+            self.assertTrue(sections["gpu"]["not_measured"])
+
+    def test_every_plot_is_a_png_and_the_measured_sections_have_theirs(self):
+        plots = {p for s in self.results["sections"] for p in s["plots"]}
+        expected = {"plots/gemm.png"}
+        if self.results["jobs"]["allreduce"]["status"] == "ran":  # MPI builds
+            expected |= {"plots/allreduce.png", "plots/scaling.png", "plots/memory.png"}
+        self.assertLessEqual(expected, plots)
+        for plot in plots:
+            self.assertTrue(is_png(os.path.join(self.out, plot)), plot)
+            self.assertIn(f"]({plot})", self.report)
+
+    def test_a_comparison_with_itself_passes_and_names_one_repeat_figures(self):
+        import compare
+        rows = compare.compare(self.results, self.results)
+        self.assertTrue(rows)
+        self.assertTrue(all(r["status"] == "not compared" for r in rows))
+        self.assertTrue(any("fewer than 2 repeats" in r.get("why", "") for r in rows))
+
+
+if __name__ == "__main__":
+    BUILD = os.path.abspath(sys.argv.pop(1))
+    unittest.main()
