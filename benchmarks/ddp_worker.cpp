@@ -136,8 +136,12 @@ nlohmann::json measure_ddp(const DdpWorkload& w, World& world) {
 std::optional<double> hidden_fraction(double exposed_ms, double comm_only_ms, int ranks, bool oversubscribed,
                                       std::string& why) {
   why.clear();
-  if (ranks <= 1 || comm_only_ms <= 0) {
+  if (ranks <= 1) {
     why = "one rank: no communication to hide";
+    return std::nullopt;
+  }
+  if (comm_only_ms <= 0) {
+    why = "the communication alone took no measurable time";
     return std::nullopt;
   }
   if (oversubscribed) {

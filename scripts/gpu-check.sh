@@ -161,7 +161,7 @@ step topology 20 "$build/examples/loom_topo/loom-topo" -b 1K -e 1G -f 16 --dump 
 # The benchmark suite's GPU section (benchmarks/suite, as scripts/bench.sh --gpu runs it): OUTDIR/suite/
 # gets results.json and report.md with its plots from the first GPU run.
 step suite 100 /usr/bin/python3 "$root/benchmarks/suite/bench.py" --smoke --gpu --build "$build" --out "$out/suite" \
-  --jobs gpu-gemm,gpu-attention,gpu-allreduce,gpu-train
+  --jobs gpu-gemm,gpu-attention,gpu-kernels,gpu-allreduce,gpu-train
 echo "== suite (report: suite/report.md)" >> "$summary"
 grep -E "^\| (GPU|GEMM|attention|all_reduce|GPT)" "$out/suite/report.md" 2>/dev/null | head -24 >> "$summary"
 

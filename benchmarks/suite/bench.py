@@ -13,6 +13,7 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -47,16 +48,24 @@ def run_job(job, mode, build, out, repeat):
     with open(log_path, "w") as log:
         log.write("$ " + " ".join(command) + "\n")
         log.flush()
+        # A session of its own: on a timeout the whole tree goes (mpirun's ranks, the jobs that
+        # ddp_bench, zero_bench and ckpt_bench start), not just the first process.
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp,
+                                   start_new_session=True)
         try:
-            status = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp,
-                                    timeout=JOB_TIMEOUT_S[mode]).returncode
+            status = process.wait(timeout=JOB_TIMEOUT_S[mode])
         except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
             return None, f"timed out after {JOB_TIMEOUT_S[mode]} s (log: logs/{os.path.basename(log_path)})"
     seconds = time.monotonic() - started
     if status != 0 or not os.path.exists(json_path):
         return None, f"exited with status {status} (log: logs/{os.path.basename(log_path)})"
-    with open(json_path) as f:
-        doc = json.load(f)
+    try:
+        with open(json_path) as f:
+            doc = json.load(f)
+    except ValueError as e:
+        return None, f"wrote unreadable JSON ({e})"
     doc["suite_seconds"] = seconds
     return doc, None
 
@@ -100,6 +109,11 @@ def predicted_busbw(build, out, sizes):
     return predicted
 
 
+def baseline_file(host, mode):
+    """A baseline per machine class and mode: the modes run different sizes."""
+    return os.path.join(BASELINES, f"{host['class']}-{mode}.json")
+
+
 def available(job, capabilities):
     for need in job.needs:
         if need == "mpi" and not capabilities["mpi"]:
@@ -112,11 +126,16 @@ def available(job, capabilities):
 def build_results(mode, repeats, plan, docs, failures, skipped, host, predictions, gpu_asked, subset=False):
     sections = {area: {"area": area, "title": title, "figures": [], "plots": []} for area, title in jobs.AREAS}
     for job in plan:
+        if job.name not in skipped and job.name not in failures:
+            try:
+                figures = job.extract(docs[job.name])
+            except (KeyError, IndexError, ValueError, TypeError, StopIteration) as e:
+                failures[job.name] = f"its JSON lacks what the suite reads ({type(e).__name__}: {e})"
         if job.name in skipped or job.name in failures:
             why = skipped.get(job.name) or failures[job.name]
             sections[job.area].setdefault("not_measured", []).append(f"{job.name}: {why}")
             continue
-        for f in job.extract(docs[job.name]):
+        for f in figures:
             area = job.area if job.area == "gpu" else f.pop("area", job.area)
             f.pop("area", None)
             if job.area == "gpu":
@@ -143,14 +162,19 @@ def build_results(mode, repeats, plan, docs, failures, skipped, host, prediction
 
 
 def validate(doc):
-    """Checks the document against the schema kept in the repository."""
+    """Checks the document against the schema kept in the repository; None, or what is wrong."""
     try:
         import jsonschema
     except ImportError:
         print("bench: results.json not checked against its schema: python3-jsonschema is missing", file=sys.stderr)
-        return
+        return None
     with open(SCHEMA) as f:
-        jsonschema.validate(doc, json.load(f))
+        schema = json.load(f)
+    try:
+        jsonschema.validate(doc, schema)
+    except jsonschema.ValidationError as e:
+        return f"{e.message} at {'/'.join(str(p) for p in e.absolute_path)}"
+    return None
 
 
 def main(argv=None):
@@ -161,7 +185,7 @@ def main(argv=None):
     parser.add_argument("--gpu", action="store_true", help="add the GPU sections (on a machine with a GPU)")
     parser.add_argument("--out", help="where results.json, report.md and the plots go (default bench-results/DATE-MODE)")
     parser.add_argument("--build", default=os.environ.get("LOOM_BUILD_DIR", os.path.join(ROOT, "build")))
-    parser.add_argument("--compare", help="a baseline results.json, or 'auto' (benchmarks/baselines/CLASS.json)")
+    parser.add_argument("--compare", help="a baseline results.json, or 'auto' (benchmarks/baselines/CLASS-MODE.json)")
     parser.add_argument("--fail-on-regression", action="store_true", help="exit 1 when a figure got worse")
     parser.add_argument("--save-baseline", action="store_true",
                         help="also write the results as this machine class's baseline in benchmarks/baselines/")
@@ -169,6 +193,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     mode = args.mode or "quick"
     repeats = jobs.REPEATS[mode]
+    if args.save_baseline and repeats < 2:
+        parser.error(f"--save-baseline needs repeats to measure noise: --{mode} has {repeats}; use --quick or --full")
     out = os.path.abspath(args.out or os.path.join(ROOT, "bench-results",
                                                    datetime.datetime.now().strftime("%Y-%m-%d-%H%M") + "-" + mode))
     for sub in ("raw", "logs", "plots"):
@@ -206,37 +232,45 @@ def main(argv=None):
     if "allreduce" in docs:
         try:
             predictions = predicted_busbw(args.build, out, [r["size_bytes"] for r in docs["allreduce"][0]["rows"]])
-        except (subprocess.SubprocessError, OSError) as e:
-            print(f"  cost model prediction: not available ({e})")
+        except (subprocess.SubprocessError, OSError, ValueError, KeyError) as e:
+            print(f"  cost model prediction: not available ({e!r})")
     results = build_results(mode, repeats, plan, docs, failures, skipped, host, predictions, args.gpu,
                             bool(args.jobs))
     results["seconds"] = time.monotonic() - started
     why_no_plots = report.plot_all(results, os.path.join(out, "plots"))
     if why_no_plots:
         results["plots_not_drawn"] = why_no_plots
-    validate(results)
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
-    comparison = None
+    invalid = validate(results)  # after writing: a long run's numbers are kept whatever is wrong
+    comparison, compare_error = None, None
     if args.compare:
-        baseline_path = os.path.join(BASELINES, host["class"] + ".json") if args.compare == "auto" else args.compare
-        if not os.path.exists(baseline_path):
-            print(f"bench: no baseline at {baseline_path} (commit one with --save-baseline)", file=sys.stderr)
-            return 2
-        with open(baseline_path) as f:
-            baseline = json.load(f)
-        comparison = (compare.compare(baseline, results), os.path.relpath(baseline_path, ROOT))
+        baseline_path = baseline_file(host, mode) if args.compare == "auto" else args.compare
+        try:
+            with open(baseline_path) as f:
+                baseline = json.load(f)
+            comparison = (compare.compare(baseline, results), os.path.relpath(baseline_path, ROOT), baseline)
+        except OSError:
+            compare_error = f"no baseline at {baseline_path} (make one with --save-baseline)"
+        except compare.Incomparable as e:
+            compare_error = str(e)
     report.write(results, out, comparison)
-    if args.save_baseline:
+    if args.save_baseline and not invalid:
         os.makedirs(BASELINES, exist_ok=True)
-        target = os.path.join(BASELINES, host["class"] + ".json")
+        target = baseline_file(host, mode)
         shutil.copyfile(os.path.join(out, "results.json"), target)
-        print(f"bench: baseline for machine class {host['class']} written to {os.path.relpath(target, ROOT)}")
+        print(f"bench: baseline for machine class {host['class']}, --{mode}, written to {os.path.relpath(target, ROOT)}")
     print(f"bench: {time.monotonic() - started:.0f} s; report: {os.path.join(out, 'report.md')}")
     status = 0
     if failures:
         print(f"bench: {len(failures)} job(s) failed: {', '.join(failures)}", file=sys.stderr)
         status = 1
+    if invalid:
+        print(f"bench: results.json does not hold to {os.path.relpath(SCHEMA, ROOT)}: {invalid}", file=sys.stderr)
+        status = 1
+    if compare_error:
+        print(f"bench: not compared: {compare_error}", file=sys.stderr)
+        return 2
     if comparison:
         worse = [r["id"] for r in comparison[0] if r["status"] == "worse"]
         print(f"bench: against {comparison[1]}: {len(worse)} worse, "

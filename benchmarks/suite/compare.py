@@ -63,8 +63,16 @@ def figures_by_id(doc):
     return found
 
 
+class Incomparable(ValueError):
+    """Runs of different modes: their figures come from different sizes."""
+
+
 def compare(baseline_doc, current_doc):
-    """Every figure of either run, in the current run's order, then those only the baseline has."""
+    """Every figure of either run, in the current run's order, then those only the baseline has.
+    Runs of different modes are refused (Incomparable)."""
+    if baseline_doc.get("mode") != current_doc.get("mode"):
+        raise Incomparable(f"the baseline is a --{baseline_doc.get('mode')} run and this one --{current_doc.get('mode')}: "
+                           "the modes measure different sizes; compare runs of one mode")
     base, current = figures_by_id(baseline_doc), figures_by_id(current_doc)
     rows = []
     for fid, figure in current.items():
@@ -78,12 +86,13 @@ def compare(baseline_doc, current_doc):
     return rows
 
 
-def markdown(rows, baseline_name):
+def markdown(rows, baseline_name, note=""):
     counts = {s: sum(1 for r in rows if r["status"] == s) for s in ("better", "worse", "unchanged", "not compared")}
     lines = [f"## Against the baseline `{baseline_name}`", "",
              f"{counts['worse']} worse, {counts['better']} better, {counts['unchanged']} within noise, "
              f"{counts['not compared']} not compared. A figure moved when its median moved by more than "
-             f"{NOISE_MULTIPLE:g}x its noise (the larger relative max-min spread of its repeats in either run).", "",
+             f"{NOISE_MULTIPLE:g}x its noise (the larger relative max-min spread of its repeats in either run)."
+             + (f" {note}" if note else ""), "",
              "| figure | baseline | this run | change | noise | verdict |", "|---|---:|---:|---:|---:|---|"]
     order = {"worse": 0, "better": 1, "unchanged": 2, "not compared": 3}
     for r in sorted(rows, key=lambda r: order[r["status"]]):
@@ -94,6 +103,12 @@ def markdown(rows, baseline_name):
             lines.append(f"| {r['id']} | {r['baseline']:.4g} | {r['current']:.4g} | {100 * r['change']:+.1f}% | "
                          f"{100 * r['noise']:.1f}% | {mark} |")
     return "\n".join(lines) + "\n"
+
+
+def machine_note(baseline_doc, current_doc):
+    """Figures of two machine classes differ for more reasons than a change: say so."""
+    a, b = baseline_doc["machine"]["class"], current_doc["machine"]["class"]
+    return "" if a == b else f"**The machines differ** (baseline `{a}`, this run `{b}`): the changes include theirs."
 
 
 def main(argv=None):
@@ -107,8 +122,12 @@ def main(argv=None):
         baseline_doc = json.load(f)
     with open(args.current) as f:
         current_doc = json.load(f)
-    rows = compare(baseline_doc, current_doc)
-    text = markdown(rows, args.baseline)
+    try:
+        rows = compare(baseline_doc, current_doc)
+    except Incomparable as e:
+        print(f"compare: {e}", file=sys.stderr)
+        return 2
+    text = markdown(rows, args.baseline, machine_note(baseline_doc, current_doc))
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(text)

@@ -1,6 +1,6 @@
 """What the benchmark suite ran on: the CPU (model, vendor, ISA level), cores, memory, GPUs and
 driver, the libraries loom was built with and the peers' versions, the commit, and the machine
-class that names its baseline (vendor-isa-Nc, e.g. intel-avx512-2c)."""
+class that names its baseline (vendor-isa-Nc, e.g. intel-avx512-2c; -h200 etc. with a GPU)."""
 import json
 import os
 import platform
@@ -101,9 +101,12 @@ def describe(build):
     cores = os.cpu_count() or 1
     gpus, _ = _gpus()
     loom_build = _loom_build(build)
+    # The first GPU's model joins the class: a GPU's presence changes what the CPU jobs share the
+    # machine with, and the GPU jobs' figures are its own.
+    gpu = "-" + re.sub(r"[^a-z0-9]+", "", gpus[0]["name"].lower().replace("nvidia", "")) if gpus else ""
     return {"cpu": cpu, "cores": cores, "memory_gib": _memory_gib(), "gpus": gpus,
             "os": f"{platform.system()} {platform.release()}", "loom_build": loom_build,
-            "libraries": _peer_versions(), "class": f"{cpu['vendor']}-{cpu['isa']}-{cores}c"}
+            "libraries": _peer_versions(), "class": f"{cpu['vendor']}-{cpu['isa']}-{cores}c{gpu}"}
 
 
 def capabilities(build, host):

@@ -118,7 +118,7 @@ def plot_scaling(results, plots_dir):
         pts = dict(points)
         if label in ones:
             pts.setdefault(1, ones[label])
-        lines[f"{label} ({backend})" if backend != "zero_bench" else label] = pts
+        lines[f"{label} ({backend})" if backend != "zero_bench" else f"zero_bench {label}"] = pts
     if not lines:
         return
     fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -253,6 +253,7 @@ def write(results, out, comparison=None):
             lines += ["", f"![{s['title']}]({plot})"]
     if comparison:
         import compare
-        lines += ["", compare.markdown(*comparison)]
+        rows, name, baseline = comparison
+        lines += ["", compare.markdown(rows, name, compare.machine_note(baseline, results))]
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write("\n".join(lines) + "\n")

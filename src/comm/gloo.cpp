@@ -47,9 +47,10 @@ struct Engine {
     try {
       if (link.aborted()) link.throw_aborted();
       body(GlooCall{link, scratch, collective, what});
-      // Aborted as it finished (its deadline passed in the last combine, a peer's notice came): the
-      // peers were told, or told this rank, that this call failed; it fails here too.
-      if (link.aborted()) link.throw_aborted();
+      // Its deadline passed as it finished (in the last combine): the peers were told that this call
+      // failed, and it fails here too. An abort from elsewhere after its last transfer does not
+      // undo it (a peer that finished the call and then aborted, as under MPI).
+      if (link.call_timed_out()) link.throw_aborted();
     } catch (const Error& e) {
       // A failure on this rank alone would leave the peers waiting: they are told. A refused
       // argument (a recv of the wrong size, drained) leaves every rank where it should be.

@@ -164,12 +164,22 @@ std::vector<std::vector<unsigned char>> gather_on_rank_0(const Context& ctx, con
     peers[message.who] = std::move(arrival.fd);
   };
   std::vector<unsigned char> chunk(std::size_t{1} << 16);
+  const auto gathered = [&] {
+    std::size_t count = 1;
+    for (const Fd& peer : peers) count += peer.get() >= 0 ? 1 : 0;
+    return count;
+  };
+  // Connections read at once: enough for every rank twice over; more wait in the backlog, so a
+  // crowd of strangers holds a bounded amount of memory and of descriptors.
+  const std::size_t max_arrivals = 2 * slots + 8;
+  Clock::time_point accept_again{};  // after running out of descriptors, a pause before the next accept
   for (;;) {
-    std::size_t gathered = 1;
-    for (const Fd& peer : peers) gathered += peer.get() >= 0 ? 1 : 0;
-    if (gathered == slots) break;
+    if (gathered() == slots) break;
     auto wake = ctx.deadline;
-    std::vector<pollfd> watched{{listener.get(), POLLIN, 0}};
+    // At the cap, or out of descriptors a moment ago, the listener waits: poll it with no events.
+    const bool accepting = arrivals.size() < max_arrivals && Clock::now() >= accept_again;
+    if (!accepting && arrivals.size() < max_arrivals) wake = std::min(wake, accept_again);
+    std::vector<pollfd> watched{{listener.get(), static_cast<short>(accepting ? POLLIN : 0), 0}};
     for (const Arrival& arrival : arrivals) {
       watched.push_back({arrival.fd.get(), POLLIN, 0});
       wake = std::min(wake, arrival.until);
@@ -205,13 +215,18 @@ std::vector<std::vector<unsigned char>> gather_on_rank_0(const Context& ctx, con
                                              std::chrono::duration_cast<std::chrono::seconds>(proof_limit).count(), " s"));
     }
     std::erase_if(arrivals, [](const Arrival& arrival) { return arrival.fd.get() < 0; });
+    if (gathered() == slots) break;
     if (now >= ctx.deadline)
-      ctx.timed_out("only ", gathered - 1, " of the ", ctx.size - 1, " other ranks sent their blobs");
-    for (;;) {  // every connection waiting
+      ctx.timed_out("only ", gathered() - 1, " of the ", ctx.size - 1, " other ranks sent their blobs");
+    while (arrivals.size() < max_arrivals && now >= accept_again) {  // the connections waiting, up to the cap
       Fd peer(::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
       if (peer.get() < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        if (errno == EMFILE || errno == ENFILE) {  // the rest stay in the backlog a moment
+          accept_again = now + 50ms;
+          break;
+        }
         ctx.fail_errno("accept", errno);
       }
       std::string from = peer_address(peer.get());

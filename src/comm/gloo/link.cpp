@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <system_error>
 
 #include "loom/comm/backend/call_checks.hpp"
 
@@ -47,13 +48,18 @@ GlooLink::GlooLink(std::shared_ptr<gloo::transport::Context> transport, std::chr
     if (peer != rank_)
       notice_buffers_[static_cast<std::size_t>(peer)] =
           transport_->createUnboundBuffer(notice_.data() + static_cast<std::size_t>(peer) * notice_bytes, notice_bytes);
-  watcher_ = std::thread([this] { watch(); });
-  for (int peer = 0; peer < size_; ++peer)
-    if (peer != rank_) listeners_.emplace_back([this, peer] { listen(peer); });
+  try {
+    watcher_ = std::thread([this] { watch(); });
+    for (int peer = 0; peer < size_; ++peer)
+      if (peer != rank_) listeners_.emplace_back([this, peer] { listen(peer); });
+  } catch (const std::system_error& e) {  // out of threads: those started stop, and the caller learns why
+    stop_threads();
+    throw Error(ErrorCategory::io, loom::detail::concat(label_, ": could not start its ", size_, " threads (one per "
+                                                        "peer and a watch thread): ", e.what()));
+  }
 }
 
-GlooLink::~GlooLink() {
-  deliver_notices();  // those of an abort by a timeout or an error, sent from the watch thread
+void GlooLink::stop_threads() {
   {
     const std::lock_guard lock(mutex_);
     stopping_ = true;
@@ -62,7 +68,12 @@ GlooLink::~GlooLink() {
   for (Buffer& notice : notice_buffers_)
     if (notice) notice->abortWaitRecv();
   for (std::thread& listener : listeners_) listener.join();
-  watcher_.join();
+  if (watcher_.joinable()) watcher_.join();
+}
+
+GlooLink::~GlooLink() {
+  deliver_notices();  // those of an abort by a timeout or an error, sent from the watch thread
+  stop_threads();
   // The buffers before the memory they cover (held_, notice_, outgoing_).
   call_buffers_.clear();
   kept_buffers_.clear();
@@ -174,6 +185,11 @@ void GlooLink::wait(gloo::transport::UnboundBuffer& buffer, int peer, bool recei
 bool GlooLink::aborted() const {
   const std::lock_guard lock(mutex_);
   return aborted_;
+}
+
+bool GlooLink::call_timed_out() const {
+  const std::lock_guard lock(mutex_);
+  return call_timed_out_;
 }
 
 void GlooLink::throw_aborted() const {
@@ -289,6 +305,7 @@ void GlooLink::watch() {
       reason += loom::detail::concat("; it was waiting ", waiting_receive_ ? "for rank " : "to send to rank ",
                                      waiting_peer_, waiting_receive_ ? "'s data" : "");
     reason += loom::detail::concat("; the ", label_, " is aborted");
+    call_timed_out_ = true;
     abort_locked(ErrorCategory::timeout, reason, true);
   }
 }

@@ -83,6 +83,9 @@ class GlooLink {
   void hold(std::shared_ptr<void> memory);
 
   bool aborted() const;
+  // The running call passed its deadline and this link aborted for it (its peers were told it
+  // failed): it fails even if its last transfer then completed.
+  bool call_timed_out() const;
   [[noreturn]] void throw_aborted() const;
   // Aborts from this rank (an error in a call, or Communicator::abort): the running call fails with
   // `reason`, queued and later calls too, and the peers are told (this waits up to 250 ms for the
@@ -95,6 +98,8 @@ class GlooLink {
   [[noreturn]] void connection_failed(int peer, bool receiving, const std::string& failure);
   void watch();
   void listen(int peer);
+  // Stops and joins the watch and listener threads started so far.
+  void stop_threads();
   // Under mutex_: the first abort wins. Interrupts the registered wait; notices go out from the watch thread.
   void abort_locked(ErrorCategory category, const std::string& reason, bool tell_peers);
   void tell_peers(const std::string& reason);
@@ -118,6 +123,7 @@ class GlooLink {
   bool aborted_ = false, stopping_ = false;
   bool notify_ = false;  // the peers are to be told (by the watch thread)
   bool told_ = false;
+  bool call_timed_out_ = false;  // the abort was the running call's own deadline
   ErrorCategory abort_category_ = ErrorCategory::timeout;
   std::string abort_reason_;
   std::vector<std::shared_ptr<void>> held_;

@@ -37,6 +37,9 @@ class CompareTest(unittest.TestCase):
         self.assertEqual(self.rows["faster"]["status"], "better")  # higher is better, up 20%
         self.assertAlmostEqual(self.rows["faster"]["change"], 0.2)
         self.assertEqual(self.rows["slower_time"]["status"], "worse")  # lower is better, up 20%
+        self.assertEqual(self.rows["quicker_time"]["status"], "better")  # lower is better, down 20%
+        self.assertEqual(self.rows["dropped_throughput"]["status"], "worse")  # higher is better, down 20%
+        self.assertAlmostEqual(self.rows["dropped_throughput"]["change"], -0.2)
         self.assertEqual(self.rows["exact_memory"]["status"], "worse")  # no noise: any move counts
 
     def test_the_threshold_is_twice_the_larger_spread(self):
@@ -52,6 +55,16 @@ class CompareTest(unittest.TestCase):
         self.assertIn("gone", self.rows["only_in_baseline"]["why"])
         self.assertIn("new", self.rows["only_in_this_run"]["why"])
 
+    def test_runs_of_different_modes_are_refused(self):
+        full = load(CURRENT)
+        full["mode"] = "full"
+        with self.assertRaises(compare.Incomparable):
+            compare.compare(load(BASELINE), full)
+        other_machine = load(CURRENT)
+        other_machine["machine"]["class"] = "amd-avx2-2c"
+        self.assertIn("machines differ", compare.machine_note(load(BASELINE), other_machine))
+        self.assertEqual(compare.machine_note(load(BASELINE), load(CURRENT)), "")
+
     def test_spread(self):
         self.assertIsNone(compare.spread([1.0]))
         self.assertAlmostEqual(compare.spread([9.0, 10.0, 11.0]), 0.2)
@@ -62,7 +75,7 @@ class CompareTest(unittest.TestCase):
         with redirect_stdout(io.StringIO()) as out:
             self.assertEqual(compare.main([BASELINE, CURRENT]), 0)
         self.assertIn("**worse**", out.getvalue())
-        self.assertIn("2 worse, 2 better", out.getvalue())
+        self.assertIn("3 worse, 3 better", out.getvalue())
         with redirect_stdout(io.StringIO()):
             self.assertEqual(compare.main([BASELINE, CURRENT, "--fail-on-regression"]), 1)
             self.assertEqual(compare.main([BASELINE, BASELINE, "--fail-on-regression"]), 0)

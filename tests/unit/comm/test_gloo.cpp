@@ -180,17 +180,18 @@ double process_cpu_seconds() {
 }  // namespace
 
 TEST_CASE("a Gloo call aborted with its data in flight leaves the connections quiet", "[comm][gloo]") {
-  // Rank 0 aborts while 64 MiB each way are in flight. The transfers go on into memory the link
-  // keeps; had the buffers been freed, Gloo's reader would spin on the data it cannot place.
+  // Rank 0 aborts while 128 MiB each way are in flight (5 ms into a transfer that takes tens of
+  // milliseconds even on a fast machine). The transfers go on into memory the link keeps; had the
+  // buffers been freed, Gloo's reader would spin on the data it cannot place.
   std::mutex mutex;
   double idle_cpu = -1;
   const std::vector<std::string> results = run_gloo_ranks(2, 20s, [&](Communicator& comm) -> std::string {
-    Tensor t = Tensor::full({16 << 20}, DType::f32, 1.0);
+    Tensor t = Tensor::full({32 << 20}, DType::f32, 1.0);
     comm.barrier().wait();
     std::thread aborter;
     if (comm.rank() == 0)
       aborter = std::thread([&] {
-        std::this_thread::sleep_for(15ms);
+        std::this_thread::sleep_for(5ms);
         comm.abort("stopped mid-transfer");
       });
     std::string result = outcome([&] { comm.all_reduce(t, t, ReduceOp::sum).wait(); });
