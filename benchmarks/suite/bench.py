@@ -254,6 +254,8 @@ def main(argv=None):
             compare_error = f"no baseline at {baseline_path} (make one with --save-baseline)"
         except compare.Incomparable as e:
             compare_error = str(e)
+        except (ValueError, KeyError) as e:
+            compare_error = f"the baseline {baseline_path} is not a suite's results.json ({e!r})"
     report.write(results, out, comparison)
     if args.save_baseline and not invalid:
         os.makedirs(BASELINES, exist_ok=True)

@@ -11,6 +11,7 @@ one measured on one side only. Direction comes from the figure: "higher" or "low
 """
 import argparse
 import json
+import statistics
 import sys
 
 NOISE_MULTIPLE = 2.0
@@ -21,8 +22,7 @@ def spread(values):
     if len(values) < 2:
         return None
     ordered = sorted(values)
-    mid = len(ordered) // 2
-    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    median = statistics.median(ordered)
     if median == 0:
         return 0.0 if ordered[0] == ordered[-1] else float("inf")
     return (ordered[-1] - ordered[0]) / abs(median)
@@ -118,10 +118,15 @@ def main(argv=None):
     parser.add_argument("--markdown", help="write the comparison table here")
     parser.add_argument("--fail-on-regression", action="store_true", help="exit 1 when a figure got worse")
     args = parser.parse_args(argv)
-    with open(args.baseline) as f:
-        baseline_doc = json.load(f)
-    with open(args.current) as f:
-        current_doc = json.load(f)
+    docs = []
+    for path in (args.baseline, args.current):
+        try:
+            with open(path) as f:
+                docs.append(json.load(f))
+        except (OSError, ValueError) as e:
+            print(f"compare: cannot read {path}: {e}", file=sys.stderr)
+            return 2
+    baseline_doc, current_doc = docs
     try:
         rows = compare(baseline_doc, current_doc)
     except Incomparable as e:
