@@ -11,24 +11,34 @@
 
 namespace loom::kernels::cpu {
 
-// The GEMM engine's register and cache blocking and its kernels (see sgemm.hpp). kc is the same in
-// every variant: the depth of one pass is what fixes the summation order of C.
+// How a GEMM micro-kernel reads its mr rows of A, element (i, p):
+//   packed   a packed sliver, a[p * mr + i] (lda unused);
+//   rows     the caller's matrix with the depth contiguous, a[i * lda + p];
+//   columns  the caller's matrix with the rows contiguous, a[i + p * lda].
+enum class SgemmALayout { packed, rows, columns };
+
+// The GEMM engine's register blocking and its kernels (see sgemm.hpp); the cache blocking is chosen
+// at run time from the CPU's caches (sgemm_blocking.hpp).
 struct SgemmKernels {
   std::int64_t mr = 0, nr = 0;  // the micro-tile of C
-  std::int64_t mc = 0, nc = 0;  // rows of A per packed block (a multiple of mr), columns of B per panel (of nr)
-  // c[mr x nr] (ldc) = (accumulate ? c : 0) + sum over kc of packed_a[mr] x packed_b[nr], each
-  // element summed in ascending k with fused multiply-adds.
-  void (*micro)(std::int64_t kc, const float* packed_a, const float* packed_b, float* c, std::int64_t ldc,
-                bool accumulate) = nullptr;
+  // c[mr x nr] (ldc) = (accumulate ? c : 0) + sum over kc of A[mr] x packed_b[nr], each element
+  // summed in ascending k with fused multiply-adds; one kernel per SgemmALayout of A.
+  using Micro = void (*)(std::int64_t kc, const float* a, std::int64_t lda, const float* packed_b, float* c,
+                         std::int64_t ldc, bool accumulate);
+  Micro micro = nullptr;          // packed
+  Micro micro_a_rows = nullptr;   // rows
+  Micro micro_a_columns = nullptr;  // columns
   // Rows [0, rows) x depth [0, kc) of A (element (i, p) at a[i * rs + p * cs]) into mr-row slivers,
   // k-major inside a sliver, zero-padded to whole slivers.
   void (*pack_a)(std::int64_t rows, std::int64_t kc, const float* a, std::int64_t rs, std::int64_t cs,
                  float* dst) = nullptr;
-  // One nr-column sliver of B (depth kc, cols <= nr valid columns; element (p, j) at
-  // b[p * rs + j * cs]), zero-padded.
+  // Columns [0, cols) of B (depth kc; element (p, j) at b[p * rs + j * cs]) into nr-column slivers,
+  // each kc x nr, zero-padded to whole slivers.
   void (*pack_b)(std::int64_t kc, std::int64_t cols, const float* b, std::int64_t rs, std::int64_t cs,
                  float* dst) = nullptr;
 };
+// The depth of one pass, the same in every variant and on every CPU: it fixes the summation order
+// of C (a pass's partial sum is added into C), so it is not part of the run-time blocking.
 inline constexpr std::int64_t sgemm_kc = 384;
 // Packing may write this many floats past the last sliver (isa_kernels.hpp, simd/avx_common.hpp), and no
 // micro-tile is larger than sgemm_max_tile floats.

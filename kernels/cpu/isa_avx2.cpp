@@ -39,7 +39,9 @@ static_assert(mr * nr <= sgemm_max_tile, "the macro-kernel's scratch tile must h
 
 // constinit: built at compile time, so no constructor is compiled for this target.
 constinit const CpuKernels avx2_kernels = isa::make_table<avx2::Vec16>(
-    CpuIsa::avx2, {avx2::mr, avx2::nr, 72, 4080, isa::sgemm_micro<avx2::Vec16, avx2::Ymm, avx2::mr>,
+    CpuIsa::avx2, {avx2::mr, avx2::nr, isa::sgemm_micro<avx2::Vec16, avx2::Ymm, avx2::mr, SgemmALayout::packed>,
+                   isa::sgemm_micro<avx2::Vec16, avx2::Ymm, avx2::mr, SgemmALayout::rows>,
+                   isa::sgemm_micro<avx2::Vec16, avx2::Ymm, avx2::mr, SgemmALayout::columns>,
                    isa::pack_a<avx2::Vec16, avx2::mr>, isa::pack_b<avx2::Vec16, avx2::nr>});
 
 }  // namespace loom::kernels::cpu

@@ -47,7 +47,9 @@ static_assert(mr * nr <= sgemm_max_tile, "the macro-kernel's scratch tile must h
 
 // constinit: built at compile time, so no constructor is compiled for this target.
 constinit const CpuKernels avx512_kernels = isa::make_table<avx512::Vec16>(
-    CpuIsa::avx512, {avx512::mr, avx512::nr, 168, 4096, isa::sgemm_micro<avx512::Vec16, avx512::Zmm, avx512::mr>,
+    CpuIsa::avx512, {avx512::mr, avx512::nr, isa::sgemm_micro<avx512::Vec16, avx512::Zmm, avx512::mr, SgemmALayout::packed>,
+                     isa::sgemm_micro<avx512::Vec16, avx512::Zmm, avx512::mr, SgemmALayout::rows>,
+                     isa::sgemm_micro<avx512::Vec16, avx512::Zmm, avx512::mr, SgemmALayout::columns>,
                      isa::pack_a<avx512::Vec16, avx512::mr>, isa::pack_b<avx512::Vec16, avx512::nr>});
 
 }  // namespace loom::kernels::cpu

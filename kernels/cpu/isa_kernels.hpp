@@ -339,28 +339,50 @@ void pack_a(std::int64_t rows, std::int64_t kc, const float* a, std::int64_t rs,
 
 template <class V, std::int64_t NR>
 void pack_b(std::int64_t kc, std::int64_t cols, const float* b, std::int64_t rs, std::int64_t cs, float* dst) {
+  static_assert(NR % 16 == 0, "B slivers are copied in whole Vec16s");
+  const std::int64_t slivers = (cols + NR - 1) / NR;
   if (rs == 1 && cs != 1) {
-    V::template transpose_rows<NR>(cols, kc, b, cs, dst);
+    for (std::int64_t s = 0; s < slivers; ++s) {
+      const std::int64_t live = cols - s * NR < NR ? cols - s * NR : NR;
+      V::template transpose_rows<NR>(live, kc, b + s * NR * cs, cs, dst + s * NR * kc);
+    }
     return;
   }
-  for (std::int64_t p = 0; p < kc; ++p) {
-    const float* src = b + p * rs;
-    float* out = dst + p * NR;
-    if (cols == NR && cs == 1) {
-      for (std::int64_t j = 0; j < NR; ++j) out[j] = src[j];
-    } else {
-      for (std::int64_t j = 0; j < cols; ++j) out[j] = src[j * cs];
-      for (std::int64_t j = cols; j < NR; ++j) out[j] = 0.0f;
+  if (cs == 1) {
+    // Along B's rows: each depth is one contiguous read across all the slivers. Walking down one
+    // sliver at a time reads one line per row, a row apart, and waits on a cache (and TLB) miss each.
+    const std::int64_t full = cols / NR, rest = cols % NR;
+    for (std::int64_t p = 0; p < kc; ++p) {
+      const float* src = b + p * rs;
+      float* out = dst + p * NR;
+      for (std::int64_t s = 0; s < full; ++s) {
+        for (std::int64_t j = 0; j < NR; j += 16) V::load(src + s * NR + j).store(out + s * NR * kc + j);
+      }
+      if (rest > 0) {
+        for (std::int64_t j = 0; j < NR; j += 16) {
+          const std::int64_t live = rest - j < 0 ? 0 : rest - j < 16 ? rest - j : 16;
+          V::load_partial(src + full * NR + j, static_cast<int>(live)).store(out + full * NR * kc + j);
+        }
+      }
+    }
+    return;
+  }
+  for (std::int64_t s = 0; s < slivers; ++s, dst += NR * kc) {
+    const std::int64_t live = cols - s * NR < NR ? cols - s * NR : NR;
+    for (std::int64_t p = 0; p < kc; ++p) {
+      for (std::int64_t j = 0; j < NR; ++j) dst[p * NR + j] = j < live ? b[p * rs + (s * NR + j) * cs] : 0.0f;
     }
   }
 }
 
 // The GEMM micro-kernel over a register type R (one ymm or zmm: R::lanes floats, R::zero, load,
 // broadcast, fma, add, store): an MR x (2 R::lanes) block of C in 2 MR accumulators, one broadcast of
-// A and two loads of B per k, each element summed over k in order with fused multiply-adds.
-template <class V, class R, int MR>
-void sgemm_micro(std::int64_t kc, const float* packed_a, const float* packed_b, float* c, std::int64_t ldc,
-                 bool accumulate) {
+// A and two loads of B per k, each element summed over k in order with fused multiply-adds. B is a
+// packed sliver; A is read as the layout says (SgemmALayout, dispatch.hpp), with `lda` the stride of
+// the direction that is not contiguous.
+template <class V, class R, int MR, SgemmALayout Layout>
+void sgemm_micro(std::int64_t kc, const float* a, std::int64_t lda, const float* packed_b, float* c,
+                 std::int64_t ldc, bool accumulate) {
   constexpr int lanes = R::lanes, nr = 2 * R::lanes;
   typename R::reg acc[MR][2];
 #pragma GCC unroll 16
@@ -370,18 +392,20 @@ void sgemm_micro(std::int64_t kc, const float* packed_a, const float* packed_b, 
     R::prefetch(c + i * ldc);
     R::prefetch(c + i * ldc + nr - 1);
   }
-  const float* pa = packed_a;
+  const std::int64_t row_step = Layout == SgemmALayout::rows ? lda : 1;
+  const std::int64_t depth_step = Layout == SgemmALayout::packed ? MR : Layout == SgemmALayout::rows ? 1 : lda;
+  const float* pa = a;
   const float* pb = packed_b;
   for (std::int64_t k = 0; k < kc; ++k) {
     R::prefetch(pb + 8 * nr);
     const typename R::reg b0 = R::load(pb), b1 = R::load(pb + lanes);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
-      const typename R::reg a = R::broadcast(pa + i);
-      acc[i][0] = R::fma(a, b0, acc[i][0]);
-      acc[i][1] = R::fma(a, b1, acc[i][1]);
+      const typename R::reg ai = R::broadcast(pa + i * row_step);
+      acc[i][0] = R::fma(ai, b0, acc[i][0]);
+      acc[i][1] = R::fma(ai, b1, acc[i][1]);
     }
-    pa += MR;
+    pa += depth_step;
     pb += nr;
   }
 #pragma GCC unroll 16

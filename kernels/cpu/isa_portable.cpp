@@ -15,14 +15,18 @@ namespace portable {
 constexpr std::int64_t mr = 6, nr = 16;
 static_assert(mr * nr <= sgemm_max_tile, "the macro-kernel's scratch tile must hold a micro-tile");
 
-void sgemm_micro(std::int64_t kc, const float* packed_a, const float* packed_b, float* c, std::int64_t ldc,
+// A read as the layout says (SgemmALayout, dispatch.hpp).
+template <SgemmALayout Layout>
+void sgemm_micro(std::int64_t kc, const float* a, std::int64_t lda, const float* packed_b, float* c, std::int64_t ldc,
                  bool accumulate) {
+  const std::int64_t row_step = Layout == SgemmALayout::rows ? lda : 1;
+  const std::int64_t depth_step = Layout == SgemmALayout::packed ? mr : Layout == SgemmALayout::rows ? 1 : lda;
   float acc[mr][nr] = {};
   for (std::int64_t p = 0; p < kc; ++p) {
-    const float* a = packed_a + p * mr;
     const float* b = packed_b + p * nr;
     for (std::int64_t i = 0; i < mr; ++i) {
-      for (std::int64_t j = 0; j < nr; ++j) acc[i][j] = std::fma(a[i], b[j], acc[i][j]);
+      const float ai = a[i * row_step + p * depth_step];
+      for (std::int64_t j = 0; j < nr; ++j) acc[i][j] = std::fma(ai, b[j], acc[i][j]);
     }
   }
   for (std::int64_t i = 0; i < mr; ++i) {
@@ -34,7 +38,8 @@ void sgemm_micro(std::int64_t kc, const float* packed_a, const float* packed_b, 
 
 // constinit: built at compile time, so no constructor is compiled for this target.
 constinit const CpuKernels portable_kernels = isa::make_table<portable::Vec16>(
-    CpuIsa::portable, {portable::mr, portable::nr, 72, 4080, portable::sgemm_micro,
+    CpuIsa::portable, {portable::mr, portable::nr, portable::sgemm_micro<SgemmALayout::packed>,
+                       portable::sgemm_micro<SgemmALayout::rows>, portable::sgemm_micro<SgemmALayout::columns>,
                        isa::pack_a<portable::Vec16, portable::mr>, isa::pack_b<portable::Vec16, portable::nr>});
 
 }  // namespace loom::kernels::cpu

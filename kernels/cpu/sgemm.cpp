@@ -1,7 +1,8 @@
 // Blocking and threading of the CPU fp32 GEMM (see sgemm.hpp). The variant's table gives the
-// micro-tile and the cache blocking: an A sliver (mr x kc) and a B sliver (kc x nr) stay in L1, the
-// packed A block (mc x kc) in L2, the packed B panel (kc x nc) in L3. Pack buffers are kept per
-// thread and grow to the largest size asked for, so steady-state GEMMs allocate nothing.
+// micro-tile, sgemm_blocking.hpp the cache blocking chosen for this CPU's caches: the B sliver
+// (kc x nr) in L1 where it fits, the A block (mc x kc) in L2, the packed B panel (kc x nc) in L3.
+// Pack buffers are kept per thread and grow to the largest size asked for, so steady-state GEMMs
+// allocate nothing.
 #include "kernels/cpu/sgemm.hpp"
 
 #include <omp.h>
@@ -11,6 +12,9 @@
 #include <exception>
 #include <memory>
 #include <new>
+#include <string>
+
+#include "loom/core/error.hpp"
 
 namespace loom::kernels::cpu {
 
@@ -50,13 +54,15 @@ struct BlockPosition {
   std::int64_t m;                // rows of C
   SgemmCausal causal;
   bool accumulate;               // the caller's: C += A B
+  SgemmALayout a_layout;         // how whole A slivers are read (partial ones are packed)
 };
 
-// C block [mc x nc] from a packed A block and a packed B panel; partial tiles go through a
-// scratch tile so the micro-kernel always writes a full mr x nr block. Each sliver runs the depths
-// of this pass its triangle leaves, and adds into C unless this is its first pass.
-void macro_kernel(const SgemmKernels& g, std::int64_t mc, std::int64_t nc, std::int64_t kc, const float* packed_a,
-                  const float* packed_b, float* c, std::int64_t ldc, const BlockPosition& at) {
+// C block [mc x nc] from an A block (read in place, or packed here) and a packed B panel; partial
+// tiles go through a scratch tile so the micro-kernel always writes a full mr x nr block. Each
+// sliver runs the depths of this pass its triangle leaves, and adds into C unless this is its first
+// pass.
+void macro_kernel(const SgemmKernels& g, std::int64_t mc, std::int64_t nc, std::int64_t kc, const SgemmOperand& a,
+                  float* packed_a, const float* packed_b, float* c, std::int64_t ldc, const BlockPosition& at) {
   alignas(64) float scratch[sgemm_max_tile];
   for (std::int64_t jr = 0; jr < nc; jr += g.nr) {
     const std::int64_t cols = std::min(g.nr, nc - jr);
@@ -74,14 +80,28 @@ void macro_kernel(const SgemmKernels& g, std::int64_t mc, std::int64_t nc, std::
       }
       if (d1 <= d0) continue;
       const bool accumulate = at.accumulate || !first_pass;
-      const float* pa = packed_a + ir * kc + d0 * g.mr;
+      // Whole slivers of an A whose rows or depth are contiguous are read in place. The others are
+      // packed just before their first product (the first column sliver: a sliver skipped there is skipped
+      // in every column), so the packing's reads overlap the products before it.
+      const float* a_rows = a.data + first_row * a.row_stride + at.depth * a.col_stride;
+      const SgemmALayout layout = rows == g.mr ? at.a_layout : SgemmALayout::packed;
+      if (layout == SgemmALayout::packed && jr == 0) {
+        g.pack_a(rows, kc, a_rows, a.row_stride, a.col_stride, packed_a + ir * kc);
+      }
+      const float* pa = layout == SgemmALayout::packed ? packed_a + ir * kc + d0 * g.mr
+                        : layout == SgemmALayout::rows ? a_rows + d0
+                                                       : a_rows + d0 * a.col_stride;
+      const SgemmKernels::Micro micro = layout == SgemmALayout::packed ? g.micro
+                                        : layout == SgemmALayout::rows ? g.micro_a_rows
+                                                                       : g.micro_a_columns;
+      const std::int64_t lda = layout == SgemmALayout::rows ? a.row_stride : a.col_stride;
       const float* pb = packed_b + jr * kc + d0 * g.nr;
       float* tile = c + ir * ldc + jr;
       if (rows == g.mr && cols == g.nr) {
-        g.micro(d1 - d0, pa, pb, tile, ldc, accumulate);
+        micro(d1 - d0, pa, lda, pb, tile, ldc, accumulate);
         continue;
       }
-      g.micro(d1 - d0, pa, pb, scratch, g.nr, false);
+      micro(d1 - d0, pa, lda, pb, scratch, g.nr, false);
       for (std::int64_t i = 0; i < rows; ++i) {
         for (std::int64_t j = 0; j < cols; ++j) {
           const float sum = scratch[i * g.nr + j];
@@ -104,6 +124,16 @@ bool block_in_triangle(SgemmCausal causal, std::int64_t row, std::int64_t mc, st
 
 void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a, SgemmOperand b, float* c,
            std::int64_t ldc, int max_threads, const CpuKernels& kernels, bool accumulate, SgemmCausal causal) {
+  sgemm_blocked(sgemm_blocking(kernels), m, n, k, a, b, c, ldc, max_threads, kernels, accumulate, causal);
+}
+
+void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a,
+                   SgemmOperand b, float* c, std::int64_t ldc, int max_threads, const CpuKernels& kernels,
+                   bool accumulate, SgemmCausal causal) {
+  require(blocking.kc == sgemm_kc && blocking.mc >= kernels.sgemm.mr && blocking.mc % kernels.sgemm.mr == 0 &&
+              blocking.nc >= kernels.sgemm.nr && blocking.nc % kernels.sgemm.nr == 0,
+          "sgemm: blocking ", describe(blocking, kernels.sgemm), " is not whole slivers of the tile at depth ",
+          sgemm_kc);
   if (m <= 0 || n <= 0 || (k <= 0 && accumulate)) return;
   if (k <= 0) {
     for (std::int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);
@@ -112,10 +142,15 @@ void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a, Sgemm
   const SgemmKernels& g = kernels.sgemm;
   const std::int64_t slivers = (m + g.mr - 1) / g.mr;
   const int threads = static_cast<int>(std::clamp<std::int64_t>(max_threads, 1, slivers));
+  const std::int64_t mc_block = blocking.mc, nc_block = blocking.nc;
+  const SgemmALayout a_layout = !blocking.a_in_place ? SgemmALayout::packed
+                                 : a.col_stride == 1 ? SgemmALayout::rows
+                                 : a.row_stride == 1 ? SgemmALayout::columns
+                                                     : SgemmALayout::packed;
   const std::int64_t kc_max = std::min(sgemm_kc, k);
-  const std::int64_t nc_max = std::min(g.nc, round_up(n, g.nr));
+  const std::int64_t nc_max = std::min(nc_block, round_up(n, g.nr));
   float* const pb = packed_b_buffer.reserve(kc_max * nc_max);
-  const std::int64_t mc_max = std::min(g.mc, round_up(m, g.mr));
+  const std::int64_t mc_max = std::min(mc_block, round_up(m, g.mr));
   if (causal == SgemmCausal::a_upper && m > k && !accumulate) {
     // Rows at or past k of an upper-triangular A are zero: so are their products.
     for (std::int64_t i = k; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);
@@ -142,22 +177,26 @@ void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a, Sgemm
       }
     }
 #pragma omp barrier
-    for (std::int64_t jc = 0; jc < n && !any_failed; jc += g.nc) {
-      const std::int64_t nc = std::min(g.nc, n - jc);
+    for (std::int64_t jc = 0; jc < n && !any_failed; jc += nc_block) {
+      const std::int64_t nc = std::min(nc_block, n - jc);
       const std::int64_t b_slivers = (nc + g.nr - 1) / g.nr;
       for (std::int64_t pc = 0; pc < k; pc += sgemm_kc) {
         const std::int64_t kc = std::min(sgemm_kc, k - pc);
 #pragma omp barrier
-#pragma omp for schedule(static)
-        for (std::int64_t s = 0; s < b_slivers; ++s) {
-          const float* src = b.data + pc * b.row_stride + (jc + s * g.nr) * b.col_stride;
-          g.pack_b(kc, std::min(g.nr, nc - s * g.nr), src, b.row_stride, b.col_stride, pb + s * g.nr * kc);
+        {
+          // Each thread packs a contiguous run of the panel's slivers.
+          const std::int64_t s0 = b_slivers * t / parts, s1 = b_slivers * (t + 1) / parts;
+          if (s1 > s0) {
+            const float* src = b.data + pc * b.row_stride + (jc + s0 * g.nr) * b.col_stride;
+            g.pack_b(kc, std::min((s1 - s0) * g.nr, nc - s0 * g.nr), src, b.row_stride, b.col_stride,
+                     pb + s0 * g.nr * kc);
+          }
         }
-        for (std::int64_t ic = row_begin; ic < row_end; ic += g.mc) {
-          const std::int64_t mc = std::min(g.mc, row_end - ic);
+#pragma omp barrier
+        for (std::int64_t ic = row_begin; ic < row_end; ic += mc_block) {
+          const std::int64_t mc = std::min(mc_block, row_end - ic);
           if (!block_in_triangle(causal, ic, mc, m, pc, kc)) continue;
-          g.pack_a(mc, kc, a.data + ic * a.row_stride + pc * a.col_stride, a.row_stride, a.col_stride, pa);
-          macro_kernel(g, mc, nc, kc, pa, pb, c + ic * ldc + jc, ldc, {ic, jc, pc, m, causal, accumulate});
+          macro_kernel(g, mc, nc, kc, a, pa, pb, c + ic * ldc + jc, ldc, {ic, jc, pc, m, causal, accumulate, a_layout});
         }
       }
     }

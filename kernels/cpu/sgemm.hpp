@@ -1,8 +1,9 @@
 // loom's CPU fp32 GEMM engine: C = op(A) op(B) for strided operands, in the style of BLIS/GotoBLAS.
 // B is packed once per (kc x nc) block into nr-column slivers shared by all threads; each thread
-// packs its own mc x kc blocks of A into mr-row slivers and runs the mr x nr register-blocked
-// micro-kernel of the CPU's kernel variant over them (dispatch.hpp: 6 x 16 on AVX2, 14 x 32 on
-// AVX-512). Threads split the rows of C, so every element of C is written by one thread; its sum
+// works through its mc x kc blocks of A in mr-row slivers, read in place where A's rows or depth
+// are contiguous and packed otherwise, with the mr x nr register-blocked micro-kernel of the CPU's
+// kernel variant (dispatch.hpp: 6 x 16 on AVX2, 14 x 32 on AVX-512). mc and nc come from the CPU's
+// caches (sgemm_blocking.hpp). Threads split the rows of C, so every element of C is written by one thread; its sum
 // runs over k in ascending order with fused multiply-adds in passes of kc = 384, whatever the
 // variant, so results are the same bits for any thread count and any variant.
 #pragma once
@@ -10,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/sgemm_blocking.hpp"
 
 namespace loom::kernels::cpu {
 
@@ -38,5 +40,12 @@ enum class SgemmCausal { none, c_lower, a_lower, a_upper };
 void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a, SgemmOperand b, float* c,
            std::int64_t ldc, int max_threads, const CpuKernels& kernels = cpu_kernels(), bool accumulate = false,
            SgemmCausal causal = SgemmCausal::none);
+
+// sgemm with a given cache blocking instead of the one chosen for this CPU (sgemm_blocking.hpp):
+// the same bits whatever the blocking. An invalid_argument Error when its mc or nc is not whole
+// slivers of the variant's tile or its kc is not sgemm_kc.
+void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a,
+                   SgemmOperand b, float* c, std::int64_t ldc, int max_threads, const CpuKernels& kernels,
+                   bool accumulate = false, SgemmCausal causal = SgemmCausal::none);
 
 }  // namespace loom::kernels::cpu

@@ -1,6 +1,6 @@
 // loom's packed CPU fp32 GEMM engine (kernels/cpu/sgemm.hpp) on its own, against an fp64 reference
 // with the rigorous fp32 dot-product error bound: every kernel variant this CPU runs, transposed
-// (strided) operands, sizes that cross every blocking boundary (MR, NR, MC, KC, NC) of every
+// (strided) operands, sizes that cross the register and depth blocking (MR, NR, KC) of every
 // variant with ragged edges, accumulation into C, and results that do not depend on the thread
 // count or the variant.
 #include <catch2/catch.hpp>
@@ -84,8 +84,9 @@ TEST_CASE("packed fp32 GEMM matches fp64 across blocking boundaries, transposes 
   struct Size {
     std::int64_t m, n, k;
   };
-  // 1x1x1; one ragged micro tile; k over two KC blocks (384); m over MC (72 on AVX2, 168 on
-  // AVX-512) and not a multiple of MR (6, 14); n over NC (4080, 4096) with a ragged last NR sliver.
+  // 1x1x1; one ragged micro tile; k over two KC blocks (384); m not a multiple of MR (6, 14); n over
+  // the largest NC (4096) with a ragged last NR sliver. MC depends on the CPU's caches: the blocking
+  // tests (test_cpu_sgemm_blocking.cpp) cross it, and NC, with small blockings.
   const Size sizes[] = {{1, 1, 1},      {5, 13, 7},    {6, 16, 400},  {77, 35, 769},
                         {150, 19, 33},  {15, 33, 5},   {200, 70, 390}, {7, 4099, 3}};
   for (const Size& s : sizes) {

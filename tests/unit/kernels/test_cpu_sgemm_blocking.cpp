@@ -1,0 +1,180 @@
+// The fp32 GEMM's run-time cache blocking (kernels/cpu/sgemm_blocking.cpp): the blocking worked out
+// by hand for the caches of real CPUs, its limits on odd ones, and the engine's bits, which must not
+// depend on the blocking, on how A is read (packed or in place), on the variant or on the threads.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/sgemm.hpp"
+#include "loom/core/error.hpp"
+
+using loom::kernels::CpuCaches;
+using loom::kernels::CpuIsa;
+using loom::kernels::supported_cpu_isas;
+using loom::kernels::cpu::choose_sgemm_blocking;
+using loom::kernels::cpu::cpu_kernels;
+using loom::kernels::cpu::SgemmBlocking;
+using loom::kernels::cpu::SgemmCausal;
+using loom::kernels::cpu::SgemmOperand;
+
+namespace {
+
+// L1d, L2, L3 as CPUID reports them.
+const CpuCaches zen3{{32 << 10, 8, 1}, {512 << 10, 8, 1}, {32 << 20, 16, 16}, "AMD Zen 3"};
+const CpuCaches zen4{{32 << 10, 8, 1}, {1 << 20, 8, 1}, {32 << 20, 16, 16}, "AMD Zen 4"};
+const CpuCaches sapphire_rapids{{48 << 10, 12, 2}, {2 << 20, 16, 2}, {300 << 20, 20, 2}, "Xeon VM"};
+
+SgemmBlocking blocking(std::int64_t mc, std::int64_t nc, bool a_in_place) {
+  SgemmBlocking b;
+  b.mc = mc;
+  b.nc = nc;
+  b.a_in_place = a_in_place;
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("the GEMM blocking follows the caches: worked out by hand for three CPUs", "[gemm][sgemm][blocking]") {
+  // kc = 384: a depth row of a sliver is 1536 bytes.
+  // Zen 3, AVX2 6 x 16: the B sliver (24 KiB) fits 6 of the 8 ways of 32 KiB, so the A block takes
+  // half of 512 KiB (within the 256 KiB cap): 262144 / (1536 x 6) = 28 slivers = 168 rows. The B
+  // panel: half of 32 MiB is past the cap, 4096 columns.
+  REQUIRE(choose_sgemm_blocking(6, 16, zen3) == blocking(168, 4096, true));
+  // Zen 4: AVX2 half of 1 MiB, capped at 256 KiB: 168 rows again; AVX-512 14 x 32: the B sliver
+  // (48 KiB) does not fit, so an eighth of 1 MiB (the 128 KiB cap): 131072 / (1536 x 14) = 6 slivers
+  // = 84 rows.
+  REQUIRE(choose_sgemm_blocking(6, 16, zen4) == blocking(168, 4096, true));
+  REQUIRE(choose_sgemm_blocking(14, 32, zen4) == blocking(84, 4096, true));
+  // The Xeon, L2 shared by 2 hyper-threads (1 MiB each): AVX2's B sliver fits 10 of 12 ways of
+  // 48 KiB: 168 rows; AVX-512 an eighth: 84 rows.
+  REQUIRE(choose_sgemm_blocking(6, 16, sapphire_rapids) == blocking(168, 4096, true));
+  REQUIRE(choose_sgemm_blocking(14, 32, sapphire_rapids) == blocking(84, 4096, true));
+  // A small L2 sets the block below the cap: 256 KiB (Skylake client) gives AVX2 128 KiB, 14 slivers.
+  CpuCaches skylake = zen3;
+  skylake.l2 = {256 << 10, 4, 1};
+  REQUIRE(choose_sgemm_blocking(6, 16, skylake).mc == 84);
+}
+
+TEST_CASE("the GEMM blocking stays whole slivers on odd caches", "[gemm][sgemm][blocking]") {
+  // No L3: the B panel takes half of the L2 (512 KiB / (1536 x 16) = 21 slivers = 336 columns).
+  CpuCaches no_l3 = zen4;
+  no_l3.l3 = {};
+  REQUIRE(choose_sgemm_blocking(6, 16, no_l3).nc == 336);
+  // Caches far too small for one sliver: one sliver each, never zero.
+  const CpuCaches tiny{{1024, 2, 1}, {2048, 2, 1}, {0, 0, 1}, "tiny"};
+  REQUIRE(choose_sgemm_blocking(6, 16, tiny) == blocking(6, 16, true));
+  // Unknown associativity counts as 8 ways.
+  CpuCaches unknown_ways = zen3;
+  unknown_ways.l1d.ways = 0;
+  REQUIRE(choose_sgemm_blocking(6, 16, unknown_ways) == choose_sgemm_blocking(6, 16, zen3));
+  for (const CpuCaches& caches : {zen3, zen4, sapphire_rapids, no_l3, tiny}) {
+    for (const auto& [mr, nr] : {std::pair<std::int64_t, std::int64_t>{6, 16}, {14, 32}}) {
+      const SgemmBlocking b = choose_sgemm_blocking(mr, nr, caches);
+      INFO(caches.source << " tile " << mr << " x " << nr);
+      REQUIRE(b.kc == loom::kernels::cpu::sgemm_kc);
+      REQUIRE((b.mc >= mr && b.mc % mr == 0));
+      REQUIRE((b.nc >= nr && b.nc % nr == 0 && b.nc <= loom::kernels::cpu::sgemm_max_nc));
+    }
+  }
+}
+
+TEST_CASE("the GEMM engine refuses a blocking that is not whole slivers", "[gemm][sgemm][blocking]") {
+  const auto& kernels = cpu_kernels(CpuIsa::portable);  // 6 x 16
+  const float a = 1.0f, b = 1.0f;
+  float c = 0.0f;
+  auto run = [&](const SgemmBlocking& bad) {
+    loom::kernels::cpu::sgemm_blocked(bad, 1, 1, 1, {&a, 1, 1}, {&b, 1, 1}, &c, 1, 1, kernels);
+  };
+  SgemmBlocking deep = blocking(6, 16, true);
+  deep.kc = 256;
+  for (const SgemmBlocking& bad : {blocking(7, 16, true), blocking(0, 16, true), blocking(6, 8, true), deep}) {
+    try {
+      run(bad);
+      FAIL("accepted mc " << bad.mc << " nc " << bad.nc << " kc " << bad.kc);
+    } catch (const loom::Error& error) {
+      REQUIRE(error.category() == loom::ErrorCategory::invalid_argument);
+      REQUIRE_THAT(error.what(), Catch::Contains("is not whole slivers of the tile at depth 384"));
+    }
+  }
+}
+
+// Not tagged [sgemm]: the emulated-CPU runs (tests/portable) would only repeat, 100 times slower,
+// variants this test already runs natively; CI's -march=native build runs it by [blocking].
+TEST_CASE("the GEMM gives the same bits for every blocking, A read packed or in place, every variant and thread count",
+          "[gemm][blocking]") {
+  std::mt19937 rng(21);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  struct Case {
+    std::int64_t m, n, k;
+    bool trans_a, trans_b;
+    SgemmCausal causal;
+  };
+  // Ragged in every direction, deeper than one pass (384), each A layout (rows: A's depth
+  // contiguous; columns: its rows contiguous), and the causal modes.
+  const Case cases[] = {{131, 70, 500, false, false, SgemmCausal::none}, {131, 70, 500, true, false, SgemmCausal::none},
+                        {97, 45, 800, false, true, SgemmCausal::none},   {97, 45, 800, true, true, SgemmCausal::none},
+                        {150, 150, 150, false, false, SgemmCausal::c_lower},
+                        {150, 40, 150, false, false, SgemmCausal::a_lower},
+                        {150, 40, 150, true, false, SgemmCausal::a_upper}};
+  for (const Case& t : cases) {
+    std::vector<float> a(static_cast<std::size_t>(t.m * t.k)), b(static_cast<std::size_t>(t.k * t.n));
+    for (float& v : a) v = dist(rng);
+    for (float& v : b) v = dist(rng);
+    if (t.causal == SgemmCausal::a_lower || t.causal == SgemmCausal::a_upper) {
+      for (std::int64_t i = 0; i < t.m; ++i) {
+        for (std::int64_t p = 0; p < t.k; ++p) {
+          const bool zero = t.causal == SgemmCausal::a_lower ? p > i : p < i;
+          if (zero) a[static_cast<std::size_t>(t.trans_a ? p * t.m + i : i * t.k + p)] = 0.0f;
+        }
+      }
+    }
+    const SgemmOperand lhs = t.trans_a ? SgemmOperand{a.data(), 1, t.m} : SgemmOperand{a.data(), t.k, 1};
+    const SgemmOperand rhs = t.trans_b ? SgemmOperand{b.data(), 1, t.k} : SgemmOperand{b.data(), t.n, 1};
+    for (const bool accumulate : {false, true}) {
+      auto run = [&](const SgemmBlocking& blk, CpuIsa isa, int threads) {
+        std::vector<float> c(static_cast<std::size_t>(t.m * t.n), 0.5f);
+        loom::kernels::cpu::sgemm_blocked(blk, t.m, t.n, t.k, lhs, rhs, c.data(), t.n, threads, cpu_kernels(isa),
+                                          accumulate, t.causal);
+        if (t.causal == SgemmCausal::c_lower) {  // above the diagonal is unspecified
+          for (std::int64_t i = 0; i < t.m; ++i) {
+            for (std::int64_t j = i + 1; j < t.n; ++j) c[static_cast<std::size_t>(i * t.n + j)] = 0.0f;
+          }
+        }
+        return c;
+      };
+      const std::vector<float> reference = run(blocking(6, 16, false), CpuIsa::portable, 1);
+      // The reference against fp64, so that "the same bits" are also the right ones.
+      for (std::int64_t i = 0; i < t.m; i += 7) {
+        for (std::int64_t j = 0; j < t.n && (t.causal != SgemmCausal::c_lower || j <= i); j += 5) {
+          double exact = accumulate ? 0.5 : 0.0, magnitude = std::fabs(exact);
+          for (std::int64_t p = 0; p < t.k; ++p) {
+            const double term = static_cast<double>(a[static_cast<std::size_t>(t.trans_a ? p * t.m + i : i * t.k + p)]) *
+                                b[static_cast<std::size_t>(t.trans_b ? j * t.k + p : p * t.n + j)];
+            exact += term;
+            magnitude += std::fabs(term);
+          }
+          REQUIRE(std::fabs(reference[static_cast<std::size_t>(i * t.n + j)] - exact) <=
+                  (static_cast<double>(t.k) + 6) * std::ldexp(1.0, -24) * magnitude + 1e-30);
+        }
+      }
+      for (const CpuIsa isa : supported_cpu_isas()) {
+        const auto& tile = cpu_kernels(isa).sgemm;
+        for (const SgemmBlocking& blk :
+             {blocking(tile.mr, tile.nr, false), blocking(tile.mr, tile.nr, true), blocking(2 * tile.mr, 3 * tile.nr, true),
+              blocking(tile.mr * 40, tile.nr * 256, true), loom::kernels::cpu::sgemm_blocking(cpu_kernels(isa))}) {
+          for (const int threads : {1, 3}) {
+            INFO(to_string(isa) << " " << describe(blk, tile) << " in place " << blk.a_in_place << " threads "
+                                << threads << " case " << t.m << "x" << t.n << "x" << t.k << " ta " << t.trans_a
+                                << " tb " << t.trans_b << " causal " << static_cast<int>(t.causal) << " accumulate "
+                                << accumulate);
+            REQUIRE(run(blk, isa, threads) == reference);
+          }
+        }
+      }
+    }
+  }
+}
