@@ -14,6 +14,8 @@
 #include "loom/core/error.hpp"
 #include "loom/core/gpu_info.hpp"
 #include "loom/kernels/cast.hpp"
+#include "kernels/cpu/sgemm_blocking.hpp"
+#include "loom/kernels/cpu_caches.hpp"
 #include "loom/kernels/cpu_isa.hpp"
 
 namespace loom::bench {
@@ -99,9 +101,29 @@ std::string cpu_model() {
 }  // namespace
 
 nlohmann::json cpu_description() {
-  nlohmann::json supported = nlohmann::json::array();
-  for (kernels::CpuIsa isa : kernels::supported_cpu_isas()) supported.push_back(kernels::to_string(isa));
-  return {{"model", cpu_model()}, {"kernels", kernels::to_string(kernels::active_cpu_isa())}, {"supported", supported}};
+  nlohmann::json supported = nlohmann::json::array(), blocking = nlohmann::json::object();
+  for (kernels::CpuIsa isa : kernels::supported_cpu_isas()) {
+    supported.push_back(kernels::to_string(isa));
+    const auto& tile = kernels::cpu::cpu_kernels(isa).sgemm;
+    const kernels::cpu::SgemmBlocking& b = kernels::cpu::sgemm_blocking(kernels::cpu::cpu_kernels(isa));
+    blocking[std::string(kernels::to_string(isa))] = {{"mr", tile.mr}, {"nr", tile.nr}, {"mc", b.mc}, {"nc", b.nc},
+                                                      {"kc", b.kc}, {"a_in_place", b.a_in_place}};
+  }
+  const kernels::CpuCaches& caches = kernels::cpu_caches();
+  auto level = [](const kernels::CpuCache& c) {
+    return nlohmann::json{{"bytes", c.bytes}, {"ways", c.ways}, {"shared_by", c.shared_by}};
+  };
+  return {{"model", cpu_model()},
+          {"kernels", kernels::to_string(kernels::active_cpu_isa())},
+          {"supported", supported},
+          {"caches", {{"l1d", level(caches.l1d)}, {"l2", level(caches.l2)}, {"l3", level(caches.l3)},
+                      {"source", caches.source}, {"text", kernels::describe(caches)}}},
+          {"gemm_blocking", blocking}};
+}
+
+std::string gemm_blocking_text(kernels::CpuIsa isa) {
+  const kernels::cpu::CpuKernels& table = kernels::cpu::cpu_kernels(isa);
+  return std::string(kernels::to_string(isa)) + " " + kernels::cpu::describe(kernels::cpu::sgemm_blocking(table), table.sgemm);
 }
 
 nlohmann::json make_record(const std::string& benchmark, const nlohmann::json& config) {

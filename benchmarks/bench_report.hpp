@@ -12,6 +12,7 @@
 
 #include "loom/core/stream.hpp"
 #include "loom/core/tensor.hpp"
+#include "loom/kernels/cpu_isa.hpp"
 
 namespace loom::bench {
 
@@ -29,8 +30,12 @@ double median_seconds(const std::function<void()>& fn, int repeats, const Stream
 std::vector<double> interleaved_median_seconds(const std::vector<std::function<void()>>& contenders, int repeats,
                                                std::chrono::milliseconds pause = std::chrono::milliseconds(0));
 
-// The CPU and its kernel variants: {"model", "kernels" (the active variant), "supported"}.
+// The CPU, its kernel variants and caches, and the GEMM blocking each variant gets on them:
+// {"model", "kernels" (the active variant), "supported", "caches", "gemm_blocking"}.
 nlohmann::json cpu_description();
+
+// "avx2 mc 168, nc 4096, kc 384 (tile 6 x 16)": the fp32 GEMM blocking a variant runs with here.
+std::string gemm_blocking_text(kernels::CpuIsa isa);
 
 // {"benchmark", "commit", "machine": {host, cpus, cpu, gpus, build}, "config", "rows"}
 nlohmann::json make_record(const std::string& benchmark, const nlohmann::json& config);

@@ -99,6 +99,22 @@ std::vector<GemmShape> parse_shapes(const std::vector<std::string>& specs) {
   return shapes;
 }
 
+#if LOOM_BENCH_HAVE_OPENBLAS
+// OpenBLAS (built for every x86 core, as Debian's is) picks its kernels from the CPU model it
+// knows; one newer than the library (0.3.21 and Sapphire Rapids, model 143 and up) gets the SSE3
+// "Prescott" kernels, a third of its speed, which would make the comparison meaningless. The
+// suite sets OPENBLAS_CORETYPE (benchmarks/suite/machine.py); run by hand, this says so.
+std::string openblas_core_warning(const std::string& core) {
+  if (!loom::kernels::cpu_supports(loom::kernels::CpuIsa::avx2)) return "";
+  for (const char* vector_core : {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids", "Excavator"}) {
+    if (core == vector_core) return "";
+  }
+  return " (WARNING: not an AVX2 kernel on an AVX2 CPU; set OPENBLAS_CORETYPE=" +
+         std::string(loom::kernels::cpu_supports(loom::kernels::CpuIsa::avx512) ? "SkylakeX" : "Haswell") +
+         ", or Zen on AMD, for a fair baseline)";
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -143,9 +159,20 @@ int main(int argc, char** argv) {
     const nlohmann::json cpu = loom::bench::cpu_description();
     nlohmann::json record = loom::bench::make_record(
         "gemm_bench", {{"device", device.to_string()}, {"repeats", repeats}, {"eigen_threads", Eigen::nbThreads()}});
-    std::printf("%s\nCPU %s, kernels %s (supported: %s)\nGEMM C = A B, median of %d, %d threads\n\n",
+    std::printf("%s\nCPU %s, kernels %s (supported: %s)\nCaches %s\n",
                 loom::to_string(loom::build_info()).c_str(), cpu["model"].get<std::string>().c_str(),
-                active_isa.c_str(), cpu["supported"].dump().c_str(), repeats, Eigen::nbThreads());
+                active_isa.c_str(), cpu["supported"].dump().c_str(), cpu["caches"]["text"].get<std::string>().c_str());
+    if (device.is_cpu()) {
+      std::string blockings = loom::bench::gemm_blocking_text(loom::kernels::active_cpu_isa());
+      for (const loom::kernels::CpuIsa isa : other_isas) blockings += "; " + loom::bench::gemm_blocking_text(isa);
+      std::printf("GEMM blocking %s\n", blockings.c_str());
+#if LOOM_BENCH_HAVE_OPENBLAS
+      const std::string core = openblas_get_corename();
+      record["config"]["openblas_core"] = core;
+      std::printf("OpenBLAS core %s%s\n", core.c_str(), openblas_core_warning(core).c_str());
+#endif
+    }
+    std::printf("GEMM C = A B, median of %d, %d threads\n\n", repeats, Eigen::nbThreads());
     std::printf("%-19s %-6s %-10s %-8s %10s %9s %12s %12s %9s\n", "shape", "prec", "backend", "isa", "ms", "TFLOP/s",
                 "vs_baseline", "vs_openblas", "rel_diff");
 

@@ -181,6 +181,10 @@ int main(int argc, char** argv) {
     std::printf("%s\n", loom::to_string(loom::build_info()).c_str());
     std::printf("CPU %s, kernels %s, %d threads\n", cpu["model"].get<std::string>().c_str(),
                 cpu["kernels"].get<std::string>().c_str(), omp_get_max_threads());
+    if (device.is_cpu()) {
+      std::printf("Caches %s\nGEMM blocking %s\n", cpu["caches"]["text"].get<std::string>().c_str(),
+                  loom::bench::gemm_blocking_text(loom::kernels::active_cpu_isa()).c_str());
+    }
     std::printf("GPT %lldL %lldH width %lld, seq %lld, batch %lld, vocab %lld, %s on %s, %s attention (%lld parameters)\n\n",
                 static_cast<long long>(config.layers), static_cast<long long>(config.heads),
                 static_cast<long long>(config.channels), static_cast<long long>(config.context),

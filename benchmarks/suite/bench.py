@@ -201,6 +201,9 @@ def main(argv=None):
         os.makedirs(os.path.join(out, sub), exist_ok=True)
 
     host = machine.describe(args.build)
+    if host["cpu"]["openblas_coretype"]["value"]:
+        # Every job and its peers inherit it (machine.openblas_coretype says why).
+        os.environ["OPENBLAS_CORETYPE"] = host["cpu"]["openblas_coretype"]["value"]
     capabilities = machine.capabilities(args.build, host)
     plan = jobs.cpu_jobs(host["cores"]) + (jobs.gpu_jobs() if args.gpu else [])
     if args.jobs:

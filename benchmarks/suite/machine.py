@@ -96,8 +96,25 @@ def _peer_versions():
     return versions
 
 
+def openblas_coretype(cpu):
+    """The OPENBLAS_CORETYPE the peers (OpenBLAS, and PyTorch through it) should run with, and why.
+
+    OpenBLAS picks its kernels from the CPU model it knows: a model newer than the library (Debian's
+    0.3.21 and Sapphire Rapids or Emerald Rapids) gets the SSE3 "Prescott" kernels, a third of its
+    speed, and every comparison against it would flatter loom. The user's own setting wins."""
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        return os.environ["OPENBLAS_CORETYPE"], "set by the user"
+    if cpu["isa"] == "avx512":
+        return "SkylakeX", "the suite's choice for an AVX-512 CPU"
+    if cpu["isa"] == "avx2":
+        return ("Zen" if cpu["vendor"] == "amd" else "Haswell"), "the suite's choice for an AVX2 CPU"
+    return None, "left to OpenBLAS's detection"
+
+
 def describe(build):
     cpu = _cpu()
+    coretype, why = openblas_coretype(cpu)
+    cpu["openblas_coretype"] = {"value": coretype, "why": why}
     cores = os.cpu_count() or 1
     gpus, _ = _gpus()
     loom_build = _loom_build(build)

@@ -217,6 +217,9 @@ def write(results, out, comparison=None):
         f"- **GPU** {gpus}",
         f"- **Build** {m['loom_build']}; {m['os']}",
         "- **Peers** " + ", ".join(f"{k} {v}" for k, v in sorted(m["libraries"].items())),
+        *([f"- **OpenBLAS kernels** OPENBLAS_CORETYPE={m['cpu']['openblas_coretype']['value']} "
+           f"({m['cpu']['openblas_coretype']['why']})"]
+          if (m["cpu"].get("openblas_coretype") or {}).get("value") else []),
         *([f"- **Plots** not drawn: {results['plots_not_drawn']}"] if results.get("plots_not_drawn") else []),
         "",
         "Every figure is the median of the repeats, with their min-max. \"vs\" is loom against the same-run "

@@ -2,7 +2,9 @@
 results.json and report.md, with figures or the reason there are none; results.json holds to
 the schema kept in the repository; every plot it lists is a PNG that decodes; the plots that
 the measured sections call for are there; a second run into another folder names its figures
-alike (a baseline compares by name), and a comparison of one-repeat runs compares nothing."""
+alike (a baseline compares by name), and a comparison of one-repeat runs compares nothing; the
+peers run the OpenBLAS kernels of this CPU (OpenBLAS's own report). gemm_bench records the caches
+and the GEMM blocking, LOOM_CPU_CACHES gives another CPU's, and a bad spec is a named error."""
 import json
 import os
 import shutil
@@ -104,6 +106,53 @@ class SmokeRunTest(unittest.TestCase):
         rows = compare.compare(self.results, self.results_again)
         self.assertTrue(all(r["status"] == "not compared" for r in rows))
         self.assertTrue(all("fewer than 2 repeats" in r["why"] for r in rows if r["id"] in again))
+
+    def test_the_peers_run_the_openblas_kernels_of_this_cpu(self):
+        # OpenBLAS itself reports the core it runs (gemm_bench records openblas_get_corename()).
+        chosen = self.results["machine"]["cpu"]["openblas_coretype"]
+        if self.results["machine"]["cpu"]["isa"] != "portable":
+            self.assertIsNotNone(chosen["value"])
+        with open(os.path.join(self.out, "raw", "gemm-0.json")) as f:
+            gemm = json.load(f)
+        if chosen["value"] and "openblas_core" in gemm["config"]:
+            self.assertEqual(gemm["config"]["openblas_core"].lower(), chosen["value"].lower())
+            self.assertIn(f"OPENBLAS_CORETYPE={chosen['value']}", self.report)
+
+
+class GemmBlockingTest(unittest.TestCase):
+    """gemm_bench records the caches and the blocking each variant gets on them; LOOM_CPU_CACHES
+    replaces the caches (the blocking another CPU would get), and a bad one is a named error."""
+
+    def run_gemm(self, caches):
+        out = tempfile.mkdtemp(prefix="loom-gemm-blocking-")
+        self.addCleanup(shutil.rmtree, out, ignore_errors=True)
+        path = os.path.join(out, "gemm.json")
+        run = subprocess.run([os.path.join(BUILD, "benchmarks", "gemm_bench"), "--device", "cpu", "--shapes", "64",
+                              "--precisions", "fp32", "--repeats", "1", "--json", path],
+                             env=dict(os.environ, LOOM_CPU_CACHES=caches), capture_output=True, text=True, timeout=120)
+        doc = None
+        if run.returncode == 0:
+            with open(path) as f:
+                doc = json.load(f)
+        return run, doc
+
+    def test_zen3_caches_give_the_zen3_blocking(self):
+        run, doc = self.run_gemm("l1d=32K/8,l2=512K/8,l3=32M")
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        cpu = doc["machine"]["cpu"]
+        self.assertEqual(cpu["caches"]["l2"]["bytes"], 512 << 10)
+        self.assertTrue(cpu["caches"]["source"].endswith("+ LOOM_CPU_CACHES"))
+        self.assertIn("L1d 32 KiB 8-way, L2 512 KiB 8-way, L3 32 MiB", run.stdout)
+        if "avx2" in cpu["gemm_blocking"]:  # 168 rows of 6, as test_cpu_sgemm_blocking.cpp works out
+            self.assertEqual({k: cpu["gemm_blocking"]["avx2"][k] for k in ("mr", "nr", "mc", "nc", "kc")},
+                             {"mr": 6, "nr": 16, "mc": 168, "nc": 4096, "kc": 384})
+            self.assertIn("avx2 mc 168, nc 4096, kc 384 (tile 6 x 16)", run.stdout)
+
+    def test_a_bad_cache_spec_is_a_named_error(self):
+        run, _ = self.run_gemm("l4=1M")
+        self.assertEqual(run.returncode, 1)
+        self.assertIn("LOOM_CPU_CACHES=l4=1M", run.stderr)
+        self.assertIn("unknown level 'l4'", run.stderr)
 
 
 if __name__ == "__main__":
