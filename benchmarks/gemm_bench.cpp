@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
   // N^3, then GPT-2 small's four linear layers on 1024 tokens: qkv, attention projection, MLP up, MLP down.
   std::vector<std::string> shape_specs = {"1024",          "2048",          "1024x2304x768",
                                           "1024x768x768",  "1024x3072x768", "1024x768x3072"};
-  std::vector<std::string> isa_names;
+  std::vector<std::string> isa_names, blocking_specs;
   std::vector<std::string> precision_names = {"fp32", "tf32", "bf16"};
   std::vector<std::string> layouts = {"NN"};
   int repeats = 5;
@@ -133,6 +133,9 @@ int main(int argc, char** argv) {
   app.add_option("--precisions", precision_names, "fp32, tf32, fp16, bf16")->delimiter(',');
   app.add_option("--isas", isa_names, "CPU: fp32 rows for these kernel variants besides the active one (portable, "
                  "avx2, avx512; default: every vector variant this CPU has)")->delimiter(',');
+  app.add_option("--blockings", blocking_specs,
+                 "CPU: fp32 rows of each variant shown with these cache blockings MCxNC (e.g. 84x4096) besides "
+                 "the one chosen from this CPU's caches")->delimiter(',');
   app.add_option("--layouts", layouts, "GPU: NN, TN (A transposed), NT (B transposed)")
       ->delimiter(',')
       ->check(CLI::IsMember({"NN", "TN", "NT"}));
@@ -156,6 +159,16 @@ int main(int argc, char** argv) {
       const loom::kernels::CpuIsa isa = loom::kernels::select_cpu_isa(name);  // a named error if unsupported
       if (name != active_isa) other_isas.push_back(isa);
     }
+    std::vector<std::pair<std::int64_t, std::int64_t>> blockings;  // (mc, nc)
+    for (const std::string& spec : blocking_specs) {
+      long long mc = 0, nc = 0;
+      char tail = 0;
+      if (std::sscanf(spec.c_str(), "%lldx%lld%c", &mc, &nc, &tail) != 2 || mc <= 0 || nc <= 0) {
+        loom::fail(loom::ErrorCategory::invalid_argument, "cannot parse blocking '", spec,
+                   "'; use MCxNC, e.g. 84x4096");
+      }
+      blockings.emplace_back(mc, nc);
+    }
     const nlohmann::json cpu = loom::bench::cpu_description();
     nlohmann::json record = loom::bench::make_record(
         "gemm_bench", {{"device", device.to_string()}, {"repeats", repeats}, {"eigen_threads", Eigen::nbThreads()}});
@@ -163,9 +176,9 @@ int main(int argc, char** argv) {
                 loom::to_string(loom::build_info()).c_str(), cpu["model"].get<std::string>().c_str(),
                 active_isa.c_str(), cpu["supported"].dump().c_str(), cpu["caches"]["text"].get<std::string>().c_str());
     if (device.is_cpu()) {
-      std::string blockings = loom::bench::gemm_blocking_text(loom::kernels::active_cpu_isa());
-      for (const loom::kernels::CpuIsa isa : other_isas) blockings += "; " + loom::bench::gemm_blocking_text(isa);
-      std::printf("GEMM blocking %s\n", blockings.c_str());
+      std::string blocking_text = loom::bench::gemm_blocking_text(loom::kernels::active_cpu_isa());
+      for (const loom::kernels::CpuIsa isa : other_isas) blocking_text += "; " + loom::bench::gemm_blocking_text(isa);
+      std::printf("GEMM blocking %s\n", blocking_text.c_str());
 #if LOOM_BENCH_HAVE_OPENBLAS
       const std::string core = openblas_get_corename();
       record["config"]["openblas_core"] = core;
@@ -196,6 +209,10 @@ int main(int argc, char** argv) {
         nlohmann::json row = {{"shape", row_name}, {"m", shape.m}, {"n", shape.n}, {"k", shape.k},
                               {"precision", precision}, {"backend", backend}, {"isa", isa}, {"ms", seconds * 1e3},
                               {"tflops", tflops}, {"vs_baseline", baseline / seconds}, {"layout", layout}};
+        if (const std::size_t space = isa.find(' '); space != std::string::npos) {  // "avx2 168x4096": --blockings
+          row["isa"] = isa.substr(0, space);
+          row["blocking"] = isa.substr(space + 1);
+        }
         if (openblas > 0) row["vs_openblas"] = openblas / seconds;
         if (difference >= 0) row["max_rel_diff_vs_cublaslt"] = difference;
         record["rows"].push_back(row);
@@ -280,6 +297,23 @@ int main(int argc, char** argv) {
                                     {b32.data<float>(), shape.n, 1}, c32.data<float>(), shape.n, omp_get_max_threads(),
                                     loom::kernels::cpu::cpu_kernels(isa));
         });
+      }
+      // The same engine with other cache blockings (the bits do not change; only the time can).
+      std::vector<loom::kernels::CpuIsa> shown = {loom::kernels::active_cpu_isa()};
+      shown.insert(shown.end(), other_isas.begin(), other_isas.end());
+      for (const loom::kernels::CpuIsa isa : shown) {
+        for (const auto& [mc, nc] : blockings) {
+          loom::kernels::cpu::SgemmBlocking blocking;
+          blocking.mc = mc;
+          blocking.nc = nc;
+          names.push_back({"fp32", "loom", std::string(loom::kernels::to_string(isa)) + " " + std::to_string(mc) + "x" +
+                                               std::to_string(nc)});
+          contenders.emplace_back([&, isa, blocking] {
+            loom::kernels::cpu::sgemm_blocked(blocking, shape.m, shape.n, shape.k, {a32.data<float>(), shape.k, 1},
+                                              {b32.data<float>(), shape.n, 1}, c32.data<float>(), shape.n,
+                                              omp_get_max_threads(), loom::kernels::cpu::cpu_kernels(isa));
+          });
+        }
       }
       const std::vector<double> seconds = loom::bench::interleaved_median_seconds(contenders, repeats, std::chrono::milliseconds(pause_ms));
 #if LOOM_BENCH_HAVE_OPENBLAS

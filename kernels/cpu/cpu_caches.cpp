@@ -111,9 +111,14 @@ bool from_sysfs(CpuCaches& caches) {
 
 std::string size_text(std::int64_t bytes) {
   char text[32];
-  if (bytes >= (1 << 20) && bytes % (1 << 20) == 0) std::snprintf(text, sizeof text, "%lld MiB", static_cast<long long>(bytes >> 20));
-  else if (bytes >= 1024 && bytes % 1024 == 0) std::snprintf(text, sizeof text, "%lld KiB", static_cast<long long>(bytes >> 10));
-  else std::snprintf(text, sizeof text, "%lld B", static_cast<long long>(bytes));
+  const auto count = static_cast<long long>(bytes);
+  if (bytes >= (1 << 20) && bytes % (1 << 20) == 0) {
+    std::snprintf(text, sizeof text, "%lld MiB", count >> 20);
+  } else if (bytes >= 1024 && bytes % 1024 == 0) {
+    std::snprintf(text, sizeof text, "%lld KiB", count >> 10);
+  } else {
+    std::snprintf(text, sizeof text, "%lld B", count);
+  }
   return text;
 }
 
@@ -203,7 +208,8 @@ std::string describe(const CpuCaches& caches) {
     }
     return text;
   };
-  return one("L1d", caches.l1d) + ", " + one("L2", caches.l2) + ", " + one("L3", caches.l3) + " (" + caches.source + ")";
+  return one("L1d", caches.l1d) + ", " + one("L2", caches.l2) + ", " + one("L3", caches.l3) + " (" + caches.source +
+         ")";
 }
 
 }  // namespace loom::kernels

@@ -24,7 +24,7 @@ SgemmBlocking choose_sgemm_blocking(std::int64_t mr, std::int64_t nr, const CpuC
   // unknown: 8). Then the A block can take half of the L2. A sliver that does not fit (AVX-512's
   // 384 x 32 floats are 48 KiB) is re-read from L2 for every A sliver: an eighth. Past 168 rows of
   // AVX2 tiles (256 KiB) a B sliver is already reused 28 times, and larger blocks measured slower
-  // (more C rows and pages in flight), hence the caps (docs/ARCHITECTURE.md, "CPU GEMM blocking").
+  // (more C rows and pages in flight): hence the caps (docs/ARCHITECTURE.md, "CPU GEMM blocking").
   const std::int64_t l1_ways = caches.l1d.ways > 2 ? caches.l1d.ways : 8;
   const bool b_sliver_in_l1 = depth_bytes * nr <= caches.l1d.bytes / l1_ways * (l1_ways - 2);
   const std::int64_t a_block_bytes = b_sliver_in_l1 ? std::min<std::int64_t>(l2_share / 2, 256 << 10)
@@ -40,7 +40,8 @@ const SgemmBlocking& sgemm_blocking(const CpuKernels& kernels) {
   static SgemmBlocking chosen[3];
   static std::once_flag once[3];
   const auto index = static_cast<std::size_t>(kernels.isa);
-  std::call_once(once[index], [&] { chosen[index] = choose_sgemm_blocking(kernels.sgemm.mr, kernels.sgemm.nr, cpu_caches()); });
+  std::call_once(once[index],
+                 [&] { chosen[index] = choose_sgemm_blocking(kernels.sgemm.mr, kernels.sgemm.nr, cpu_caches()); });
   return chosen[index];
 }
 
