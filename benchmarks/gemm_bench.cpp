@@ -20,6 +20,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cctype>
 #include <cstdio>
 #include <functional>
 #include <utility>
@@ -99,6 +100,13 @@ std::vector<GemmShape> parse_shapes(const std::vector<std::string>& specs) {
   return shapes;
 }
 
+// The active variant, then the others shown.
+std::vector<loom::kernels::CpuIsa> supported_shown_isas(const std::vector<loom::kernels::CpuIsa>& others) {
+  std::vector<loom::kernels::CpuIsa> shown = {loom::kernels::active_cpu_isa()};
+  shown.insert(shown.end(), others.begin(), others.end());
+  return shown;
+}
+
 #if LOOM_BENCH_HAVE_OPENBLAS
 // OpenBLAS (built for every x86 core, as Debian's is) picks its kernels from the CPU model it
 // knows; one newer than the library (0.3.21 and Sapphire Rapids, model 143 and up) gets the SSE3
@@ -106,8 +114,10 @@ std::vector<GemmShape> parse_shapes(const std::vector<std::string>& specs) {
 // suite sets OPENBLAS_CORETYPE (benchmarks/suite/machine.py); run by hand, this says so.
 std::string openblas_core_warning(const std::string& core) {
   if (!loom::kernels::cpu_supports(loom::kernels::CpuIsa::avx2)) return "";
-  for (const char* vector_core : {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids", "Excavator"}) {
-    if (core == vector_core) return "";
+  std::string lower = core;
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (const char* vector_core : {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids", "excavator"}) {
+    if (lower == vector_core) return "";  // (a build for one core names it in capitals)
   }
   return " (WARNING: not an AVX2 kernel on an AVX2 CPU; set OPENBLAS_CORETYPE=" +
          std::string(loom::kernels::cpu_supports(loom::kernels::CpuIsa::avx512) ? "SkylakeX" : "Haswell") +
@@ -168,6 +178,17 @@ int main(int argc, char** argv) {
                    "'; use MCxNC, e.g. 84x4096");
       }
       blockings.emplace_back(mc, nc);
+    }
+    // A blocking that is not whole slivers of a variant's tile is refused now, not mid-run.
+    for (const loom::kernels::CpuIsa isa : supported_shown_isas(other_isas)) {
+      for (const auto& [mc, nc] : blockings) {
+        loom::kernels::cpu::SgemmBlocking blocking;
+        blocking.mc = mc;
+        blocking.nc = nc;
+        float none = 0.0f;
+        loom::kernels::cpu::sgemm_blocked(blocking, 0, 0, 0, {&none, 0, 1}, {&none, 0, 1}, &none, 0, 1,
+                                          loom::kernels::cpu::cpu_kernels(isa));
+      }
     }
     const nlohmann::json cpu = loom::bench::cpu_description();
     nlohmann::json record = loom::bench::make_record(
@@ -299,9 +320,7 @@ int main(int argc, char** argv) {
         });
       }
       // The same engine with other cache blockings (the bits do not change; only the time can).
-      std::vector<loom::kernels::CpuIsa> shown = {loom::kernels::active_cpu_isa()};
-      shown.insert(shown.end(), other_isas.begin(), other_isas.end());
-      for (const loom::kernels::CpuIsa isa : shown) {
+      for (const loom::kernels::CpuIsa isa : supported_shown_isas(other_isas)) {
         for (const auto& [mc, nc] : blockings) {
           loom::kernels::cpu::SgemmBlocking blocking;
           blocking.mc = mc;

@@ -76,14 +76,14 @@ def gemm_figures(docs):
     peers = {"openblas": "OpenBLAS", "cublaslt": "cuBLASLt"}
     for row in docs[0]["rows"]:
         backend = row["backend"]
-        if not backend.startswith("loom"):
+        if not backend.startswith("loom") or "blocking" in row:  # gemm_bench --blockings: not a suite figure
             continue
         shape, precision, isa = row["shape"], row["precision"], row.get("isa", "-")
         layout = row.get("layout", "NN")
         variant = isa if isa != "-" else backend[len("loom-"):]  # avx512 / auto / own; "" for one CPU kernel
         same = lambda r, b=backend, s=shape, p=precision, l=layout, i=isa: (
             r["backend"] == b and r["shape"] == s and r["precision"] == p and r.get("layout", "NN") == l and
-            r.get("isa", "-") == i)
+            r.get("isa", "-") == i and "blocking" not in r)
         values = collect(docs, same, lambda r: r["tflops"])
         peer, peer_name = [], None
         for name, label in peers.items():

@@ -149,27 +149,36 @@ CpuCaches parse_cpu_caches(std::string_view spec, CpuCaches base) {
     const std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
     const std::size_t equals = item.find('=');
     require(equals != std::string::npos, "cache spec '", text, "': '", item,
-            "' is not LEVEL=SIZE[/WAYS] (e.g. l1d=32K/8,l2=512K/8,l3=32M)");
-    const std::string name = item.substr(0, equals), value = item.substr(equals + 1);
+            "' is not LEVEL=SIZE[/WAYS[/SHARED_BY]] (e.g. l1d=32K/8,l2=512K/8,l3=32M)");
+    const std::string name = item.substr(0, equals);
     CpuCache* cache = name == "l1d" ? &base.l1d : name == "l2" ? &base.l2 : name == "l3" ? &base.l3 : nullptr;
     require(cache != nullptr, "cache spec '", text, "': unknown level '", name, "'; use l1d, l2 or l3");
-    const std::size_t slash = value.find('/');
-    const std::string size = value.substr(0, slash);
-    if (name == "l3" && size == "0") {
+    // SIZE, then the optional WAYS and SHARED_BY.
+    std::vector<std::string> fields;
+    for (std::size_t from = equals + 1;;) {
+      const std::size_t slash = item.find('/', from);
+      fields.push_back(item.substr(from, slash == std::string::npos ? std::string::npos : slash - from));
+      if (slash == std::string::npos) break;
+      from = slash + 1;
+    }
+    require(fields.size() <= 3, "cache spec '", text, "': '", item, "' has more than SIZE/WAYS/SHARED_BY");
+    if (name == "l3" && fields[0] == "0") {
       cache->bytes = 0;
     } else {
-      cache->bytes = parse_memory_size(size, "cache spec '" + text + "': " + name);
+      cache->bytes = parse_memory_size(fields[0], "cache spec '" + text + "': " + name);
       require(cache->bytes >= 1024, "cache spec '", text, "': ", name, " of ", cache->bytes,
               " bytes is smaller than 1 KiB; no CPU has such a cache");
     }
-    if (slash != std::string::npos) {
-      const std::string ways = value.substr(slash + 1);
+    auto whole_number = [&](const std::string& field, const char* what, long most) {
       char* end = nullptr;
-      const long parsed = std::strtol(ways.c_str(), &end, 10);
-      require(!ways.empty() && end != nullptr && *end == 0 && parsed >= 1 && parsed <= 64, "cache spec '", text,
-              "': ", name, " ways '", ways, "' is not a whole number from 1 to 64");
-      cache->ways = static_cast<int>(parsed);
-    }
+      const long parsed = std::strtol(field.c_str(), &end, 10);
+      require(!field.empty() && end != nullptr && *end == 0 && parsed >= 1 && parsed <= most, "cache spec '", text,
+              "': ", name, " ", what, " '", field, "' is not a whole number from 1 to ", most);
+      return static_cast<int>(parsed);
+    };
+    if (fields.size() > 1) cache->ways = whole_number(fields[1], "ways", 64);
+    // A level described here is another CPU's: its sharing is its own, one CPU unless given.
+    cache->shared_by = fields.size() > 2 ? whole_number(fields[2], "shared by", 4096) : 1;
     if (comma == std::string::npos) break;
     at = comma + 1;
   }

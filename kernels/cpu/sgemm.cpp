@@ -130,10 +130,11 @@ void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a, Sgemm
 void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a,
                    SgemmOperand b, float* c, std::int64_t ldc, int max_threads, const CpuKernels& kernels,
                    bool accumulate, SgemmCausal causal) {
-  require(blocking.kc == sgemm_kc && blocking.mc >= kernels.sgemm.mr && blocking.mc % kernels.sgemm.mr == 0 &&
-              blocking.nc >= kernels.sgemm.nr && blocking.nc % kernels.sgemm.nr == 0,
-          "sgemm: blocking ", describe(blocking, kernels.sgemm), " is not whole slivers of the tile at depth ",
-          sgemm_kc);
+  if (blocking.kc != sgemm_kc || blocking.mc < kernels.sgemm.mr || blocking.mc % kernels.sgemm.mr != 0 ||
+      blocking.nc < kernels.sgemm.nr || blocking.nc % kernels.sgemm.nr != 0) {  // (no strings built per call)
+    fail(ErrorCategory::invalid_argument, "sgemm: blocking ", describe(blocking, kernels.sgemm),
+         " is not whole slivers of the tile at depth ", sgemm_kc);
+  }
   if (m <= 0 || n <= 0 || (k <= 0 && accumulate)) return;
   if (k <= 0) {
     for (std::int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);

@@ -25,8 +25,8 @@ SgemmBlocking choose_sgemm_blocking(std::int64_t mr, std::int64_t nr, const CpuC
   // 384 x 32 floats are 48 KiB) is re-read from L2 for every A sliver: an eighth. Past 168 rows of
   // AVX2 tiles (256 KiB) a B sliver is already reused 28 times, and larger blocks measured slower
   // (more C rows and pages in flight): hence the caps (docs/ARCHITECTURE.md, "CPU GEMM blocking").
-  const std::int64_t l1_ways = caches.l1d.ways > 2 ? caches.l1d.ways : 8;
-  const bool b_sliver_in_l1 = depth_bytes * nr <= caches.l1d.bytes / l1_ways * (l1_ways - 2);
+  const std::int64_t l1_ways = caches.l1d.ways > 0 ? caches.l1d.ways : 8;
+  const bool b_sliver_in_l1 = l1_ways > 2 && depth_bytes * nr <= caches.l1d.bytes / l1_ways * (l1_ways - 2);
   const std::int64_t a_block_bytes = b_sliver_in_l1 ? std::min<std::int64_t>(l2_share / 2, 256 << 10)
                                                     : std::min<std::int64_t>(l2_share / 8, 128 << 10);
   blocking.mc = whole(a_block_bytes, depth_bytes * mr) * mr;

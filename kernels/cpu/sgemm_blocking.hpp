@@ -6,7 +6,7 @@
 //   jr  one nr-column B sliver (kc x nr), reused by every A sliver of the block: meant for L1;
 //   ir  one mr-row A sliver, streamed from L2 through L1.
 // Only mc and nc depend on the CPU. Neither changes any sum, so the bits are the same for every
-// blocking (tests/unit/kernels/cpu/test_sgemm_blocking.cpp runs the engine with several).
+// blocking (tests/unit/kernels/test_cpu_sgemm_blocking.cpp runs the engine with several).
 #pragma once
 
 #include <cstdint>
@@ -43,7 +43,7 @@ SgemmBlocking choose_sgemm_blocking(std::int64_t mr, std::int64_t nr, const CpuC
 // choose_sgemm_blocking for the variant's tile on cpu_caches(), computed once per variant.
 const SgemmBlocking& sgemm_blocking(const CpuKernels& kernels);
 
-// "mc 168, nc 4080, kc 384 (tile 6 x 16)".
+// "mc 168, nc 4096, kc 384 (tile 6 x 16)".
 std::string describe(const SgemmBlocking& blocking, const SgemmKernels& tile);
 
 }  // namespace loom::kernels::cpu

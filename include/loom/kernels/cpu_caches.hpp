@@ -27,10 +27,11 @@ struct CpuCaches {
 // What the hardware reports (CPUID, then sysfs, then 32 KiB / 512 KiB / 8 MiB as a last resort).
 CpuCaches detect_cpu_caches();
 
-// `base` with the caches named in `spec` replaced: comma-separated LEVEL=SIZE[/WAYS], LEVEL one of
-// l1d, l2, l3, SIZE in bytes with an optional K, M or G (KiB, MiB, GiB), e.g. "l1d=32K/8,l2=512K".
-// A level given without /WAYS keeps base's associativity. An invalid_argument Error names what is
-// wrong (unknown level, bad size, an L1d or L2 of 0, ways out of 1..64).
+// `base` with the caches named in `spec` replaced: comma-separated LEVEL=SIZE[/WAYS[/SHARED_BY]],
+// LEVEL one of l1d, l2, l3, SIZE in bytes with an optional K, M, G or T (KiB, MiB, ...), e.g.
+// "l1d=32K/8,l2=512K". A level given without WAYS keeps base's associativity; without SHARED_BY it
+// is shared by no other CPU (1). An invalid_argument Error names what is wrong (unknown level, bad
+// size, an L1d or L2 of 0, ways out of 1..64, sharing out of 1..4096, a fourth field).
 CpuCaches parse_cpu_caches(std::string_view spec, CpuCaches base);
 
 // detect_cpu_caches() with LOOM_CPU_CACHES applied, read once (an invalid_argument Error naming

@@ -8,6 +8,7 @@
 #include <cpuid.h>
 #endif
 #include <fstream>
+#include <sched.h>
 #include <string>
 
 #include "loom/core/error.hpp"
@@ -32,10 +33,11 @@ std::string parse_error(const std::string& spec) {
   return {};
 }
 
-// sysfs's size of the cache of cpu0 at this level ("Data" or "Unified"), 0 when not listed.
-std::int64_t sysfs_bytes(int level) {
+// sysfs's size of the cache of this CPU at this level ("Data" or "Unified"), 0 when not listed.
+std::int64_t sysfs_bytes(int cpu, int level) {
   for (int index = 0; index < 16; ++index) {
-    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    const std::string dir =
+        "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/cache/index" + std::to_string(index) + "/";
     std::ifstream type_file(dir + "type"), level_file(dir + "level"), size_file(dir + "size");
     std::string type, size;
     int at = 0;
@@ -76,7 +78,8 @@ TEST_CASE("a cache spec replaces the levels it names and keeps the rest", "[kern
   const CpuCaches zen3 = parse_cpu_caches("l1d=32K/8,l2=512K/8,l3=32M", base());
   REQUIRE(zen3.l1d == CpuCache{32 << 10, 8, 1});
   REQUIRE(zen3.l2 == CpuCache{512 << 10, 8, 1});
-  REQUIRE(zen3.l3 == CpuCache{32 << 20, 20, 2});  // no /WAYS: the base's associativity and sharing
+  REQUIRE(zen3.l3 == CpuCache{32 << 20, 20, 1});  // no WAYS: the base's; no SHARED_BY: 1
+  REQUIRE(parse_cpu_caches("l2=1M/16/2", base()).l2 == CpuCache{1 << 20, 16, 2});
   const CpuCaches no_l3 = parse_cpu_caches("l3=0", base());
   REQUIRE(no_l3.l3.bytes == 0);
   REQUIRE(no_l3.l1d == base().l1d);
@@ -85,7 +88,9 @@ TEST_CASE("a cache spec replaces the levels it names and keeps the rest", "[kern
 
 TEST_CASE("a bad cache spec is an error that names what is wrong", "[kernels][caches]") {
   CHECK_THAT(parse_error("l4=1M"), Catch::Contains("unknown level 'l4'"));
-  CHECK_THAT(parse_error("l1d"), Catch::Contains("'l1d' is not LEVEL=SIZE[/WAYS]"));
+  CHECK_THAT(parse_error("l1d"), Catch::Contains("'l1d' is not LEVEL=SIZE[/WAYS[/SHARED_BY]]"));
+  CHECK_THAT(parse_error("l2=512K/8/0"), Catch::Contains("l2 shared by '0' is not a whole number from 1 to 4096"));
+  CHECK_THAT(parse_error("l2=1M/8/2/3"), Catch::Contains("'l2=1M/8/2/3' has more than SIZE/WAYS/SHARED_BY"));
   CHECK_THAT(parse_error("l2=lots"), Catch::Contains("l2: 'lots' is not a size"));
   CHECK_THAT(parse_error("l1d=512"), Catch::Contains("l1d of 512 bytes is smaller than 1 KiB"));
   CHECK_THAT(parse_error("l2=512K/0"), Catch::Contains("l2 ways '0' is not a whole number from 1 to 64"));
@@ -94,7 +99,14 @@ TEST_CASE("a bad cache spec is an error that names what is wrong", "[kernels][ca
 }
 
 TEST_CASE("the detected caches are plausible and agree with Linux's sysfs", "[kernels][caches]") {
-  const CpuCaches caches = loom::kernels::detect_cpu_caches();
+  // CPUID describes the core it runs on (a hybrid CPU's cores differ): read it on one known CPU.
+  CpuCaches caches;
+  int cpu = -1;
+  for (int attempt = 0; attempt < 10 && cpu < 0; ++attempt) {
+    const int before = sched_getcpu();
+    caches = loom::kernels::detect_cpu_caches();
+    if (before >= 0 && sched_getcpu() == before) cpu = before;
+  }
   INFO(loom::kernels::describe(caches));
   REQUIRE(caches.l1d.bytes >= 4096);
   REQUIRE(caches.l2.bytes >= caches.l1d.bytes);
@@ -104,10 +116,10 @@ TEST_CASE("the detected caches are plausible and agree with Linux's sysfs", "[ke
   // this process runs on another CPU than the kernel's (qemu's user-mode emulation in
   // tests/portable reports the emulated CPU through CPUID and the host's through sysfs).
   INFO("CPUID's CPU: " << cpuid_brand() << "; the kernel's: " << cpuinfo_model());
-  if (caches.source == "cpuid" && cpuid_brand() == cpuinfo_model()) {
+  if (caches.source == "cpuid" && cpu >= 0 && cpuid_brand() == cpuinfo_model()) {
     for (const auto& [level, bytes] : {std::pair{1, caches.l1d.bytes}, std::pair{2, caches.l2.bytes}}) {
-      const std::int64_t listed = sysfs_bytes(level);
-      INFO("level " << level);
+      const std::int64_t listed = sysfs_bytes(cpu, level);
+      INFO("cpu " << cpu << " level " << level);
       if (listed > 0) REQUIRE(bytes == listed);
     }
   }

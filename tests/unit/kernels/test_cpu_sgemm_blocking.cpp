@@ -67,11 +67,21 @@ TEST_CASE("the GEMM blocking stays whole slivers on odd caches", "[gemm][sgemm][
   // Caches far too small for one sliver: one sliver each, never zero.
   const CpuCaches tiny{{1024, 2, 1}, {2048, 2, 1}, {0, 0, 1}, "tiny"};
   REQUIRE(choose_sgemm_blocking(6, 16, tiny) == blocking(6, 16, true));
-  // Unknown associativity counts as 8 ways.
+  // Unknown associativity counts as 8 ways: 30 KiB leaves 22.5 KiB past two ways, short of the
+  // 24 KiB sliver (12 ways would fit it), so an eighth of 512 KiB: 65536 / 9216 = 7 slivers = 42.
   CpuCaches unknown_ways = zen3;
-  unknown_ways.l1d.ways = 0;
-  REQUIRE(choose_sgemm_blocking(6, 16, unknown_ways) == choose_sgemm_blocking(6, 16, zen3));
-  for (const CpuCaches& caches : {zen3, zen4, sapphire_rapids, no_l3, tiny}) {
+  unknown_ways.l1d = {30 << 10, 0, 1};
+  REQUIRE(choose_sgemm_blocking(6, 16, unknown_ways).mc == 42);
+  // A 2-way L1 has no two ways to spare: 42 again.
+  CpuCaches two_way = zen3;
+  two_way.l1d.ways = 2;
+  REQUIRE(choose_sgemm_blocking(6, 16, two_way).mc == 42);
+  // An L2 shared by two hyper-threads below the cap: half of the 128 KiB share, 65536 / 9216 = 7
+  // slivers = 42 rows.
+  CpuCaches shared_l2 = zen3;
+  shared_l2.l2 = {256 << 10, 4, 2};
+  REQUIRE(choose_sgemm_blocking(6, 16, shared_l2).mc == 42);
+  for (const CpuCaches& caches : {zen3, zen4, sapphire_rapids, no_l3, tiny, unknown_ways, two_way, shared_l2}) {
     for (const auto& [mr, nr] : {std::pair<std::int64_t, std::int64_t>{6, 16}, {14, 32}}) {
       const SgemmBlocking b = choose_sgemm_blocking(mr, nr, caches);
       INFO(caches.source << " tile " << mr << " x " << nr);
