@@ -44,6 +44,8 @@ GlooLink::GlooLink(std::shared_ptr<gloo::transport::Context> transport, std::chr
       calls_(std::move(calls)), label_(std::move(label)), notice_(notice_bytes * static_cast<std::size_t>(size_)) {
   notice_buffers_.resize(static_cast<std::size_t>(size_));
   heard_.assign(static_cast<std::size_t>(size_), false);
+  lost_.assign(static_cast<std::size_t>(size_), std::string());
+  lost_at_.assign(static_cast<std::size_t>(size_), Clock::time_point{});
   for (int peer = 0; peer < size_; ++peer)
     if (peer != rank_)
       notice_buffers_[static_cast<std::size_t>(peer)] =
@@ -176,6 +178,7 @@ void GlooLink::wait(gloo::transport::UnboundBuffer& buffer, int peer, bool recei
     const std::lock_guard lock(mutex_);
     waiting_ = nullptr;
     if (done && failure.empty()) return;
+    if (failure.empty()) failure = lost_[static_cast<std::size_t>(peer)];  // let go by the watch thread
   }
   // Interrupted by an abort (thrown as such), or the connection failed: Gloo says why (a closed
   // connection: the peer's process ended).
@@ -291,6 +294,13 @@ void GlooLink::watch() {
       lock.lock();
     }
     const auto now = Clock::now();
+    // A send still pending a moment after its peer's connection failed will not complete (Gloo
+    // does not always fail it): it is let go, and the call fails naming the peer. The moment spares
+    // a send that was completing as a peer that had all it needed closed.
+    if (waiting_ != nullptr && !waiting_receive_) {
+      const auto peer = static_cast<std::size_t>(waiting_peer_);
+      if (!lost_[peer].empty() && now - lost_at_[peer] >= std::chrono::milliseconds(50)) waiting_->abortWaitSend();
+    }
     if (what_ == nullptr || aborted_ || now < deadline_) {
       expired = false;
       continue;
@@ -333,13 +343,21 @@ void GlooLink::listen(int peer) {
   gloo::transport::UnboundBuffer& notice = *notice_buffers_[static_cast<std::size_t>(peer)];
   char* text = notice_.data() + static_cast<std::size_t>(peer) * notice_bytes;
   bool received = false;
+  std::string lost;
   try {
     notice.recv(peer, notice_slot, 0, notice_bytes);
     received = notice.waitRecv(nullptr, forever);  // false: the destructor
-  } catch (const std::exception&) {  // the connection failed: the calls that wait on this peer fail by themselves
+  } catch (const std::exception& e) {  // the connection failed
+    lost = e.what();
   }
   const std::lock_guard lock(mutex_);
   heard_[static_cast<std::size_t>(peer)] = true;
+  if (!lost.empty() && !stopping_) {
+    // Gloo fails the transfers pending on this connection, but not always a send the peer died
+    // before reading: the watch thread lets such a send go (watch()).
+    lost_[static_cast<std::size_t>(peer)] = lost;
+    lost_at_[static_cast<std::size_t>(peer)] = Clock::now();
+  }
   changed_.notify_all();
   if (!received) return;
   text[notice_bytes - 1] = '\0';

@@ -138,6 +138,11 @@ class GlooLink {
   std::thread watcher_;
   std::vector<std::thread> listeners_;  // one per peer
   std::vector<bool> heard_;  // per peer, under mutex_: its listener has ended (a notice, or the connection failed)
+  // Per peer, under mutex_: why its connection failed, as its listener learned it ("" while it
+  // holds). Gloo does not always fail a send pending on a connection that closes (a peer killed
+  // while it still had our data to read), so the listener ends such a wait itself.
+  std::vector<std::string> lost_;
+  std::vector<std::chrono::steady_clock::time_point> lost_at_;  // when lost_ was learned
 };
 
 }  // namespace loom::comm::detail
