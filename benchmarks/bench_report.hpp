@@ -34,7 +34,8 @@ std::vector<double> interleaved_median_seconds(const std::vector<std::function<v
 // {"model", "kernels" (the active variant), "supported", "caches", "gemm_blocking"}.
 nlohmann::json cpu_description();
 
-// "avx2 mc 168, nc 4096, kc 384 (tile 6 x 16)": the fp32 GEMM blocking a variant runs with here.
+// "avx2 mc 168, nc 4096, kc 384, B sliver in L1 (tile 6 x 16)": the fp32 GEMM blocking a variant
+// runs with here.
 std::string gemm_blocking_text(kernels::CpuIsa isa);
 
 // {"benchmark", "commit", "machine": {host, cpus, cpu, gpus, build}, "config", "rows"}

@@ -144,7 +144,8 @@ int main(int argc, char** argv) {
   app.add_option("--isas", isa_names, "CPU: fp32 rows for these kernel variants besides the active one (portable, "
                  "avx2, avx512; default: every vector variant this CPU has)")->delimiter(',');
   app.add_option("--blockings", blocking_specs,
-                 "CPU: fp32 rows of each variant shown with these cache blockings MCxNC (e.g. 84x4096) besides "
+                 "CPU: fp32 rows of each variant shown with these cache blockings MCxNC (e.g. 84x4096; MCxNC/a or /b "
+                 "keeps the A or the B sliver in L1, otherwise the variant's own order) besides "
                  "the one chosen from this CPU's caches")->delimiter(',');
   app.add_option("--layouts", layouts, "GPU: NN, TN (A transposed), NT (B transposed)")
       ->delimiter(',')
@@ -169,24 +170,40 @@ int main(int argc, char** argv) {
       const loom::kernels::CpuIsa isa = loom::kernels::select_cpu_isa(name);  // a named error if unsupported
       if (name != active_isa) other_isas.push_back(isa);
     }
-    std::vector<std::pair<std::int64_t, std::int64_t>> blockings;  // (mc, nc)
+    // (mc, nc, order: 'a' or 'b' for the sliver kept in L1, 0 for the variant's own)
+    struct BlockingSpec {
+      std::int64_t mc, nc;
+      char l1;
+      std::string text;
+    };
+    std::vector<BlockingSpec> blockings;
     for (const std::string& spec : blocking_specs) {
       long long mc = 0, nc = 0;
-      char tail = 0;
-      if (std::sscanf(spec.c_str(), "%lldx%lld%c", &mc, &nc, &tail) != 2 || mc <= 0 || nc <= 0) {
+      char slash = 0, order = 0, tail = 0;
+      const int fields = std::sscanf(spec.c_str(), "%lldx%lld%c%c%c", &mc, &nc, &slash, &order, &tail);
+      const bool with_order = fields == 4 && slash == '/' && (order == 'a' || order == 'b');
+      if ((fields != 2 && !with_order) || mc <= 0 || nc <= 0) {
         loom::fail(loom::ErrorCategory::invalid_argument, "cannot parse blocking '", spec,
-                   "'; use MCxNC, e.g. 84x4096");
+                   "'; use MCxNC or MCxNC/a, MCxNC/b (the A or the B sliver kept in L1), e.g. 84x4096");
       }
-      blockings.emplace_back(mc, nc);
+      blockings.push_back({mc, nc, with_order ? order : '\0', spec});
     }
+    // The engine's blocking for a variant with this spec's mc, nc and order.
+    const auto blocking_for = [](const BlockingSpec& spec, loom::kernels::CpuIsa isa) {
+      loom::kernels::cpu::SgemmBlocking blocking =
+          loom::kernels::cpu::sgemm_blocking(loom::kernels::cpu::cpu_kernels(isa));
+      blocking.mc = spec.mc;
+      blocking.nc = spec.nc;
+      if (spec.l1 != '\0') {
+        blocking.l1 = spec.l1 == 'a' ? loom::kernels::cpu::SgemmL1::a_sliver : loom::kernels::cpu::SgemmL1::b_sliver;
+      }
+      return blocking;
+    };
     // A blocking that is not whole slivers of a variant's tile is refused now, not mid-run.
     for (const loom::kernels::CpuIsa isa : supported_shown_isas(other_isas)) {
-      for (const auto& [mc, nc] : blockings) {
-        loom::kernels::cpu::SgemmBlocking blocking;
-        blocking.mc = mc;
-        blocking.nc = nc;
+      for (const BlockingSpec& spec : blockings) {
         float none = 0.0f;
-        loom::kernels::cpu::sgemm_blocked(blocking, 0, 0, 0, {&none, 0, 1}, {&none, 0, 1}, &none, 0, 1,
+        loom::kernels::cpu::sgemm_blocked(blocking_for(spec, isa), 0, 0, 0, {&none, 0, 1}, {&none, 0, 1}, &none, 0, 1,
                                           loom::kernels::cpu::cpu_kernels(isa));
       }
     }
@@ -321,12 +338,9 @@ int main(int argc, char** argv) {
       }
       // The same engine with other cache blockings (the bits do not change; only the time can).
       for (const loom::kernels::CpuIsa isa : supported_shown_isas(other_isas)) {
-        for (const auto& [mc, nc] : blockings) {
-          loom::kernels::cpu::SgemmBlocking blocking;
-          blocking.mc = mc;
-          blocking.nc = nc;
-          names.push_back({"fp32", "loom", std::string(loom::kernels::to_string(isa)) + " " + std::to_string(mc) + "x" +
-                                               std::to_string(nc)});
+        for (const BlockingSpec& spec : blockings) {
+          const loom::kernels::cpu::SgemmBlocking blocking = blocking_for(spec, isa);
+          names.push_back({"fp32", "loom", std::string(loom::kernels::to_string(isa)) + " " + spec.text});
           contenders.emplace_back([&, isa, blocking] {
             loom::kernels::cpu::sgemm_blocked(blocking, shape.m, shape.n, shape.k, {a32.data<float>(), shape.k, 1},
                                               {b32.data<float>(), shape.n, 1}, c32.data<float>(), shape.n,

@@ -32,16 +32,17 @@ struct Ymm {
   static void prefetch(const float* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
 };
 
-constexpr std::int64_t mr = 6, nr = 2 * Ymm::lanes;
+constexpr int nv = 2, unroll = 1;  // B vectors per row; depths per k-loop iteration
+constexpr std::int64_t mr = 6, nr = nv * Ymm::lanes;
 static_assert(mr * nr <= sgemm_max_tile, "the macro-kernel's scratch tile must hold a micro-tile");
 
 }  // namespace avx2
 
 // constinit: built at compile time, so no constructor is compiled for this target.
 constinit const CpuKernels avx2_kernels = isa::make_table<avx2::Vec16>(
-    CpuIsa::avx2, {avx2::mr, avx2::nr, isa::sgemm_micro<avx2::Vec16, avx2::Ymm, avx2::mr, SgemmALayout::packed>,
-                   isa::sgemm_micro<avx2::Vec16, avx2::Ymm, avx2::mr, SgemmALayout::rows>,
-                   isa::sgemm_micro<avx2::Vec16, avx2::Ymm, avx2::mr, SgemmALayout::columns>,
+    CpuIsa::avx2, {avx2::mr, avx2::nr, isa::sgemm_micro<avx2::Vec16, avx2::Ymm, avx2::mr, avx2::nv, avx2::unroll, SgemmALayout::packed>,
+                   isa::sgemm_micro<avx2::Vec16, avx2::Ymm, avx2::mr, avx2::nv, avx2::unroll, SgemmALayout::rows>,
+                   isa::sgemm_micro<avx2::Vec16, avx2::Ymm, avx2::mr, avx2::nv, avx2::unroll, SgemmALayout::columns>,
                    isa::pack_a<avx2::Vec16, avx2::mr>, isa::pack_b<avx2::Vec16, avx2::nr>});
 
 }  // namespace loom::kernels::cpu

@@ -40,16 +40,17 @@ struct Zmm {
   static void prefetch(const float* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
 };
 
-constexpr std::int64_t mr = 14, nr = 2 * Zmm::lanes;
+constexpr int nv = 2, unroll = 4;  // B vectors per row; depths per k-loop iteration
+constexpr std::int64_t mr = 14, nr = nv * Zmm::lanes;
 static_assert(mr * nr <= sgemm_max_tile, "the macro-kernel's scratch tile must hold a micro-tile");
 
 }  // namespace avx512
 
 // constinit: built at compile time, so no constructor is compiled for this target.
 constinit const CpuKernels avx512_kernels = isa::make_table<avx512::Vec16>(
-    CpuIsa::avx512, {avx512::mr, avx512::nr, isa::sgemm_micro<avx512::Vec16, avx512::Zmm, avx512::mr, SgemmALayout::packed>,
-                     isa::sgemm_micro<avx512::Vec16, avx512::Zmm, avx512::mr, SgemmALayout::rows>,
-                     isa::sgemm_micro<avx512::Vec16, avx512::Zmm, avx512::mr, SgemmALayout::columns>,
+    CpuIsa::avx512, {avx512::mr, avx512::nr, isa::sgemm_micro<avx512::Vec16, avx512::Zmm, avx512::mr, avx512::nv, avx512::unroll, SgemmALayout::packed>,
+                     isa::sgemm_micro<avx512::Vec16, avx512::Zmm, avx512::mr, avx512::nv, avx512::unroll, SgemmALayout::rows>,
+                     isa::sgemm_micro<avx512::Vec16, avx512::Zmm, avx512::mr, avx512::nv, avx512::unroll, SgemmALayout::columns>,
                      isa::pack_a<avx512::Vec16, avx512::mr>, isa::pack_b<avx512::Vec16, avx512::nr>});
 
 }  // namespace loom::kernels::cpu

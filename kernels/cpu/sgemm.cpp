@@ -1,6 +1,6 @@
 // Blocking and threading of the CPU fp32 GEMM (see sgemm.hpp). The variant's table gives the
-// micro-tile, sgemm_blocking.hpp the cache blocking chosen for this CPU's caches: the B sliver
-// (kc x nr) in L1 where it fits, the A block (mc x kc) in L2, the packed B panel (kc x nc) in L3.
+// micro-tile, sgemm_blocking.hpp the cache blocking chosen for this CPU's caches: which sliver stays in
+// L1 (SgemmL1), the A block (mc x kc) and the packed B panel (kc x nc).
 // Pack buffers are kept per thread and grow to the largest size asked for, so steady-state GEMMs
 // allocate nothing.
 #include "kernels/cpu/sgemm.hpp"
@@ -57,57 +57,88 @@ struct BlockPosition {
   SgemmALayout a_layout;         // how whole A slivers are read (partial ones are packed)
 };
 
-// C block [mc x nc] from an A block (read in place, or packed here) and a packed B panel; partial
-// tiles go through a scratch tile so the micro-kernel always writes a full mr x nr block. Each
+// One A sliver's share of a pass: where the micro-kernel reads it, which depths its triangle leaves
+// ([d0, d1) of this pass), how many columns of C it reaches, and whether it adds into C.
+struct ASliver {
+  const float* data;
+  std::int64_t lda;
+  SgemmKernels::Micro micro;
+  std::int64_t rows, d0, d1, nc_live;
+  bool accumulate;
+};
+
+// The sliver of rows [ir, ir + mr) of the block; false when this pass has nothing for it. Whole slivers
+// of an A whose rows or depth are contiguous are read in place, the others packed into `packed` (when
+// `pack`: a sliver used again is packed once).
+bool plan_sliver(const SgemmKernels& g, std::int64_t ir, std::int64_t mc, std::int64_t nc, std::int64_t kc,
+                 const SgemmOperand& a, float* packed, bool pack, const BlockPosition& at, ASliver& s) {
+  s.rows = std::min(g.mr, mc - ir);
+  const std::int64_t first_row = at.row + ir, last_row = first_row + s.rows - 1;
+  // C below the diagonal only: the column slivers that start past the last row are skipped.
+  s.nc_live = at.causal == SgemmCausal::c_lower ? std::min(nc, last_row + 1 - at.col) : nc;
+  s.d0 = 0;
+  s.d1 = kc;
+  bool first_pass = at.depth == 0;
+  if (at.causal == SgemmCausal::a_lower) {
+    s.d1 = std::min(kc, last_row + 1 - at.depth);
+  } else if (at.causal == SgemmCausal::a_upper) {
+    s.d0 = std::max<std::int64_t>(0, first_row - at.depth);
+    first_pass = at.depth <= first_row;
+  }
+  if (s.nc_live <= 0 || s.d1 <= s.d0) return false;
+  s.accumulate = at.accumulate || !first_pass;
+  const float* a_rows = a.data + first_row * a.row_stride + at.depth * a.col_stride;
+  const SgemmALayout layout = s.rows == g.mr ? at.a_layout : SgemmALayout::packed;
+  if (layout == SgemmALayout::packed && pack) g.pack_a(s.rows, kc, a_rows, a.row_stride, a.col_stride, packed);
+  s.data = layout == SgemmALayout::packed ? packed + s.d0 * g.mr
+           : layout == SgemmALayout::rows ? a_rows + s.d0
+                                          : a_rows + s.d0 * a.col_stride;
+  s.micro = layout == SgemmALayout::packed ? g.micro : layout == SgemmALayout::rows ? g.micro_a_rows : g.micro_a_columns;
+  s.lda = layout == SgemmALayout::rows ? a.row_stride : a.col_stride;
+  return true;
+}
+
+// C tile (ir, jr) of the block; a partial tile goes through a scratch tile so the micro-kernel
+// always writes a full mr x nr block.
+void run_tile(const SgemmKernels& g, const ASliver& s, std::int64_t ir, std::int64_t jr, std::int64_t nc,
+              std::int64_t kc, const float* packed_b, float* c, std::int64_t ldc, float* scratch) {
+  const std::int64_t cols = std::min(g.nr, nc - jr);
+  const float* pb = packed_b + jr * kc + s.d0 * g.nr;
+  float* tile = c + ir * ldc + jr;
+  if (s.rows == g.mr && cols == g.nr) {
+    s.micro(s.d1 - s.d0, s.data, s.lda, pb, tile, ldc, s.accumulate);
+    return;
+  }
+  s.micro(s.d1 - s.d0, s.data, s.lda, pb, scratch, g.nr, false);
+  for (std::int64_t i = 0; i < s.rows; ++i) {
+    for (std::int64_t j = 0; j < cols; ++j) {
+      const float sum = scratch[i * g.nr + j];
+      tile[i * ldc + j] = s.accumulate ? tile[i * ldc + j] + sum : sum;
+    }
+  }
+}
+
+// C block [mc x nc] from an A block and a packed B panel, in the blocking's order (SgemmL1). Each
 // sliver runs the depths of this pass its triangle leaves, and adds into C unless this is its first
-// pass.
-void macro_kernel(const SgemmKernels& g, std::int64_t mc, std::int64_t nc, std::int64_t kc, const SgemmOperand& a,
-                  float* packed_a, const float* packed_b, float* c, std::int64_t ldc, const BlockPosition& at) {
+// pass. With the A sliver outer, a packed sliver goes into one buffer that stays in L1; with the B
+// sliver outer, into sliver ir of the block's, once, at the first column sliver (a sliver skipped
+// there is skipped in every column), so the packing's reads overlap the products before it.
+void macro_kernel(SgemmL1 l1, const SgemmKernels& g, std::int64_t mc, std::int64_t nc, std::int64_t kc,
+                  const SgemmOperand& a, float* packed_a, const float* packed_b, float* c, std::int64_t ldc,
+                  const BlockPosition& at) {
   alignas(64) float scratch[sgemm_max_tile];
-  for (std::int64_t jr = 0; jr < nc; jr += g.nr) {
-    const std::int64_t cols = std::min(g.nr, nc - jr);
+  ASliver s{};
+  if (l1 == SgemmL1::a_sliver) {
     for (std::int64_t ir = 0; ir < mc; ir += g.mr) {
-      const std::int64_t rows = std::min(g.mr, mc - ir);
-      const std::int64_t first_row = at.row + ir, last_row = first_row + rows - 1;
-      if (at.causal == SgemmCausal::c_lower && at.col + jr > last_row) continue;  // wholly above the diagonal
-      std::int64_t d0 = 0, d1 = kc;
-      bool first_pass = at.depth == 0;
-      if (at.causal == SgemmCausal::a_lower) {
-        d1 = std::min(kc, last_row + 1 - at.depth);
-      } else if (at.causal == SgemmCausal::a_upper) {
-        d0 = std::max<std::int64_t>(0, first_row - at.depth);
-        first_pass = at.depth <= first_row;
-      }
-      if (d1 <= d0) continue;
-      const bool accumulate = at.accumulate || !first_pass;
-      // Whole slivers of an A whose rows or depth are contiguous are read in place. The others are
-      // packed just before their first product (the first column sliver: a sliver skipped there is skipped
-      // in every column), so the packing's reads overlap the products before it.
-      const float* a_rows = a.data + first_row * a.row_stride + at.depth * a.col_stride;
-      const SgemmALayout layout = rows == g.mr ? at.a_layout : SgemmALayout::packed;
-      if (layout == SgemmALayout::packed && jr == 0) {
-        g.pack_a(rows, kc, a_rows, a.row_stride, a.col_stride, packed_a + ir * kc);
-      }
-      const float* pa = layout == SgemmALayout::packed ? packed_a + ir * kc + d0 * g.mr
-                        : layout == SgemmALayout::rows ? a_rows + d0
-                                                       : a_rows + d0 * a.col_stride;
-      const SgemmKernels::Micro micro = layout == SgemmALayout::packed ? g.micro
-                                        : layout == SgemmALayout::rows ? g.micro_a_rows
-                                                                       : g.micro_a_columns;
-      const std::int64_t lda = layout == SgemmALayout::rows ? a.row_stride : a.col_stride;
-      const float* pb = packed_b + jr * kc + d0 * g.nr;
-      float* tile = c + ir * ldc + jr;
-      if (rows == g.mr && cols == g.nr) {
-        micro(d1 - d0, pa, lda, pb, tile, ldc, accumulate);
-        continue;
-      }
-      micro(d1 - d0, pa, lda, pb, scratch, g.nr, false);
-      for (std::int64_t i = 0; i < rows; ++i) {
-        for (std::int64_t j = 0; j < cols; ++j) {
-          const float sum = scratch[i * g.nr + j];
-          tile[i * ldc + j] = accumulate ? tile[i * ldc + j] + sum : sum;
-        }
-      }
+      if (!plan_sliver(g, ir, mc, nc, kc, a, packed_a, true, at, s)) continue;
+      for (std::int64_t jr = 0; jr < s.nc_live; jr += g.nr) run_tile(g, s, ir, jr, nc, kc, packed_b, c, ldc, scratch);
+    }
+    return;
+  }
+  for (std::int64_t jr = 0; jr < nc; jr += g.nr) {
+    for (std::int64_t ir = 0; ir < mc; ir += g.mr) {
+      if (!plan_sliver(g, ir, mc, nc, kc, a, packed_a + ir * kc, jr == 0, at, s) || jr >= s.nc_live) continue;
+      run_tile(g, s, ir, jr, nc, kc, packed_b, c, ldc, scratch);
     }
   }
 }
@@ -151,7 +182,6 @@ void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n
   const std::int64_t kc_max = std::min(sgemm_kc, k);
   const std::int64_t nc_max = std::min(nc_block, round_up(n, g.nr));
   float* const pb = packed_b_buffer.reserve(kc_max * nc_max);
-  const std::int64_t mc_max = std::min(mc_block, round_up(m, g.mr));
   if (causal == SgemmCausal::a_upper && m > k && !accumulate) {
     // Rows at or past k of an upper-triangular A are zero: so are their products.
     for (std::int64_t i = k; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);
@@ -169,7 +199,7 @@ void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n
     const std::int64_t row_end = std::min(m, slivers * (t + 1) / parts * g.mr);
     float* pa = nullptr;
     try {
-      pa = packed_a_buffer.reserve(mc_max * kc_max);
+      pa = packed_a_buffer.reserve(std::min(mc_block, round_up(m, g.mr)) * kc_max);
     } catch (...) {
 #pragma omp critical(loom_sgemm_failure)
       {
@@ -197,7 +227,7 @@ void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n
         for (std::int64_t ic = row_begin; ic < row_end; ic += mc_block) {
           const std::int64_t mc = std::min(mc_block, row_end - ic);
           if (!block_in_triangle(causal, ic, mc, m, pc, kc)) continue;
-          macro_kernel(g, mc, nc, kc, a, pa, pb, c + ic * ldc + jc, ldc, {ic, jc, pc, m, causal, accumulate, a_layout});
+          macro_kernel(blocking.l1, g, mc, nc, kc, a, pa, pb, c + ic * ldc + jc, ldc, {ic, jc, pc, m, causal, accumulate, a_layout});
         }
       }
     }

@@ -1,12 +1,12 @@
 // The fp32 GEMM's cache blocking, chosen at run time from the CPU's caches (loom/kernels/cpu_caches.hpp)
 // and the variant's micro-tile. The loops of sgemm.cpp, outermost first:
-//   jc  nc columns of B: the packed B panel (kc x nc), shared by the threads, meant for the L3;
+//   jc  nc columns of B: the packed B panel (kc x nc), shared by the threads;
 //   pc  kc deep: fixed (sgemm_kc in dispatch.hpp), since it fixes the summation order;
-//   ic  mc rows of A: the A block (mc x kc) each thread works through, meant for its L2;
-//   jr  one nr-column B sliver (kc x nr), reused by every A sliver of the block: meant for L1;
-//   ir  one mr-row A sliver, streamed from L2 through L1.
-// Only mc and nc depend on the CPU. Neither changes any sum, so the bits are the same for every
-// blocking (tests/unit/kernels/test_cpu_sgemm_blocking.cpp runs the engine with several).
+//   ic  mc rows of A: the A block (mc x kc) each thread works through;
+//   then the slivers of the block and of the panel, in one of two orders (SgemmL1): the sliver that
+//   fits stays in L1 while the other kind streams past it.
+// Only mc, nc and the order depend on the CPU. None changes any sum, so the bits are the same for
+// every blocking (tests/unit/kernels/test_cpu_sgemm_blocking.cpp runs the engine with several).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,13 @@
 
 namespace loom::kernels::cpu {
 
+// Which sliver stays in L1 while the slivers of the other operand stream past it:
+//   b_sliver  jr outer, ir inner: the B sliver (kc x nr) in L1, the A block (mc x kc) in L2 and the
+//             B panel in L3 (the Goto/BLIS order);
+//   a_sliver  ir outer, jr inner: the A sliver (mr x kc) in L1 and the B panel (kc x nc) in L2, for a
+//             B sliver too big for L1 (AVX-512's 32 x 384 floats are 48 KiB).
+enum class SgemmL1 { b_sliver, a_sliver };
+
 struct SgemmBlocking {
   std::int64_t mc = 0;  // rows of A per block, a multiple of mr
   std::int64_t nc = 0;  // columns of B per panel, a multiple of nr
@@ -24,6 +31,7 @@ struct SgemmBlocking {
   // Whole slivers of an A with contiguous rows or depth are read where they are instead of packed
   // (SgemmALayout): packing costs a pass over A per B panel, which small GEMMs do not win back.
   bool a_in_place = true;
+  SgemmL1 l1 = SgemmL1::b_sliver;
 
   bool operator==(const SgemmBlocking&) const = default;
 };
@@ -32,18 +40,20 @@ struct SgemmBlocking {
 // a huge L3 (a VM shows the host's) does not make every process hold a huge buffer.
 inline constexpr std::int64_t sgemm_max_nc = 4096;
 
-// The blocking for a micro-tile of mr x nr on these caches. mc: when the B sliver (kc x nr) fits in
-// L1 with two ways to spare, the A block takes half of one core's share of L2, at most 256 KiB (the
-// classic model: the B sliver stays in L1, the A slivers stream from L2); otherwise the B sliver
-// itself streams from L2 and the A block takes an eighth, at most 128 KiB. nc: the B panel takes
-// half of the L3 (of the L2 without one), at most sgemm_max_nc. Each is rounded down to whole
-// slivers, at least one.
+// The blocking for a micro-tile of mr x nr on these caches. When the B sliver (kc x nr) fits in L1
+// with two ways to spare, it stays there (SgemmL1::b_sliver): the A block takes half of one core's
+// share of L2, at most 256 KiB, and the B panel half of the L3 (of the L2 without one). Otherwise the
+// A sliver stays in L1 (SgemmL1::a_sliver): the B panel takes half of the L2 share and the A block an
+// eighth, at most 128 KiB. nc is at most sgemm_max_nc; each is rounded down to whole slivers, at
+// least one.
 SgemmBlocking choose_sgemm_blocking(std::int64_t mr, std::int64_t nr, const CpuCaches& caches);
 
 // choose_sgemm_blocking for the variant's tile on cpu_caches(), computed once per variant.
 const SgemmBlocking& sgemm_blocking(const CpuKernels& kernels);
 
-// "mc 168, nc 4096, kc 384 (tile 6 x 16)".
+// "mc 168, nc 4096, kc 384, B sliver in L1 (tile 6 x 16)".
 std::string describe(const SgemmBlocking& blocking, const SgemmKernels& tile);
+// "b_sliver" or "a_sliver".
+const char* to_string(SgemmL1 l1);
 
 }  // namespace loom::kernels::cpu

@@ -123,13 +123,21 @@ class GemmBlockingTest(unittest.TestCase):
     """gemm_bench records the caches and the blocking each variant gets on them; LOOM_CPU_CACHES
     replaces the caches (the blocking another CPU would get), and a bad one is a named error."""
 
-    def run_gemm(self, caches):
+    @staticmethod
+    def env(caches):
+        env = dict(os.environ)
+        env.pop("LOOM_CPU_CACHES", None)
+        if caches is not None:
+            env["LOOM_CPU_CACHES"] = caches
+        return env
+
+    def run_gemm(self, caches, *extra):
         out = tempfile.mkdtemp(prefix="loom-gemm-blocking-")
         self.addCleanup(shutil.rmtree, out, ignore_errors=True)
         path = os.path.join(out, "gemm.json")
         run = subprocess.run([os.path.join(BUILD, "benchmarks", "gemm_bench"), "--device", "cpu", "--shapes", "64",
-                              "--precisions", "fp32", "--repeats", "1", "--json", path],
-                             env=dict(os.environ, LOOM_CPU_CACHES=caches), capture_output=True, text=True, timeout=120)
+                              "--precisions", "fp32", "--repeats", "1", "--json", path, *extra],
+                             env=self.env(caches), capture_output=True, text=True, timeout=120)
         doc = None
         if run.returncode == 0:
             with open(path) as f:
@@ -146,7 +154,23 @@ class GemmBlockingTest(unittest.TestCase):
         if "avx2" in cpu["gemm_blocking"]:  # 168 rows of 6, as test_cpu_sgemm_blocking.cpp works out
             self.assertEqual({k: cpu["gemm_blocking"]["avx2"][k] for k in ("mr", "nr", "mc", "nc", "kc")},
                              {"mr": 6, "nr": 16, "mc": 168, "nc": 4096, "kc": 384})
-            self.assertIn("avx2 mc 168, nc 4096, kc 384 (tile 6 x 16)", run.stdout)
+            self.assertEqual(cpu["gemm_blocking"]["avx2"]["l1"], "b_sliver")
+            self.assertIn("avx2 mc 168, nc 4096, kc 384, B sliver in L1 (tile 6 x 16)", run.stdout)
+
+    def test_other_blockings_and_orders_are_timed_beside_the_chosen_one(self):
+        # 84 x 96 is whole slivers of every tile (6 x 16 and 14 x 32); /a and /b pick the order.
+        run, doc = self.run_gemm(None, "--blockings", "84x96/a,84x96/b,84x96")
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        variants = {row["isa"] for row in doc["rows"] if row["backend"] == "loom" and "blocking" not in row}
+        timed = {(row["isa"], row["blocking"]) for row in doc["rows"] if "blocking" in row}
+        self.assertEqual(timed, {(isa, spec) for isa in variants for spec in ("84x96/a", "84x96/b", "84x96")})
+        for spec in ("84x96/c", "84x96/", "84x96/ab", "84"):
+            bad, _ = self.run_gemm(None, "--blockings", spec)
+            self.assertEqual(bad.returncode, 1, spec)
+            self.assertIn(f"cannot parse blocking '{spec}'", bad.stderr)
+        ragged, _ = self.run_gemm(None, "--blockings", "85x96/a")
+        self.assertEqual(ragged.returncode, 1)
+        self.assertIn("is not whole slivers of the tile", ragged.stderr)
 
     def test_a_bad_cache_spec_is_a_named_error(self):
         run, _ = self.run_gemm("l4=1M")

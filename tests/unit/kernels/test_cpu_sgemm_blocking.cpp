@@ -19,6 +19,7 @@ using loom::kernels::cpu::choose_sgemm_blocking;
 using loom::kernels::cpu::cpu_kernels;
 using loom::kernels::cpu::SgemmBlocking;
 using loom::kernels::cpu::SgemmCausal;
+using loom::kernels::cpu::SgemmL1;
 using loom::kernels::cpu::SgemmOperand;
 
 namespace {
@@ -28,31 +29,40 @@ const CpuCaches zen3{{32 << 10, 8, 1}, {512 << 10, 8, 1}, {32 << 20, 16, 16}, "A
 const CpuCaches zen4{{32 << 10, 8, 1}, {1 << 20, 8, 1}, {32 << 20, 16, 16}, "AMD Zen 4"};
 const CpuCaches sapphire_rapids{{48 << 10, 12, 2}, {2 << 20, 16, 2}, {300 << 20, 20, 2}, "Xeon VM"};
 
-SgemmBlocking blocking(std::int64_t mc, std::int64_t nc, bool a_in_place) {
+SgemmBlocking blocking(std::int64_t mc, std::int64_t nc, bool a_in_place, SgemmL1 l1 = SgemmL1::b_sliver) {
   SgemmBlocking b;
   b.mc = mc;
   b.nc = nc;
   b.a_in_place = a_in_place;
+  b.l1 = l1;
   return b;
 }
+
+constexpr SgemmL1 a_sliver = SgemmL1::a_sliver;
 
 }  // namespace
 
 TEST_CASE("the GEMM blocking follows the caches: worked out by hand for three CPUs", "[gemm][sgemm][blocking]") {
   // kc = 384: a depth row of a sliver is 1536 bytes.
-  // Zen 3, AVX2 6 x 16: the B sliver (24 KiB) fits 6 of the 8 ways of 32 KiB, so the A block takes
-  // half of 512 KiB (within the 256 KiB cap): 262144 / (1536 x 6) = 28 slivers = 168 rows. The B
-  // panel: half of 32 MiB is past the cap, 4096 columns.
+  // Zen 3, AVX2 6 x 16: the B sliver (24 KiB) fits 6 of the 8 ways of 32 KiB and stays in L1; the A
+  // block takes half of 512 KiB (within the 256 KiB cap): 262144 / (1536 x 6) = 28 slivers = 168
+  // rows. The B panel: half of 32 MiB is past the cap, 4096 columns.
   REQUIRE(choose_sgemm_blocking(6, 16, zen3) == blocking(168, 4096, true));
-  // Zen 4: AVX2 half of 1 MiB, capped at 256 KiB: 168 rows again; AVX-512 14 x 32: the B sliver
-  // (48 KiB) does not fit, so an eighth of 1 MiB (the 128 KiB cap): 131072 / (1536 x 14) = 6 slivers
-  // = 84 rows.
+  // Zen 4: AVX2 half of 1 MiB, capped at 256 KiB: 168 rows again. AVX-512 14 x 32: the B sliver
+  // (48 KiB) does not fit, so the A sliver stays in L1, the B panel takes half of the L2,
+  // 524288 / (1536 x 32) = 10 slivers = 320 columns, and the A block an eighth (the 128 KiB cap):
+  // 131072 / (1536 x 14) = 6 slivers = 84 rows.
   REQUIRE(choose_sgemm_blocking(6, 16, zen4) == blocking(168, 4096, true));
-  REQUIRE(choose_sgemm_blocking(14, 32, zen4) == blocking(84, 4096, true));
-  // The Xeon, L2 shared by 2 hyper-threads (1 MiB each): AVX2's B sliver fits 10 of 12 ways of
-  // 48 KiB: 168 rows; AVX-512 an eighth: 84 rows.
+  REQUIRE(choose_sgemm_blocking(14, 32, zen4) == blocking(84, 320, true, a_sliver));
+  // The Xeon VM, L2 shared by 2 hyper-threads (1 MiB each): AVX2's B sliver fits 10 of 12 ways of
+  // 48 KiB: 168 rows; AVX-512 as on Zen 4.
   REQUIRE(choose_sgemm_blocking(6, 16, sapphire_rapids) == blocking(168, 4096, true));
-  REQUIRE(choose_sgemm_blocking(14, 32, sapphire_rapids) == blocking(84, 4096, true));
+  REQUIRE(choose_sgemm_blocking(14, 32, sapphire_rapids) == blocking(84, 320, true, a_sliver));
+  // The same 2 MiB L2 for one core (the 2-core Xeon the rule was measured on): twice the AVX-512
+  // panel, 1048576 / 49152 = 21 slivers = 672 columns.
+  CpuCaches private_l2 = sapphire_rapids;
+  private_l2.l2.shared_by = 1;
+  REQUIRE(choose_sgemm_blocking(14, 32, private_l2) == blocking(84, 672, true, a_sliver));
   // A small L2 sets the block below the cap: 256 KiB (Skylake client) gives AVX2 128 KiB, 14 slivers.
   CpuCaches skylake = zen3;
   skylake.l2 = {256 << 10, 4, 1};
@@ -66,22 +76,32 @@ TEST_CASE("the GEMM blocking stays whole slivers on odd caches", "[gemm][sgemm][
   REQUIRE(choose_sgemm_blocking(6, 16, no_l3).nc == 336);
   // Caches far too small for one sliver: one sliver each, never zero.
   const CpuCaches tiny{{1024, 2, 1}, {2048, 2, 1}, {0, 0, 1}, "tiny"};
-  REQUIRE(choose_sgemm_blocking(6, 16, tiny) == blocking(6, 16, true));
+  REQUIRE(choose_sgemm_blocking(6, 16, tiny) == blocking(6, 16, true, a_sliver));
   // Unknown associativity counts as 8 ways: 30 KiB leaves 22.5 KiB past two ways, short of the
-  // 24 KiB sliver (12 ways would fit it), so an eighth of 512 KiB: 65536 / 9216 = 7 slivers = 42.
+  // 24 KiB sliver (12 ways would fit it), so the A sliver stays in L1: an eighth of 512 KiB,
+  // 65536 / 9216 = 7 slivers = 42 rows, and half of it for the panel, 262144 / 24576 = 10 slivers =
+  // 160 columns.
   CpuCaches unknown_ways = zen3;
   unknown_ways.l1d = {30 << 10, 0, 1};
-  REQUIRE(choose_sgemm_blocking(6, 16, unknown_ways).mc == 42);
-  // A 2-way L1 has no two ways to spare: 42 again.
+  REQUIRE(choose_sgemm_blocking(6, 16, unknown_ways) == blocking(42, 160, true, a_sliver));
+  // A 2-way L1 has no two ways to spare: the same.
   CpuCaches two_way = zen3;
   two_way.l1d.ways = 2;
-  REQUIRE(choose_sgemm_blocking(6, 16, two_way).mc == 42);
+  REQUIRE(choose_sgemm_blocking(6, 16, two_way) == blocking(42, 160, true, a_sliver));
   // An L2 shared by two hyper-threads below the cap: half of the 128 KiB share, 65536 / 9216 = 7
-  // slivers = 42 rows.
+  // slivers = 42 rows. CPUID's count is an upper bound: 4 counts as 2.
   CpuCaches shared_l2 = zen3;
   shared_l2.l2 = {256 << 10, 4, 2};
   REQUIRE(choose_sgemm_blocking(6, 16, shared_l2).mc == 42);
-  for (const CpuCaches& caches : {zen3, zen4, sapphire_rapids, no_l3, tiny, unknown_ways, two_way, shared_l2}) {
+  CpuCaches shared_by_4 = shared_l2;
+  shared_by_4.l2.shared_by = 4;
+  REQUIRE(choose_sgemm_blocking(6, 16, shared_by_4).mc == 42);
+  // A huge L2 (32 MiB): the AVX-512 panel stops at sgemm_max_nc columns, the A block at 128 KiB.
+  CpuCaches huge_l2 = zen4;
+  huge_l2.l2 = {32 << 20, 16, 1};
+  REQUIRE(choose_sgemm_blocking(14, 32, huge_l2) == blocking(84, 4096, true, a_sliver));
+  for (const CpuCaches& caches :
+       {zen3, zen4, sapphire_rapids, no_l3, tiny, unknown_ways, two_way, shared_l2, shared_by_4, huge_l2}) {
     for (const auto& [mr, nr] : {std::pair<std::int64_t, std::int64_t>{6, 16}, {14, 32}}) {
       const SgemmBlocking b = choose_sgemm_blocking(mr, nr, caches);
       INFO(caches.source << " tile " << mr << " x " << nr);
@@ -175,7 +195,9 @@ TEST_CASE("the GEMM gives the same bits for every blocking, A read packed or in 
         const auto& tile = cpu_kernels(isa).sgemm;
         for (const SgemmBlocking& blk :
              {blocking(tile.mr, tile.nr, false), blocking(tile.mr, tile.nr, true), blocking(2 * tile.mr, 3 * tile.nr, true),
-              blocking(tile.mr * 40, tile.nr * 256, true), loom::kernels::cpu::sgemm_blocking(cpu_kernels(isa))}) {
+              blocking(tile.mr * 40, tile.nr * 256, true), blocking(tile.mr, tile.nr, false, a_sliver),
+              blocking(tile.mr, tile.nr, true, a_sliver), blocking(2 * tile.mr, 3 * tile.nr, true, a_sliver),
+              blocking(tile.mr * 40, tile.nr * 256, true, a_sliver), loom::kernels::cpu::sgemm_blocking(cpu_kernels(isa))}) {
           for (const int threads : {1, 3}) {
             INFO(to_string(isa) << " " << describe(blk, tile) << " in place " << blk.a_in_place << " threads "
                                 << threads << " case " << t.m << "x" << t.n << "x" << t.k << " ta " << t.trans_a
