@@ -38,7 +38,7 @@ SgemmBlocking choose_sgemm_blocking(std::int64_t mr, std::int64_t nr, const CpuC
   } else {
     blocking.l1 = SgemmL1::a_sliver;
     blocking.mc = whole(std::min<std::int64_t>(l2_share / 8, 128 << 10), depth_bytes * mr) * mr;
-    // Each core reads the whole panel for every A sliver: half of its L2, the rest for C and A.
+    // Each core reads the whole panel for every A sliver: half of its L2 share, the rest for C and A.
     blocking.nc = std::min(whole(l2_share / 2, depth_bytes * nr), max_slivers) * nr;
   }
   return blocking;
