@@ -36,6 +36,12 @@ struct SgemmKernels {
   // each kc x nr, zero-padded to whole slivers.
   void (*pack_b)(std::int64_t kc, std::int64_t cols, const float* b, std::int64_t rs, std::int64_t cs,
                  float* dst) = nullptr;
+  // A sliver of r < mr rows (the last of an m that is not whole slivers, 2 of m = 128 at mr = 14):
+  // micro_tail[r] computes just those r rows x nr, A read in the columns layout (a packed sliver,
+  // lda = mr), so the FMAs of the mr - r missing rows are not spent. Each element is the same sum as
+  // micro's, so the same bits.
+  static constexpr int max_mr = 16;
+  Micro micro_tail[max_mr] = {};
 };
 // The depth of one pass, the same in every variant and on every CPU: it fixes the summation order
 // of C (a pass's partial sum is added into C), so it is not part of the run-time blocking.

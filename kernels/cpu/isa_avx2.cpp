@@ -3,6 +3,7 @@
 // of A and two loads of B per k for 12 FMAs). Everything the target region compiles is either a
 // template over avx2::Vec16 or in namespace avx2, so no symbol is shared with another variant.
 #include <cstdint>
+#include <utility>
 
 #include "kernels/cpu/dispatch.hpp"
 
@@ -32,18 +33,13 @@ struct Ymm {
   static void prefetch(const float* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
 };
 
-constexpr int nv = 2, unroll = 1;  // B vectors per row; depths per k-loop iteration
-constexpr std::int64_t mr = 6, nr = nv * Ymm::lanes;
-static_assert(mr * nr <= sgemm_max_tile, "the macro-kernel's scratch tile must hold a micro-tile");
+constexpr int mr = 6, nv = 2, unroll = 1;  // rows and B vectors of the tile; depths per k-loop iteration
 
 }  // namespace avx2
 
 // constinit: built at compile time, so no constructor is compiled for this target.
 constinit const CpuKernels avx2_kernels = isa::make_table<avx2::Vec16>(
-    CpuIsa::avx2, {avx2::mr, avx2::nr, isa::sgemm_micro<avx2::Vec16, avx2::Ymm, avx2::mr, avx2::nv, avx2::unroll, SgemmALayout::packed>,
-                   isa::sgemm_micro<avx2::Vec16, avx2::Ymm, avx2::mr, avx2::nv, avx2::unroll, SgemmALayout::rows>,
-                   isa::sgemm_micro<avx2::Vec16, avx2::Ymm, avx2::mr, avx2::nv, avx2::unroll, SgemmALayout::columns>,
-                   isa::pack_a<avx2::Vec16, avx2::mr>, isa::pack_b<avx2::Vec16, avx2::nr>});
+    CpuIsa::avx2, isa::sgemm_kernels<avx2::Vec16, avx2::Ymm, avx2::mr, avx2::nv, avx2::unroll>());
 
 }  // namespace loom::kernels::cpu
 

@@ -3,6 +3,7 @@
 // and two loads of B per k for 28 FMAs). Everything the target region compiles is either a
 // template over avx512::Vec16 or in namespace avx512, so no symbol is shared with another variant.
 #include <cstdint>
+#include <utility>
 
 #include "kernels/cpu/dispatch.hpp"
 
@@ -40,18 +41,13 @@ struct Zmm {
   static void prefetch(const float* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
 };
 
-constexpr int nv = 2, unroll = 4;  // B vectors per row; depths per k-loop iteration
-constexpr std::int64_t mr = 14, nr = nv * Zmm::lanes;
-static_assert(mr * nr <= sgemm_max_tile, "the macro-kernel's scratch tile must hold a micro-tile");
+constexpr int mr = 14, nv = 2, unroll = 4;  // rows and B vectors of the tile; depths per k-loop iteration
 
 }  // namespace avx512
 
 // constinit: built at compile time, so no constructor is compiled for this target.
 constinit const CpuKernels avx512_kernels = isa::make_table<avx512::Vec16>(
-    CpuIsa::avx512, {avx512::mr, avx512::nr, isa::sgemm_micro<avx512::Vec16, avx512::Zmm, avx512::mr, avx512::nv, avx512::unroll, SgemmALayout::packed>,
-                     isa::sgemm_micro<avx512::Vec16, avx512::Zmm, avx512::mr, avx512::nv, avx512::unroll, SgemmALayout::rows>,
-                     isa::sgemm_micro<avx512::Vec16, avx512::Zmm, avx512::mr, avx512::nv, avx512::unroll, SgemmALayout::columns>,
-                     isa::pack_a<avx512::Vec16, avx512::mr>, isa::pack_b<avx512::Vec16, avx512::nr>});
+    CpuIsa::avx512, isa::sgemm_kernels<avx512::Vec16, avx512::Zmm, avx512::mr, avx512::nv, avx512::unroll>());
 
 }  // namespace loom::kernels::cpu
 

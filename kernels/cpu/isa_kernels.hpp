@@ -450,6 +450,29 @@ void sgemm_micro(std::int64_t kc, const float* a, std::int64_t lda, const float*
   }
 }
 
+// g.micro_tail[r] = make.template operator()<r>() for 1 <= r < MR: a variant's tail micro-kernels
+// (at compile time; <utility> is included by the variant's file before its target region).
+template <class V, int MR, class Make>
+constexpr void fill_sgemm_tails(SgemmKernels& g, Make make) {
+  static_assert(MR <= SgemmKernels::max_mr, "micro_tail has an entry per row count below mr");
+  [&]<int... r>(std::integer_sequence<int, r...>) {
+    ((g.micro_tail[r + 1] = make.template operator()<r + 1>()), ...);
+  }(std::make_integer_sequence<int, MR - 1>{});
+}
+
+// The GEMM kernels of a variant whose micro-kernel is sgemm_micro over R: one per layout of A, the
+// tails, and the packing.
+template <class V, class R, int MR, int NV, int Unroll>
+constexpr SgemmKernels sgemm_kernels() {
+  constexpr std::int64_t nr = NV * R::lanes;
+  static_assert(MR * nr <= sgemm_max_tile, "the macro-kernel's scratch tile must hold a micro-tile");
+  SgemmKernels g{MR, nr, sgemm_micro<V, R, MR, NV, Unroll, SgemmALayout::packed>,
+                 sgemm_micro<V, R, MR, NV, Unroll, SgemmALayout::rows>,
+                 sgemm_micro<V, R, MR, NV, Unroll, SgemmALayout::columns>, pack_a<V, MR>, pack_b<V, nr>};
+  fill_sgemm_tails<V, MR>(g, []<int rows>() { return &sgemm_micro<V, R, rows, NV, Unroll, SgemmALayout::columns>; });
+  return g;
+}
+
 // A variant's table: its GEMM kernels and the bodies above instantiated for its V.
 template <class V>
 constexpr CpuKernels make_table(CpuIsa isa, const SgemmKernels& sgemm) {

@@ -65,6 +65,7 @@ struct ASliver {
   SgemmKernels::Micro micro;
   std::int64_t rows, d0, d1, nc_live;
   bool accumulate;
+  bool all_rows;  // the micro-kernel writes exactly `rows` rows (a whole sliver, or a tail kernel)
 };
 
 // The sliver of rows [ir, ir + mr) of the block; false when this pass has nothing for it. Whole slivers
@@ -95,17 +96,23 @@ bool plan_sliver(const SgemmKernels& g, std::int64_t ir, std::int64_t mc, std::i
                                           : a_rows + s.d0 * a.col_stride;
   s.micro = layout == SgemmALayout::packed ? g.micro : layout == SgemmALayout::rows ? g.micro_a_rows : g.micro_a_columns;
   s.lda = layout == SgemmALayout::rows ? a.row_stride : a.col_stride;
+  s.all_rows = s.rows == g.mr;
+  if (!s.all_rows && g.micro_tail[s.rows] != nullptr) {  // the packed sliver's rows, read as columns
+    s.micro = g.micro_tail[s.rows];
+    s.lda = g.mr;
+    s.all_rows = true;
+  }
   return true;
 }
 
-// C tile (ir, jr) of the block; a partial tile goes through a scratch tile so the micro-kernel
-// always writes a full mr x nr block.
+// C tile (ir, jr) of the block; a tile short of columns, or of rows without a tail kernel, goes
+// through a scratch tile that the micro-kernel can write whole.
 void run_tile(const SgemmKernels& g, const ASliver& s, std::int64_t ir, std::int64_t jr, std::int64_t nc,
               std::int64_t kc, const float* packed_b, float* c, std::int64_t ldc, float* scratch) {
   const std::int64_t cols = std::min(g.nr, nc - jr);
   const float* pb = packed_b + jr * kc + s.d0 * g.nr;
   float* tile = c + ir * ldc + jr;
-  if (s.rows == g.mr && cols == g.nr) {
+  if (s.all_rows && cols == g.nr) {
     s.micro(s.d1 - s.d0, s.data, s.lda, pb, tile, ldc, s.accumulate);
     return;
   }
@@ -194,9 +201,9 @@ void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     const int t = omp_get_thread_num(), parts = omp_get_num_threads();
-    // This thread's rows of C, whole mr slivers.
-    const std::int64_t row_begin = std::min(m, slivers * t / parts * g.mr);
-    const std::int64_t row_end = std::min(m, slivers * (t + 1) / parts * g.mr);
+    // This thread's rows of C, an even share: its last sliver may be short, and a tail kernel
+    // (SgemmKernels::micro_tail) spends only its rows' FMAs on it.
+    const std::int64_t row_begin = m * t / parts, row_end = m * (t + 1) / parts;
     float* pa = nullptr;
     try {
       pa = packed_a_buffer.reserve(std::min(mc_block, round_up(m, g.mr)) * kc_max);

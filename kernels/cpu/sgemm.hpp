@@ -2,10 +2,11 @@
 // B is packed once per (kc x nc) block into nr-column slivers shared by all threads; each thread
 // works through its mc x kc blocks of A in mr-row slivers, read in place where A's rows or depth
 // are contiguous and packed otherwise, with the mr x nr register-blocked micro-kernel of the CPU's
-// kernel variant (dispatch.hpp: 6 x 16 on AVX2, 14 x 32 on AVX-512). mc, nc and which sliver stays
-// in L1 come from the CPU's caches (sgemm_blocking.hpp). Threads split the rows of C, so every element of C is written by one thread; its sum
-// runs over k in ascending order with fused multiply-adds in passes of kc = 384, whatever the
-// variant, so results are the same bits for any thread count and any variant.
+// kernel variant (dispatch.hpp: 6 x 16 on AVX2, 14 x 32 on AVX-512; a sliver short of mr rows runs
+// the variant's tail kernel for just those rows). mc, nc and which sliver stays in L1 come from the
+// CPU's caches (sgemm_blocking.hpp). Threads split the rows of C evenly, so every element of C is
+// written by one thread; its sum runs over k in ascending order with fused multiply-adds in passes of
+// kc = 384, whatever the variant, so results are the same bits for any thread count and any variant.
 #pragma once
 
 #include <cstdint>

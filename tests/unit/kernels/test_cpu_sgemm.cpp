@@ -1,8 +1,8 @@
 // loom's packed CPU fp32 GEMM engine (kernels/cpu/sgemm.hpp) on its own, against an fp64 reference
 // with the rigorous fp32 dot-product error bound: every kernel variant this CPU runs, transposed
 // (strided) operands, sizes that cross the register and depth blocking (MR, NR, KC) of every
-// variant with ragged edges, accumulation into C, and results that do not depend on the thread
-// count or the variant.
+// variant with ragged edges, the tail kernels of short slivers, accumulation into C, and results
+// that do not depend on the thread count or the variant.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -116,6 +116,35 @@ TEST_CASE("packed fp32 GEMM gives bit-identical results for any thread count and
       REQUIRE(run(1, isa, accumulate) == reference);
       REQUIRE(run(2, isa, accumulate) == reference);
       REQUIRE(run(3, isa, accumulate) == reference);
+    }
+  }
+}
+
+TEST_CASE("short slivers run the tail kernels, whose bits are those of the full micro-kernel", "[gemm][sgemm]") {
+  // m = 2 mr + r puts a sliver of r rows at the end (1 thread) or in each thread's share (2 and 3
+  // threads split the rows evenly). The same table with its tail kernels removed computes those
+  // rows with the full micro-kernel into a scratch tile, as before the tails: the bits must match.
+  std::mt19937 rng(14);
+  for (const CpuIsa isa : supported_cpu_isas()) {
+    const loom::kernels::cpu::CpuKernels& kernels = cpu_kernels(isa);
+    loom::kernels::cpu::CpuKernels no_tails = kernels;
+    for (auto& tail : no_tails.sgemm.micro_tail) tail = nullptr;
+    for (std::int64_t r = 1; r < kernels.sgemm.mr; ++r) {
+      REQUIRE(kernels.sgemm.micro_tail[r] != nullptr);
+      for (const bool trans_a : {false, true}) {
+        const Problem p = make_problem(2 * kernels.sgemm.mr + r, 2 * kernels.sgemm.nr + 5, 450, trans_a, false, rng);
+        for (const int threads : {1, 2, 3}) {
+          for (const bool accumulate : {false, true}) {
+            INFO(to_string(isa) << " rows " << p.m << " trans_a " << trans_a << " threads " << threads
+                                << " accumulate " << accumulate);
+            std::vector<float> with(static_cast<std::size_t>(p.m * p.n), 0.75f), without(with);
+            sgemm(p.m, p.n, p.k, p.lhs(), p.rhs(), with.data(), p.n, threads, kernels, accumulate);
+            sgemm(p.m, p.n, p.k, p.lhs(), p.rhs(), without.data(), p.n, threads, no_tails, accumulate);
+            REQUIRE(with == without);
+          }
+        }
+      }
+      check(make_problem(kernels.sgemm.mr + r, 40, 50, false, true, rng), isa, 2);
     }
   }
 }
