@@ -206,7 +206,10 @@ void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n
     const std::int64_t row_begin = m * t / parts, row_end = m * (t + 1) / parts;
     float* pa = nullptr;
     try {
-      pa = packed_a_buffer.reserve(std::min(mc_block, round_up(m, g.mr)) * kc_max);
+      // The A-sliver order packs one sliver at a time into the same buffer; the B-sliver order keeps
+      // the block's packed slivers for every column sliver.
+      const std::int64_t a_rows = blocking.l1 == SgemmL1::a_sliver ? g.mr : std::min(mc_block, round_up(m, g.mr));
+      pa = packed_a_buffer.reserve(a_rows * kc_max);
     } catch (...) {
 #pragma omp critical(loom_sgemm_failure)
       {
