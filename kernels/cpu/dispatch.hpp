@@ -36,7 +36,8 @@ struct SgemmKernels {
   // each kc x nr, zero-padded to whole slivers.
   void (*pack_b)(std::int64_t kc, std::int64_t cols, const float* b, std::int64_t rs, std::int64_t cs,
                  float* dst) = nullptr;
-  // A sliver of r < mr rows (the last of an m that is not whole slivers, 2 of m = 128 at mr = 14):
+  // A sliver of r < mr rows (the last of each thread's even share of C's rows; at 1 thread, 2 of
+  // m = 128 at mr = 14):
   // micro_tail[r] computes just those r rows x nr, A read in the columns layout (a packed sliver,
   // lda = mr), so the FMAs of the mr - r missing rows are not spent. Each element is the same sum as
   // micro's, so the same bits.

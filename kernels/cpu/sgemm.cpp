@@ -173,6 +173,10 @@ void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n
     fail(ErrorCategory::invalid_argument, "sgemm: blocking ", describe(blocking, kernels.sgemm),
          " is not whole slivers of the tile at depth ", sgemm_kc);
   }
+  if (kernels.sgemm.mr > SgemmKernels::max_mr) {  // micro_tail has an entry per row count below mr
+    fail(ErrorCategory::invalid_argument, "sgemm: a micro-tile of ", kernels.sgemm.mr, " rows is more than ",
+         SgemmKernels::max_mr);
+  }
   if (m <= 0 || n <= 0 || (k <= 0 && accumulate)) return;
   if (k <= 0) {
     for (std::int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);

@@ -32,7 +32,9 @@ struct SgemmOperand {
 //   a_upper  A is upper triangular (A[i, p] = 0 for p < i): the depths before a sliver's first row
 //            are skipped (rows at or past k are zero).
 // Skipping a zero term changes no sum (fma(0, b, s) = s for finite b); with an inf or NaN in B, which
-// products of it with the zeros count as NaN depends on the micro-tile.
+// products of it with the zeros count as NaN depends on the micro-tile, and so on the thread count
+// (each thread's share of rows starts a sliver), as do the entries above the diagonal that c_lower
+// writes.
 enum class SgemmCausal { none, c_lower, a_lower, a_upper };
 
 // C[m x n] (row-major, leading dimension ldc) = A[m x k] B[k x n], or C += A B when accumulate

@@ -5,6 +5,7 @@
 // that do not depend on the thread count or the variant.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -121,9 +122,10 @@ TEST_CASE("packed fp32 GEMM gives bit-identical results for any thread count and
 }
 
 TEST_CASE("short slivers run the tail kernels, whose bits are those of the full micro-kernel", "[gemm][sgemm]") {
-  // m = 2 mr + r puts a sliver of r rows at the end (1 thread) or in each thread's share (2 and 3
-  // threads split the rows evenly). The same table with its tail kernels removed computes those
-  // rows with the full micro-kernel into a scratch tile, as before the tails: the bits must match.
+  // m = 2 mr + r ends in a sliver of r rows at 1 thread; 2 and 3 threads split the rows evenly, so
+  // each share ends in a short sliver of its own. The same table with its tail kernels removed
+  // computes those rows with the full micro-kernel into a scratch tile, as before the tails: the bits
+  // must match, and C's padding columns and the rows after m (poisoned) must be left alone.
   std::mt19937 rng(14);
   for (const CpuIsa isa : supported_cpu_isas()) {
     const loom::kernels::cpu::CpuKernels& kernels = cpu_kernels(isa);
@@ -133,18 +135,30 @@ TEST_CASE("short slivers run the tail kernels, whose bits are those of the full 
       REQUIRE(kernels.sgemm.micro_tail[r] != nullptr);
       for (const bool trans_a : {false, true}) {
         const Problem p = make_problem(2 * kernels.sgemm.mr + r, 2 * kernels.sgemm.nr + 5, 450, trans_a, false, rng);
+        const std::int64_t ldc = p.n + 3, rows = p.m + 2;
         for (const int threads : {1, 2, 3}) {
           for (const bool accumulate : {false, true}) {
             INFO(to_string(isa) << " rows " << p.m << " trans_a " << trans_a << " threads " << threads
                                 << " accumulate " << accumulate);
-            std::vector<float> with(static_cast<std::size_t>(p.m * p.n), 0.75f), without(with);
-            sgemm(p.m, p.n, p.k, p.lhs(), p.rhs(), with.data(), p.n, threads, kernels, accumulate);
-            sgemm(p.m, p.n, p.k, p.lhs(), p.rhs(), without.data(), p.n, threads, no_tails, accumulate);
-            REQUIRE(with == without);
+            std::vector<float> with(static_cast<std::size_t>(rows * ldc), std::nanf(""));
+            for (std::int64_t i = 0; i < p.m; ++i) std::fill_n(with.begin() + i * ldc, p.n, 0.75f);
+            std::vector<float> without = with;
+            sgemm(p.m, p.n, p.k, p.lhs(), p.rhs(), with.data(), ldc, threads, kernels, accumulate);
+            sgemm(p.m, p.n, p.k, p.lhs(), p.rhs(), without.data(), ldc, threads, no_tails, accumulate);
+            for (std::int64_t i = 0; i < rows; ++i) {
+              for (std::int64_t j = 0; j < ldc; ++j) {
+                const std::size_t at = static_cast<std::size_t>(i * ldc + j);
+                if (i < p.m && j < p.n) {
+                  REQUIRE(with[at] == without[at]);
+                } else {
+                  REQUIRE(std::isnan(with[at]));
+                }
+              }
+            }
           }
         }
       }
-      check(make_problem(kernels.sgemm.mr + r, 40, 50, false, true, rng), isa, 2);
+      check(make_problem(kernels.sgemm.mr + r, 40, 50, false, true, rng), isa, 1);  // the tail of r rows
     }
   }
 }
