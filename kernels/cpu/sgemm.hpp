@@ -1,10 +1,11 @@
 // loom's CPU fp32 GEMM engine: C = op(A) op(B) for strided operands, in the style of BLIS/GotoBLAS.
 // B is packed once per (kc x nc) block into nr-column slivers shared by all threads; each thread
 // works through its mc x kc blocks of A in mr-row slivers, read in place where A's rows or depth
-// are contiguous and packed otherwise, with the mr x nr register-blocked micro-kernel of the CPU's
-// kernel variant (dispatch.hpp: 6 x 16 on AVX2, 14 x 32 on AVX-512; a sliver short of mr rows runs
-// the variant's tail kernel for just those rows). mc, nc and which sliver stays in L1 come from the
-// CPU's caches (sgemm_blocking.hpp). Threads split the rows of C evenly, so every element of C is
+// are contiguous (copied a pass at a time where its rows alias in L1: sgemm_copies_a) and packed
+// otherwise, with the mr x nr register-blocked micro-kernel of the CPU's kernel variant
+// (dispatch.hpp: 6 x 16 on AVX2, 14 x 32 on AVX-512; a sliver short of mr rows runs the variant's
+// tail kernel for just those rows). mc, nc and which sliver stays in L1 come from the CPU's caches
+// (sgemm_blocking.hpp). Threads split the rows of C evenly, so every element of C is
 // written by one thread; its sum runs over k in ascending order with fused multiply-adds in passes of
 // kc = 384, whatever the variant, so results are the same bits for any thread count and any variant.
 #pragma once
@@ -43,6 +44,17 @@ enum class SgemmCausal { none, c_lower, a_lower, a_upper };
 void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a, SgemmOperand b, float* c,
            std::int64_t ldc, int max_threads, const CpuKernels& kernels = cpu_kernels(), bool accumulate = false,
            SgemmCausal causal = SgemmCausal::none);
+
+// Whether sgemm_blocked copies A's rows before reading them, a pass (kc deep) at a time and each
+// thread its own rows, to a stride of min(k, kc) + 16 floats: in the A-sliver order, for an A read in
+// place whose rows are a multiple of 4 KiB apart, when it is read for more than one B panel, with at
+// most sgemm_max_copied_rows rows a thread (the buffer, kept by the thread for later GEMMs, is then
+// at most 6.25 MiB) and no causal mode. The passes then run outer, the panels inner; the bits are
+// the same either way. `threads` is the count asked for; a smaller team than that copies only when
+// its rows a thread are within the bound too.
+inline constexpr std::int64_t sgemm_max_copied_rows = 4096;
+bool sgemm_copies_a(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, SgemmOperand a,
+                    SgemmCausal causal, int threads);
 
 // sgemm with a given cache blocking instead of the one chosen for this CPU (sgemm_blocking.hpp):
 // the same bits whatever the blocking. An invalid_argument Error when its mc or nc is not whole

@@ -132,6 +132,31 @@ TEST_CASE("the GEMM engine refuses a blocking that is not whole slivers", "[gemm
   }
 }
 
+TEST_CASE("the GEMM copies A's rows before reading them only where they are a multiple of 4 KiB apart",
+          "[gemm][sgemm][blocking]") {
+  using loom::kernels::cpu::sgemm_copies_a;
+  using loom::kernels::cpu::sgemm_max_copied_rows;
+  const SgemmBlocking a_order = blocking(84, 320, true, a_sliver);
+  const float* data = nullptr;  // only the strides matter
+  const SgemmOperand aliased{data, 1024, 1}, aliased_12k{data, 3072, 1}, wider{data, 1152, 1}, half{data, 512, 1};
+  CHECK(sgemm_copies_a(a_order, 1024, 768, aliased, SgemmCausal::none, 1));
+  CHECK(sgemm_copies_a(a_order, 1024, 768, aliased_12k, SgemmCausal::none, 2));
+  CHECK_FALSE(sgemm_copies_a(a_order, 1024, 768, wider, SgemmCausal::none, 1));
+  // 2 KiB apart: the 14 rows of a sliver fall in 2 sets of L1 lines, 7 in each, within the ways.
+  CHECK_FALSE(sgemm_copies_a(a_order, 1024, 768, half, SgemmCausal::none, 1));
+  // One panel (n <= nc) reads A once: a copy would only add a write.
+  CHECK_FALSE(sgemm_copies_a(a_order, 1024, 320, aliased, SgemmCausal::none, 1));
+  CHECK(sgemm_copies_a(a_order, 1024, 321, aliased, SgemmCausal::none, 1));
+  // Not in the B-sliver order, not for a packed or a transposed A, not in a causal mode.
+  CHECK_FALSE(sgemm_copies_a(blocking(84, 320, true), 1024, 768, aliased, SgemmCausal::none, 1));
+  CHECK_FALSE(sgemm_copies_a(blocking(84, 320, false, a_sliver), 1024, 768, aliased, SgemmCausal::none, 1));
+  CHECK_FALSE(sgemm_copies_a(a_order, 1024, 768, SgemmOperand{data, 1, 1024}, SgemmCausal::none, 1));
+  CHECK_FALSE(sgemm_copies_a(a_order, 1024, 768, aliased, SgemmCausal::a_lower, 1));
+  // The buffer is bounded: at most sgemm_max_copied_rows rows a thread.
+  CHECK(sgemm_copies_a(a_order, 2 * sgemm_max_copied_rows, 768, aliased, SgemmCausal::none, 2));
+  CHECK_FALSE(sgemm_copies_a(a_order, 2 * sgemm_max_copied_rows + 1, 768, aliased, SgemmCausal::none, 2));
+}
+
 // Not tagged [sgemm]: the emulated-CPU runs (tests/portable) would only repeat, 100 times slower,
 // variants this test already runs natively; CI's -march=native build runs it by [blocking].
 TEST_CASE("the GEMM gives the same bits for every blocking, A read packed or in place, every variant and thread count",
@@ -142,6 +167,7 @@ TEST_CASE("the GEMM gives the same bits for every blocking, A read packed or in 
     std::int64_t m, n, k;
     bool trans_a, trans_b;
     SgemmCausal causal;
+    std::int64_t lda = 0;  // A's leading dimension; 0: packed tight (k, or m transposed)
   };
   // Ragged in every direction, deeper than one pass (384), each A layout (rows: A's depth
   // contiguous; columns: its rows contiguous), and the causal modes.
@@ -149,20 +175,27 @@ TEST_CASE("the GEMM gives the same bits for every blocking, A read packed or in 
                         {97, 45, 800, false, true, SgemmCausal::none},   {97, 45, 800, true, true, SgemmCausal::none},
                         {150, 150, 150, false, false, SgemmCausal::c_lower},
                         {150, 40, 150, false, false, SgemmCausal::a_lower},
-                        {150, 40, 150, true, false, SgemmCausal::a_upper}};
+                        {150, 40, 150, true, false, SgemmCausal::a_upper},
+                        // Rows 4 KiB and 8 KiB apart: copied a pass at a time in the A-sliver order.
+                        {131, 70, 500, false, false, SgemmCausal::none, 1024},
+                        {45, 100, 900, false, true, SgemmCausal::none, 2048}};
   for (const Case& t : cases) {
-    std::vector<float> a(static_cast<std::size_t>(t.m * t.k)), b(static_cast<std::size_t>(t.k * t.n));
+    const std::int64_t lda = t.lda != 0 ? t.lda : t.trans_a ? t.m : t.k;
+    const auto a_at = [&](std::int64_t i, std::int64_t p) {
+      return static_cast<std::size_t>(t.trans_a ? p * lda + i : i * lda + p);
+    };
+    std::vector<float> a(static_cast<std::size_t>((t.trans_a ? t.k : t.m) * lda)), b(static_cast<std::size_t>(t.k * t.n));
     for (float& v : a) v = dist(rng);
     for (float& v : b) v = dist(rng);
     if (t.causal == SgemmCausal::a_lower || t.causal == SgemmCausal::a_upper) {
       for (std::int64_t i = 0; i < t.m; ++i) {
         for (std::int64_t p = 0; p < t.k; ++p) {
           const bool zero = t.causal == SgemmCausal::a_lower ? p > i : p < i;
-          if (zero) a[static_cast<std::size_t>(t.trans_a ? p * t.m + i : i * t.k + p)] = 0.0f;
+          if (zero) a[a_at(i, p)] = 0.0f;
         }
       }
     }
-    const SgemmOperand lhs = t.trans_a ? SgemmOperand{a.data(), 1, t.m} : SgemmOperand{a.data(), t.k, 1};
+    const SgemmOperand lhs = t.trans_a ? SgemmOperand{a.data(), 1, lda} : SgemmOperand{a.data(), lda, 1};
     const SgemmOperand rhs = t.trans_b ? SgemmOperand{b.data(), 1, t.k} : SgemmOperand{b.data(), t.n, 1};
     for (const bool accumulate : {false, true}) {
       auto run = [&](const SgemmBlocking& blk, CpuIsa isa, int threads) {
@@ -182,7 +215,7 @@ TEST_CASE("the GEMM gives the same bits for every blocking, A read packed or in 
         for (std::int64_t j = 0; j < t.n && (t.causal != SgemmCausal::c_lower || j <= i); j += 5) {
           double exact = accumulate ? 0.5 : 0.0, magnitude = std::fabs(exact);
           for (std::int64_t p = 0; p < t.k; ++p) {
-            const double term = static_cast<double>(a[static_cast<std::size_t>(t.trans_a ? p * t.m + i : i * t.k + p)]) *
+            const double term = static_cast<double>(a[a_at(i, p)]) *
                                 b[static_cast<std::size_t>(t.trans_b ? j * t.k + p : p * t.n + j)];
             exact += term;
             magnitude += std::fabs(term);
