@@ -133,9 +133,10 @@ void run_tile(const SgemmKernels& g, const ASliver& s, std::int64_t ir, std::int
 
 // C block [mc x nc] from an A block (`a`, from its corner) and a packed B panel, in the blocking's
 // order (SgemmL1). Each sliver runs the depths of this pass its triangle leaves, and adds into C
-// unless this is its first pass. With the A sliver outer, a packed sliver goes into one buffer that stays in L1; with the B
-// sliver outer, into sliver ir of the block's, once, at the first column sliver (a sliver skipped
-// there is skipped in every column), so the packing's reads overlap the products before it.
+// unless this is its first pass. With the A sliver outer, a packed sliver goes into one buffer that
+// stays in L1; with the B sliver outer, into sliver ir of the block's, once, at the first column
+// sliver (a sliver skipped there is skipped in every column), so the packing's reads overlap the
+// products before it.
 void macro_kernel(SgemmL1 l1, const SgemmKernels& g, std::int64_t mc, std::int64_t nc, std::int64_t kc,
                   const SgemmOperand& a, float* packed_a, const float* packed_b, float* c, std::int64_t ldc,
                   const BlockPosition& at) {
@@ -211,7 +212,6 @@ void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n
                                  : a.row_stride == 1 ? SgemmALayout::columns
                                                      : SgemmALayout::packed;
   const std::int64_t kc_max = std::min(sgemm_kc, k);
-  const bool copy_a = sgemm_copies_a(blocking, m, n, a, causal, threads);
   const std::int64_t nc_max = std::min(nc_block, round_up(n, g.nr));
   float* const pb = packed_b_buffer.reserve(kc_max * nc_max);
   if (causal == SgemmCausal::a_upper && m > k && !accumulate) {
@@ -229,6 +229,9 @@ void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n
     // This thread's rows of C, an even share: its last sliver may be short, and a tail kernel
     // (SgemmKernels::micro_tail) spends only its rows' FMAs on it.
     const std::int64_t row_begin = m * t / parts, row_end = m * (t + 1) / parts;
+    // Decided on the team's real size, the same in every thread, so all run the same loops (a nested
+    // or limited region may have fewer threads than asked for, each with more rows).
+    const bool copy_a = sgemm_copies_a(blocking, m, n, a, causal, parts);
     float* pa = nullptr;
     float* a_copy = nullptr;
     try {
@@ -236,9 +239,7 @@ void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n
       // the block's packed slivers for every column sliver.
       const std::int64_t a_rows = blocking.l1 == SgemmL1::a_sliver ? g.mr : std::min(mc_block, round_up(m, g.mr));
       pa = packed_a_buffer.reserve(a_rows * kc_max);
-      if (copy_a && (m + parts - 1) / parts <= sgemm_max_copied_rows) {
-        a_copy = copied_a_buffer.reserve((row_end - row_begin) * (kc_max + copied_a_pad));
-      }
+      if (copy_a) a_copy = copied_a_buffer.reserve((row_end - row_begin) * (kc_max + copied_a_pad));
     } catch (...) {
 #pragma omp critical(loom_sgemm_failure)
       {
@@ -272,9 +273,7 @@ void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n
                      {ic, jc, pc, m, causal, accumulate, a_layout});
       }
     };
-    // Decided on the team's real size (the same in every thread, so all run the same loops): a
-    // nested or limited region may have fewer threads than asked for, each with more rows.
-    if (!any_failed && copy_a && (m + parts - 1) / parts <= sgemm_max_copied_rows) {
+    if (!any_failed && copy_a) {
       // Passes outer: this thread's rows of each pass are copied once and read for every panel. Each
       // element of C still gets its passes in ascending order, so the same bits.
       const std::int64_t ld_copy = kc_max + copied_a_pad;

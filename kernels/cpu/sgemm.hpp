@@ -50,8 +50,7 @@ void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a, Sgemm
 // place whose rows are a multiple of 4 KiB apart, when it is read for more than one B panel, with at
 // most sgemm_max_copied_rows rows a thread (the buffer, kept by the thread for later GEMMs, is then
 // at most 6.25 MiB) and no causal mode. The passes then run outer, the panels inner; the bits are
-// the same either way. `threads` is the count asked for; a smaller team than that copies only when
-// its rows a thread are within the bound too.
+// the same either way. sgemm_blocked asks it with the size of the team it got.
 inline constexpr std::int64_t sgemm_max_copied_rows = 4096;
 bool sgemm_copies_a(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, SgemmOperand a,
                     SgemmCausal causal, int threads);
