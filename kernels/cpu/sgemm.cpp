@@ -168,12 +168,12 @@ bool block_in_triangle(SgemmCausal causal, std::int64_t row, std::int64_t mc, st
 }  // namespace
 
 // Rows a multiple of 4 KiB apart fall in the same L1 set (every L1 this engine runs on has 4 KiB per
-// way). Read in place, such an A is streamed from L3 again for every B panel, and measured 3-5%
+// way). Read in place, such an A is streamed from L3 again for every B panel, and measured 3-7%
 // slower than one a little wider (Zen 5, 1024 x 768 x 1024 against x 1152); copied, each element is
 // read from the caller's A once and the copy, rows 1600 bytes apart, for every panel. The copy is one
 // more read and write of A, paid back only by the panels after the first: with n under two panels
-// (Xeon's 672-column panels at n = 768 and 1024) it measured 3% slower, so it needs n >= 2 nc. In the
-// B-sliver order (AVX2 on Zen 5) it measured no faster, up to 4% slower.
+// (Xeon's 672-column panels at n = 768 and 1024) it measured 1-4% slower, so it needs n >= 2 nc. In
+// the B-sliver order (AVX2 on Zen 5) it measured no faster, up to 4% slower.
 bool sgemm_copies_a(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, SgemmOperand a,
                     SgemmCausal causal, int threads) {
   constexpr std::int64_t l1_way_bytes = 4096;

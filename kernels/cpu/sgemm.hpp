@@ -47,9 +47,9 @@ void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a, Sgemm
 
 // Whether sgemm_blocked copies A's rows before reading them, a pass (kc deep) at a time and each
 // thread its own rows, to a stride of min(k, kc) + 16 floats: in the A-sliver order, for an A read in
-// place whose rows are a multiple of 4 KiB apart, when it is read for at least two B panels' width of
-// columns (n >= 2 nc), with at most sgemm_max_copied_rows rows a thread (the buffer, kept by the thread for later GEMMs, is then
-// at most 6.25 MiB) and no causal mode. The passes then run outer, the panels inner; the bits are
+// place whose rows are a multiple of 4 KiB apart, when n is at least two B panels wide (n >= 2 nc),
+// with at most sgemm_max_copied_rows rows a thread (the buffer, kept by the thread for later GEMMs,
+// is then at most 6.25 MiB) and no causal mode. The passes then run outer, the panels inner; the bits are
 // the same either way. sgemm_blocked asks it with the size of the team it got.
 inline constexpr std::int64_t sgemm_max_copied_rows = 4096;
 bool sgemm_copies_a(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, SgemmOperand a,

@@ -179,8 +179,9 @@ TEST_CASE("the GEMM gives the same bits for every blocking, A read packed or in 
                         {150, 150, 150, false, false, SgemmCausal::c_lower},
                         {150, 40, 150, false, false, SgemmCausal::a_lower},
                         {150, 40, 150, true, false, SgemmCausal::a_upper},
-                        // Rows 4 KiB and 8 KiB apart: copied a pass at a time in the A-sliver order.
-                        {131, 70, 500, false, false, SgemmCausal::none, 1024},
+                        // Rows 4 KiB and 8 KiB apart: copied a pass at a time in the A-sliver order
+                        // where n >= 2 nc (n = 200: with one- and three-sliver panels in each tile).
+                        {131, 200, 500, false, false, SgemmCausal::none, 1024},
                         {45, 100, 900, false, true, SgemmCausal::none, 2048}};
   for (const Case& t : cases) {
     const std::int64_t lda = t.lda != 0 ? t.lda : t.trans_a ? t.m : t.k;
