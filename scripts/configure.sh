@@ -2,7 +2,9 @@
 # Configures loom into ${LOOM_BUILD_DIR:-build}. Shared by test.sh and quickstart.sh.
 # Honours LOOM_CUDA and LOOM_MPI (AUTO, ON, OFF), LOOM_BUILD_TESTS and LOOM_BUILD_BENCHMARKS (ON,
 # OFF; default ON) and LOOM_FUZZ_SECONDS (per fuzz target in the test suite; 0: none); warnings are
-# errors when CI=true.
+# errors when CI=true. Compiles C++ through ccache where it is installed (LOOM_CCACHE=OFF: not), so
+# another build of this checkout (CI's CPU-only build, the add_subdirectory consumer test) takes
+# every object whose preprocessed source and flags are the same from the one before.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build_dir=${LOOM_BUILD_DIR:-$root/build}
@@ -11,7 +13,13 @@ if [ "${CI:-}" = "true" ]; then werror=ON; fi
 generator=()
 if command -v ninja >/dev/null; then generator=(-G Ninja); fi
 if [ -f "$build_dir/CMakeCache.txt" ]; then generator=(); fi  # keep the generator it was made with
-cmake -S "$root" -B "$build_dir" "${generator[@]}" \
+launcher=()  # without ccache, a launcher the build directory already has is kept
+if [ "${LOOM_CCACHE:-ON}" = OFF ]; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=)
+elif command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+cmake -S "$root" -B "$build_dir" "${generator[@]}" "${launcher[@]}" \
   -DCMAKE_BUILD_TYPE=Release \
   -DLOOM_CUDA="${LOOM_CUDA:-AUTO}" \
   -DLOOM_MPI="${LOOM_MPI:-AUTO}" \

@@ -7,7 +7,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build git pkg-config
+  build-essential cmake ninja-build ccache git pkg-config
   libcli11-dev nlohmann-json3-dev zlib1g-dev libsodium-dev
   libopenmpi-dev openmpi-bin libgloo-dev
 )

@@ -7,7 +7,8 @@
 #                         CUDA toolkit, NCCL, cuDNN or MPI (CMAKE_DISABLE_FIND_PACKAGE_*, which
 #                         makes finding them an error, and no nvcc on its PATH);
 #   MODE=add_subdirectory builds CONSUMER_SOURCE_DIR/subdirectory, which adds loom's sources
-#                         (LOOM_SOURCE_DIR) as a subdirectory, with LOOM_CUDA / LOOM_MPI as given.
+#                         (LOOM_SOURCE_DIR) as a subdirectory, with LOOM_CUDA / LOOM_MPI as given
+#                         and the loom build's CXX_LAUNCHER and LOOM_WERROR.
 # Either fails unless the consumer prints EXPECTED_LINE.
 function(run_step description)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -43,7 +44,8 @@ elseif(MODE STREQUAL "add_subdirectory")
   run_step("configuring the consumer" ${CMAKE_COMMAND} -S "${CONSUMER_SOURCE_DIR}/subdirectory"
            -B "${WORK_DIR}/build" -G "${GENERATOR}" -DCMAKE_CXX_COMPILER=${CXX_COMPILER}
            -DCMAKE_BUILD_TYPE=Release -DLOOM_SOURCE_DIR=${LOOM_SOURCE_DIR} -DLOOM_CUDA=${LOOM_CUDA}
-           -DLOOM_MPI=${LOOM_MPI} -DCMAKE_CUDA_ARCHITECTURES=80)
+           -DLOOM_MPI=${LOOM_MPI} -DCMAKE_CUDA_ARCHITECTURES=80 "-DCMAKE_CXX_COMPILER_LAUNCHER=${CXX_LAUNCHER}"
+           -DLOOM_WERROR=${LOOM_WERROR})
 else()
   message(FATAL_ERROR "consumer test: MODE must be find_package, find_package_cpu or add_subdirectory, got '${MODE}'")
 endif()
