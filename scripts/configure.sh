@@ -13,12 +13,13 @@ if [ "${CI:-}" = "true" ]; then werror=ON; fi
 generator=()
 if command -v ninja >/dev/null; then generator=(-G Ninja); fi
 if [ -f "$build_dir/CMakeCache.txt" ]; then generator=(); fi  # keep the generator it was made with
-launcher=()  # without ccache, a launcher the build directory already has is kept
-if [ "${LOOM_CCACHE:-ON}" = OFF ]; then
-  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=)
-elif command -v ccache >/dev/null; then
-  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-fi
+# A launcher the build directory already has (ccache, or one the user chose) is kept.
+launcher=()
+existing=$(sed -n 's/^CMAKE_CXX_COMPILER_LAUNCHER:[A-Z]*=//p' "$build_dir/CMakeCache.txt" 2>/dev/null || true)
+case "${LOOM_CCACHE:-ON}" in
+  [Oo][Ff][Ff] | 0 | [Nn][Oo] | [Ff][Aa][Ll][Ss][Ee]) launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=) ;;
+  *) if [ -z "$existing" ] && command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi ;;
+esac
 cmake -S "$root" -B "$build_dir" "${generator[@]}" "${launcher[@]}" \
   -DCMAKE_BUILD_TYPE=Release \
   -DLOOM_CUDA="${LOOM_CUDA:-AUTO}" \

@@ -7,13 +7,13 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build ccache git pkg-config
+  build-essential cmake ninja-build git pkg-config
   libcli11-dev nlohmann-json3-dev zlib1g-dev libsodium-dev
   libopenmpi-dev openmpi-bin libgloo-dev
 )
 case "${1:-}" in
   --run) ;;
-  "") packages+=(libeigen3-dev catch2 libopenblas-dev qemu-user python3 python3-pip python3-prometheus-client python3-matplotlib python3-jsonschema python3-torch clang libclang-rt-14-dev) ;;
+  "") packages+=(ccache libeigen3-dev catch2 libopenblas-dev qemu-user python3 python3-pip python3-prometheus-client python3-matplotlib python3-jsonschema python3-torch clang libclang-rt-14-dev) ;;
   *) echo "install-deps: unknown argument '$1' (usage: install-deps.sh [--run])" >&2; exit 2 ;;
 esac
 
