@@ -2,9 +2,13 @@
 // its model-FLOPs utilisation against the machine's GEMM peak measured in the same run (loom's
 // GEMM at --peak-shape in the run's precision: the ceiling the step's GEMMs could reach here).
 // Model FLOPs per token: 6 x parameters + 12 x layers x width x sequence (the llm.c/PaLM rule).
+// The timed steps run in --rounds rounds, each followed by the peak GEMM, so the step and its
+// ceiling are timed moments apart: MFU is the median over rounds of the round's model FLOP rate
+// over the round's peak (a noisy VM can run a whole stretch 10-40% slow, and a peak timed once
+// then skews every step).
 // On the CPU it also runs PyTorch's step on the same model, batch and thread count
-// (benchmarks/peers/torch_gpt.py, when python3-torch is installed; --peer), in rounds alternating
-// with loom's timed steps, and reports loom's tokens/s against it.
+// (benchmarks/peers/torch_gpt.py, when python3-torch is installed; --peer), in the same rounds,
+// and reports loom's tokens/s against it.
 //
 // --activation-checkpointing none,selective,full also measures each mode on its own model in the same run
 // (their steps alternating): tokens/s, the step time against `none`, and on the CPU the
@@ -130,7 +134,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"off", "phases", "trace", "nvml"}));
   app.add_option("--peer", peer, "PyTorch's step on the same model in the same run: auto (on the CPU when "
                  "python3-torch is installed), torch (required) or none")->check(CLI::IsMember({"auto", "torch", "none"}));
-  app.add_option("--rounds", rounds, "with a peer: rounds of loom's timed steps alternating with the peer's runs")
+  app.add_option("--rounds", rounds, "rounds of loom's timed steps, each followed by the peak GEMM (and the peer's run, "
+                 "with a peer)")
       ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
@@ -150,19 +155,9 @@ int main(int argc, char** argv) {
     const bool want_peer = peer == "torch" || (peer == "auto" && !device.is_cuda());
     loom::require(!(peer == "torch" && device.is_cuda()), "train_bench: the PyTorch peer runs on the CPU only");
     const loom::bench::TorchPeerRequest request{config, batch, steps, warmup, 1, omp_get_max_threads()};
-    std::vector<double> seconds, peer_tokens;
+    std::vector<double> seconds, peer_tokens, round_peaks, round_mfus;
     std::string peer_absent = want_peer ? "" : "not asked for";
     std::optional<nlohmann::json> peer_record;
-    const int timed_rounds = want_peer ? rounds : 1;
-    for (int round = 0; round < timed_rounds; ++round) {
-      const int round_steps = steps * (round + 1) / timed_rounds - steps * round / timed_rounds;
-      for (int i = 0; i < round_steps; ++i) seconds.push_back(trainer.step().seconds);
-      if (!want_peer || !peer_absent.empty()) continue;
-      peer_record = loom::bench::run_torch_peer(request, peer_absent);
-      if (peer_record) peer_tokens.push_back((*peer_record)["tokens_per_s"].get<double>());
-    }
-    loom::require(peer != "torch" || peer_absent.empty(), "train_bench: --peer torch: ", peer_absent);
-    const double step_seconds = loom::bench::median(seconds);
     const double tokens = static_cast<double>(batch * config.context);
     const double model_flops = tokens * config.training_flops_per_token(config.context);
 
@@ -173,9 +168,25 @@ int main(int argc, char** argv) {
     loom::kernels::GemmOptions gemm;
     gemm.precision = precision.gemm;
     const loom::Stream stream(device);
-    const double gemm_seconds = loom::bench::median_seconds([&] { loom::kernels::gemm(a, b, c, gemm, stream); }, 5, stream);
-    const double peak = 2.0 * static_cast<double>(peak_shape) * peak_shape * peak_shape / gemm_seconds;
-
+    const double gemm_flops = 2.0 * static_cast<double>(peak_shape) * peak_shape * peak_shape;
+    const int timed_rounds = std::min(rounds, steps);
+    for (int round = 0; round < timed_rounds; ++round) {
+      const int round_steps = steps * (round + 1) / timed_rounds - steps * round / timed_rounds;
+      std::vector<double> round_seconds;
+      for (int i = 0; i < round_steps; ++i) round_seconds.push_back(trainer.step().seconds);
+      seconds.insert(seconds.end(), round_seconds.begin(), round_seconds.end());
+      const double round_peak =
+          gemm_flops / loom::bench::median_seconds([&] { loom::kernels::gemm(a, b, c, gemm, stream); }, 3, stream);
+      round_peaks.push_back(round_peak);
+      round_mfus.push_back(model_flops / loom::bench::median(round_seconds) / round_peak);
+      if (!want_peer || !peer_absent.empty()) continue;
+      peer_record = loom::bench::run_torch_peer(request, peer_absent);
+      if (peer_record) peer_tokens.push_back((*peer_record)["tokens_per_s"].get<double>());
+    }
+    loom::require(peer != "torch" || peer_absent.empty(), "train_bench: --peer torch: ", peer_absent);
+    const double step_seconds = loom::bench::median(seconds);
+    const double peak = loom::bench::median(round_peaks);
+    const double mfu = loom::bench::median(round_mfus);
     const double achieved = model_flops / step_seconds;
     const nlohmann::json cpu = loom::bench::cpu_description();
     std::printf("%s\n", loom::to_string(loom::build_info()).c_str());
@@ -196,7 +207,9 @@ int main(int argc, char** argv) {
     std::printf("%-28s %12.0f\n", "tokens/s", tokens / step_seconds);
     std::printf("%-28s %12.2f\n", "model GFLOP/s", achieved / 1e9);
     std::printf("%-28s %12.2f\n", "GEMM peak GFLOP/s (baseline)", peak / 1e9);
-    std::printf("%-28s %11.1f%%\n", "MFU vs measured GEMM peak", 100.0 * achieved / peak);
+    std::printf("%-28s %11.1f%%  (rounds: %.1f%% to %.1f%%)\n", "MFU vs measured GEMM peak", 100.0 * mfu,
+                100.0 * *std::min_element(round_mfus.begin(), round_mfus.end()),
+                100.0 * *std::max_element(round_mfus.begin(), round_mfus.end()));
     const double peer_tokens_per_s = peer_tokens.empty() ? 0.0 : loom::bench::median(peer_tokens);
     if (peer_tokens_per_s > 0) {
       const std::string label = "PyTorch " + (*peer_record)["torch"].get<std::string>() + " tokens/s";
@@ -213,7 +226,8 @@ int main(int argc, char** argv) {
                         {"peak_shape", peak_shape}, {"threads", omp_get_max_threads()}, {"rounds", timed_rounds}});
     record["rows"].push_back({{"step_ms", step_seconds * 1e3}, {"tokens_per_s", tokens / step_seconds},
                               {"model_gflops", achieved / 1e9}, {"gemm_peak_gflops", peak / 1e9},
-                              {"mfu", achieved / peak}});
+                              {"mfu", mfu}, {"mfu_rounds", round_mfus}});
+    for (const double round_peak : round_peaks) record["rows"][0]["gemm_peak_gflops_rounds"].push_back(round_peak / 1e9);
     if (peer_tokens_per_s > 0) {
       record["rows"][0]["torch_tokens_per_s"] = peer_tokens_per_s;
       record["rows"][0]["vs_torch"] = tokens / step_seconds / peer_tokens_per_s;
