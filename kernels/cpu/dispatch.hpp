@@ -84,8 +84,11 @@ struct CpuKernels {
   // LayerNorm over `rows` contiguous rows of `channels`.
   void (*layernorm_forward)(const float* x, const float* weight, const float* bias, float* out, float* mean,
                             float* rstd, std::int64_t rows, std::int64_t channels, float eps) = nullptr;
+  // dx = LayerNorm's input gradient, plus residual (same layout as dx) when it is not null: the sum
+  // is the one `add` gives, so fusing it changes no bit.
   void (*layernorm_backward)(const float* dout, const float* x, const float* weight, const float* mean,
-                             const float* rstd, float* dx, std::int64_t rows, std::int64_t channels) = nullptr;
+                             const float* rstd, const float* residual, float* dx, std::int64_t rows,
+                             std::int64_t channels) = nullptr;
   // dweight[c] = sum over rows of norm(x) dout, dbias[c] = sum of dout, rows in order, for the
   // channels [0, count) of rows `stride` apart starting at the given pointers.
   void (*layernorm_param_grads)(const float* dout, const float* x, const float* mean, const float* rstd,

@@ -157,7 +157,7 @@ void layernorm_forward(const float* x, const float* weight, const float* bias, f
 
 template <class V>
 void layernorm_backward(const float* dout, const float* x, const float* weight, const float* mean, const float* rstd,
-                        float* dx, std::int64_t rows, std::int64_t channels) {
+                        const float* residual, float* dx, std::int64_t rows, std::int64_t channels) {
   const auto c = static_cast<float>(channels);
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * channels;
@@ -173,10 +173,12 @@ void layernorm_backward(const float* dout, const float* x, const float* weight, 
     });
     const V dnorm_mean = V::broadcast(dnorm_sum.sum() / c), dnorm_norm_mean = V::broadcast(dnorm_norm_sum.sum() / c);
     float* o = dx + r * channels;
+    const float* res = residual != nullptr ? residual + r * channels : nullptr;
     for_blocks<V>(channels, [&](std::int64_t i, int count) {
       const V norm = (load<V>(xr + i, count) - mv) * sv;
       const V dnorm = load<V>(gr + i, count) * load<V>(weight + i, count);
-      store((dnorm - dnorm_mean - norm * dnorm_norm_mean) * sv, o + i, count);
+      const V grad = (dnorm - dnorm_mean - norm * dnorm_norm_mean) * sv;
+      store(res != nullptr ? load<V>(res + i, count) + grad : grad, o + i, count);
     });
   }
 }

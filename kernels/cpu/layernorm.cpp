@@ -61,7 +61,8 @@ void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias
 }
 
 void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                        const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
+                        const Tensor& rstd, const Tensor& residual, const Tensor& dx, const Tensor& dweight,
+                        const Tensor& dbias) {
   const std::int64_t channels = x.size(-1), rows = x.numel() / channels;
   const std::int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
   const float* mean_in = mean.data<float>();
@@ -91,10 +92,24 @@ void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weigh
 #pragma omp for
       for (std::int64_t blk = 0; blk < blocks; ++blk) {
         const std::int64_t r = blk * rows_per_block, count = std::min(rows_per_block, rows - r);
-        float* o = result.data();
-        if constexpr (std::is_same_v<T, float>) o = dx.data<float>() + r * channels;
-        k.layernorm_backward(gs + r * channels, xs + r * channels, w, mean_in + r, rstd_in + r, o, count, channels);
-        if constexpr (!std::is_same_v<T, float>) from_f32(result.data(), dx.data<T>() + r * channels, count * channels);
+        if constexpr (std::is_same_v<T, float>) {
+          const float* res = residual.defined() ? residual.data<float>() + r * channels : nullptr;
+          k.layernorm_backward(gs + r * channels, xs + r * channels, w, mean_in + r, rstd_in + r, res,
+                               dx.data<float>() + r * channels, count, channels);
+        } else {
+          k.layernorm_backward(gs + r * channels, xs + r * channels, w, mean_in + r, rstd_in + r, nullptr,
+                               result.data(), count, channels);
+          T* o = dx.data<T>() + r * channels;
+          if (residual.defined()) {
+            // Rounded to T first, then added as residual_add adds two T tensors: the same bits.
+            const T* res = residual.data<T>() + r * channels;
+            for (std::int64_t i = 0; i < count * channels; ++i) {
+              o[i] = from_f32<T>(to_f32(res[i]) + to_f32(from_f32<T>(result[static_cast<std::size_t>(i)])));
+            }
+          } else {
+            from_f32(result.data(), o, count * channels);
+          }
+        }
       }
       // Parameter gradients: each thread a range of whole 16-channel blocks, all rows in order.
       const int t = omp_get_thread_num(), parts = omp_get_num_threads();

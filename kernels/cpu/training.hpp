@@ -17,8 +17,10 @@ void residual_add(const Tensor& a, const Tensor& b, const Tensor& out);
 void cast(const Tensor& src, const Tensor& dst, const CastOptions& options);
 void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
                        const Tensor& mean, const Tensor& rstd, float eps);
+// residual: undefined, or added to dx (kernels::layernorm_backward_residual).
 void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                        const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias);
+                        const Tensor& rstd, const Tensor& residual, const Tensor& dx, const Tensor& dweight,
+                        const Tensor& dbias);
 void softmax_forward(const Tensor& x, const Tensor& out, bool causal);
 void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx);
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses,

@@ -64,10 +64,12 @@ void residual_layernorm_forward(const Tensor& a, const Tensor& b, const Tensor& 
                    [&](void* s) { cuda::residual_layernorm_forward(a, b, sum, weight, bias, out, mean, rstd, eps, s); });
 }
 
-void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                        const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-                        StreamRef stream) {
-  const char* kernel = "layernorm_backward";
+namespace {
+
+// Both entry points: `residual` undefined for layernorm_backward.
+void layernorm_backward_impl(const char* kernel, const Tensor& dout, const Tensor& x, const Tensor& weight,
+                             const Tensor& mean, const Tensor& rstd, const Tensor& residual, const Tensor& dx,
+                             const Tensor& dweight, const Tensor& dbias, StreamRef stream) {
   const Device device = detail::common_device(kernel, {{"dout", dout}, {"x", x}, {"weight", weight}, {"mean", mean},
                                                        {"rstd", rstd}, {"dx", dx}, {"dweight", dweight},
                                                        {"dbias", dbias}});
@@ -90,9 +92,36 @@ void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weigh
     detail::require_dtype(kernel, stat, DType::f32);
     detail::require_numel(kernel, stat, x.numel() / channels);
   }
+  if (residual.defined()) {
+    detail::common_device(kernel, {{"x", x}, {"residual", residual}});
+    detail::require_same_dtype(kernel, {{"x", x}, {"residual", residual}});
+    detail::require_shape(kernel, {"residual", residual}, x.shape());
+    require(!residual.shares_storage_with(dx), kernel, ": residual must not share storage with dx");
+  }
   detail::dispatch(
-      kernel, device, stream, [&] { cpu::layernorm_backward(dout, x, weight, mean, rstd, dx, dweight, dbias); },
-      [&](void* s) { cuda::layernorm_backward(dout, x, weight, mean, rstd, dx, dweight, dbias, s); });
+      kernel, device, stream,
+      [&] { cpu::layernorm_backward(dout, x, weight, mean, rstd, residual, dx, dweight, dbias); },
+      [&](void* s) {
+        cuda::layernorm_backward(dout, x, weight, mean, rstd, dx, dweight, dbias, s);
+        // (a second pass on a GPU: the same additions as residual_add)
+        if (residual.defined()) cuda::residual_add(residual, dx, dx, s);
+      });
+}
+
+}  // namespace
+
+void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                        const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                        StreamRef stream) {
+  layernorm_backward_impl("layernorm_backward", dout, x, weight, mean, rstd, Tensor(), dx, dweight, dbias, stream);
+}
+
+void layernorm_backward_residual(const Tensor& dout, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                 const Tensor& rstd, const Tensor& residual, const Tensor& dx, const Tensor& dweight,
+                                 const Tensor& dbias, StreamRef stream) {
+  require(residual.defined(), "layernorm_backward_residual: 'residual' is undefined");
+  layernorm_backward_impl("layernorm_backward_residual", dout, x, weight, mean, rstd, residual, dx, dweight, dbias,
+                          stream);
 }
 
 }  // namespace loom::kernels

@@ -62,7 +62,7 @@ void TransformerBlock::release_activations(ActivationCheckpointing mode) {
   ln2_.release_activations();
   fc_.release_activations();
   fc_proj_.release_activations();
-  for (Tensor* t : {&hidden_, &dhidden_, &dx_}) detail::release(*t);
+  detail::release(hidden_);
 }
 
 void TransformerBlock::recompute(ActivationCheckpointing mode, StreamRef stream) {
@@ -91,14 +91,11 @@ Tensor TransformerBlock::forward(const Tensor& x, StreamRef stream) {
 }
 
 Tensor TransformerBlock::backward(const Tensor& dy, StreamRef stream) {
-  detail::ensure_buffer(dhidden_, dy.shape(), precision_.storage, dy.device());
-  detail::ensure_buffer(dx_, dy.shape(), precision_.storage, dy.device());
-  // The residual passes dy straight through; the MLP branch adds its part.
-  const Tensor dmlp_in = ln2_.backward(fc_.backward(fc_proj_.backward(dy, stream), stream), stream);
-  kernels::residual_add(dy, dmlp_in, dhidden_, stream);
-  const Tensor dattn_in = ln1_.backward(attn_.backward(dhidden_, stream), stream);
-  kernels::residual_add(dhidden_, dattn_in, dx_, stream);
-  return dx_;
+  // The residual passes dy straight through and each branch adds its part, in its LayerNorm's
+  // backward pass: dhidden = dy + ln2'(mlp'(dy)) in ln2's dx buffer, dx = dhidden + ln1'(attn'(dhidden))
+  // in ln1's.
+  const Tensor dhidden = ln2_.backward_residual(fc_.backward(fc_proj_.backward(dy, stream), stream), dy, stream);
+  return ln1_.backward_residual(attn_.backward(dhidden, stream), dhidden, stream);
 }
 
 }  // namespace loom::nn

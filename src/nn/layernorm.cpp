@@ -66,7 +66,9 @@ Tensor LayerNorm::forward_residual(const Tensor& a, const Tensor& b, const Tenso
   return output_.view(a.shape());
 }
 
-Tensor LayerNorm::backward(const Tensor& dy, StreamRef stream) {
+Tensor LayerNorm::backward(const Tensor& dy, StreamRef stream) { return backward_residual(dy, Tensor(), stream); }
+
+Tensor LayerNorm::backward_residual(const Tensor& dy, const Tensor& dresidual, StreamRef stream) {
   require(input_.defined(), "LayerNorm '", weight_.name(), "': backward before forward");
   detail::require_grad_storage(weight_);
   detail::require_grad_storage(bias_);
@@ -74,8 +76,15 @@ Tensor LayerNorm::backward(const Tensor& dy, StreamRef stream) {
   require(dy_rows.shape() == input_.shape(), "LayerNorm '", weight_.name(), "': dy ", dy,
           " does not match the forward input");
   detail::ensure_buffer(dx_, input_.shape(), precision_.storage, weight_.device());
-  kernels::layernorm_backward(dy_rows, input_, weight_.value(), mean_, rstd_, dx_, weight_.grad(), bias_.grad(),
-                              stream);
+  if (dresidual.defined()) {
+    require(dresidual.shape() == dy.shape(), "LayerNorm '", weight_.name(), "': the residual gradient ", dresidual,
+            " does not match dy ", dy);
+    kernels::layernorm_backward_residual(dy_rows, input_, weight_.value(), mean_, rstd_, detail::as_rows(dresidual),
+                                         dx_, weight_.grad(), bias_.grad(), stream);
+  } else {
+    kernels::layernorm_backward(dy_rows, input_, weight_.value(), mean_, rstd_, dx_, weight_.grad(), bias_.grad(),
+                                stream);
+  }
   weight_.mark_grad_ready(stream);
   bias_.mark_grad_ready(stream);
   return dx_.view(dy.shape());

@@ -27,4 +27,13 @@ void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weigh
                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                         StreamRef stream = {});
 
+// layernorm_backward with the gradient that reaches the LayerNorm's input along a residual branch
+// added: dx = residual + LayerNorm's input gradient. The same bits as layernorm_backward then
+// residual_add(residual, dx, dx) on the same device; on the CPU the sum is made while dx is
+// written, saving a pass over three tensors. residual: like x, one dtype with it; it must not
+// share storage with dx.
+void layernorm_backward_residual(const Tensor& dout, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                 const Tensor& rstd, const Tensor& residual, const Tensor& dx, const Tensor& dweight,
+                                 const Tensor& dbias, StreamRef stream = {});
+
 }  // namespace loom::kernels

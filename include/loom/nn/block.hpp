@@ -60,7 +60,7 @@ class TransformerBlock {
   LayerNorm ln2_;
   ColumnParallelLinear fc_;
   RowParallelLinear fc_proj_;
-  Tensor input_, hidden_, output_, dhidden_, dx_;
+  Tensor input_, hidden_, output_;  // (backward's gradients live in ln1_'s and ln2_'s dx buffers)
 };
 
 }  // namespace loom::nn

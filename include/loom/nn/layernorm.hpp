@@ -24,6 +24,10 @@ class LayerNorm {
   Tensor forward_residual(const Tensor& a, const Tensor& b, const Tensor& sum, StreamRef stream = {});
   // Accumulates the weight and bias gradients, marks them ready, returns dx (a buffer).
   Tensor backward(const Tensor& dy, StreamRef stream = {});
+  // backward(dy) plus the gradient that reaches the input along a residual branch, in one pass
+  // on the CPU (kernels::layernorm_backward_residual): the same bits as residual_add(dresidual,
+  // backward(dy)). dresidual is shaped like the input and must not be this LayerNorm's dx buffer.
+  Tensor backward_residual(const Tensor& dy, const Tensor& dresidual, StreamRef stream = {});
 
   Parameter& weight() noexcept { return weight_; }
   Parameter& bias() noexcept { return bias_; }

@@ -159,10 +159,16 @@ TEST_CASE("every CPU kernel variant computes the portable variant's bits: LayerN
       std::vector<float> out(x.size()), mean(rows), rstd(rows), dx(x.size()), dw(w.size()), db(w.size());
       kernels.layernorm_forward(x.data(), w.data(), b.data(), out.data(), mean.data(), rstd.data(), rows, channels,
                                 1e-5f);
-      kernels.layernorm_backward(g.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(), rows, channels);
+      kernels.layernorm_backward(g.data(), x.data(), w.data(), mean.data(), rstd.data(), nullptr, dx.data(), rows, channels);
       kernels.layernorm_param_grads(g.data(), x.data(), mean.data(), rstd.data(), rows, channels, channels, dw.data(),
                                     db.data());
-      return std::vector<std::vector<float>>{out, mean, rstd, dx, dw, db};
+      // With a residual gradient: dx plus it, the bits `add` gives.
+      std::vector<float> fused(x.size()), added(x.size());
+      kernels.layernorm_backward(g.data(), x.data(), w.data(), mean.data(), rstd.data(), out.data(), fused.data(), rows,
+                                 channels);
+      kernels.add(out.data(), dx.data(), added.data(), rows * channels);
+      REQUIRE(same_bits(fused, added));
+      return std::vector<std::vector<float>>{out, mean, rstd, dx, dw, db, fused};
     };
     const auto ln = layernorm(k), ln_ref = layernorm(ref);
     for (std::size_t i = 0; i < ln.size(); ++i) {

@@ -132,3 +132,42 @@ TEST_CASE("residual_layernorm_forward is residual_add then layernorm_forward, bi
   CHECK_THROWS_MATCHES(loom::kernels::residual_layernorm_forward(a, a, a, w, w, out, stat, stat), loom::Error,
                        loom::test::IsError(loom::ErrorCategory::invalid_argument, {"sum must not share storage"}));
 }
+
+TEST_CASE("layernorm_backward_residual is layernorm_backward then residual_add, bit for bit", "[kernels][layernorm]") {
+  std::mt19937 rng(59);
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    INFO(dtype);
+    // 70 rows: more than one block of rows, so threads split them; 96 channels: a partial vector.
+    const auto x = loom::test::random_tensor({70, 96}, dtype, rng), dout = loom::test::random_tensor({70, 96}, dtype, rng);
+    const auto residual = loom::test::random_tensor({70, 96}, dtype, rng);
+    const auto w = loom::test::random_tensor({96}, dtype, rng), bias = loom::test::random_tensor({96}, dtype, rng);
+    const Tensor out = Tensor::empty({70, 96}, dtype);
+    const Tensor mean = Tensor::empty({70}, DType::f32), rstd = Tensor::empty({70}, DType::f32);
+    loom::kernels::layernorm_forward(x.tensor, w.tensor, bias.tensor, out, mean, rstd);
+    const Tensor dx = Tensor::empty({70, 96}, dtype), dw = Tensor::zeros({96}, DType::f32), db = Tensor::zeros({96}, DType::f32);
+    loom::kernels::layernorm_backward_residual(dout.tensor, x.tensor, w.tensor, mean, rstd, residual.tensor, dx, dw, db);
+    const Tensor dx2 = Tensor::empty({70, 96}, dtype), sum2 = Tensor::empty({70, 96}, dtype);
+    const Tensor dw2 = Tensor::zeros({96}, DType::f32), db2 = Tensor::zeros({96}, DType::f32);
+    loom::kernels::layernorm_backward(dout.tensor, x.tensor, w.tensor, mean, rstd, dx2, dw2, db2);
+    loom::kernels::residual_add(residual.tensor, dx2, sum2);
+    CHECK(loom::test::as_doubles(dx) == loom::test::as_doubles(sum2));
+    CHECK(dw.to_vector<float>() == dw2.to_vector<float>());
+    CHECK(db.to_vector<float>() == db2.to_vector<float>());
+    // The residual really is added: against the plain gradient, every element differs by it.
+    const auto plain = loom::test::as_doubles(dx2), fused = loom::test::as_doubles(dx), r = loom::test::as_doubles(residual.tensor);
+    for (std::size_t i = 0; i < plain.size(); ++i) REQUIRE(fused[i] == Approx(plain[i] + r[i]).margin(0.02).epsilon(0.02));
+  }
+  const Tensor x = Tensor::zeros({2, 8}, DType::f32), w = Tensor::zeros({8}, DType::f32);
+  const Tensor stat = Tensor::zeros({2}, DType::f32), g = Tensor::zeros({8}, DType::f32);
+  const Tensor dout = Tensor::zeros({2, 8}, DType::f32), dx = Tensor::empty({2, 8}, DType::f32);
+  CHECK_THROWS_MATCHES(loom::kernels::layernorm_backward_residual(dout, x, w, stat, stat, dx, dx, g, g), loom::Error,
+                       loom::test::IsError(loom::ErrorCategory::invalid_argument, {"residual must not share storage with dx"}));
+  CHECK_THROWS_MATCHES(
+      loom::kernels::layernorm_backward_residual(dout, x, w, stat, stat, Tensor::zeros({2, 4}, DType::f32), dx, g, g),
+      loom::Error, loom::test::IsError(loom::ErrorCategory::invalid_argument, {"residual"}));
+  CHECK_THROWS_MATCHES(
+      loom::kernels::layernorm_backward_residual(dout, x, w, stat, stat, Tensor::zeros({2, 8}, DType::bf16), dx, g, g),
+      loom::Error, loom::test::IsError(loom::ErrorCategory::invalid_argument, {"residual"}));
+  CHECK_THROWS_MATCHES(loom::kernels::layernorm_backward_residual(dout, x, w, stat, stat, Tensor(), dx, g, g), loom::Error,
+                       loom::test::IsError(loom::ErrorCategory::invalid_argument, {"'residual' is undefined"}));
+}
