@@ -5,7 +5,8 @@
 // The timed steps run in --rounds rounds, each followed by the peak GEMM, so the step and its
 // ceiling are timed moments apart: MFU is the median over rounds of the round's model FLOP rate
 // over the round's peak (a noisy VM can run a whole stretch 10-40% slow, and a peak timed once
-// then skews every step).
+// then skews every step). So the JSON's `mfu` is not model_gflops / gemm_peak_gflops (the medians of
+// all steps and of the rounds' peaks) but the median of `mfu_rounds`.
 // On the CPU it also runs PyTorch's step on the same model, batch and thread count
 // (benchmarks/peers/torch_gpt.py, when python3-torch is installed; --peer), in the same rounds,
 // and reports loom's tokens/s against it.

@@ -96,7 +96,10 @@ void layernorm_backward_impl(const char* kernel, const Tensor& dout, const Tenso
     detail::common_device(kernel, {{"x", x}, {"residual", residual}});
     detail::require_same_dtype(kernel, {{"x", x}, {"residual", residual}});
     detail::require_shape(kernel, {"residual", residual}, x.shape());
-    require(!residual.shares_storage_with(dx), kernel, ": residual must not share storage with dx");
+    // (on a GPU the residual is read after dx, dweight and dbias are written)
+    require(!residual.shares_storage_with(dx) && !residual.shares_storage_with(dweight) &&
+                !residual.shares_storage_with(dbias),
+            kernel, ": residual must not share storage with dx, dweight or dbias");
   }
   detail::dispatch(
       kernel, device, stream,

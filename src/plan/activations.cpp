@@ -19,10 +19,10 @@ ActivationBytes predict_activations(const ActivationShape& shape) {
   for (std::int64_t l = 0; l < m.layers; ++l) (m.checkpointed(l) ? kept_checkpointed : kept_none) += 1;
   const bool selective = m.checkpointing == nn::ActivationCheckpointing::selective;
   // Units of s N C, with the tensor-split buffers counted in 1/t (24 / t = 24 units split t ways).
-  const double per_none = 12.0 + 24.0 / static_cast<double>(t);
+  const double per_none = 10.0 + 24.0 / static_cast<double>(t);
   double per_checkpointed = 1, once = 4;
   if (selective) per_checkpointed = 2.0 + (shape.cpu ? 8.0 : 12.0) / static_cast<double>(t);
-  if (kept_checkpointed > 0) once += selective ? 8.0 + 16.0 / static_cast<double>(t) : per_none;
+  if (kept_checkpointed > 0) once += selective ? 7.0 + 16.0 / static_cast<double>(t) : per_none;
   ActivationBytes out;
   const double units = per_none * static_cast<double>(kept_none) +
                        per_checkpointed * static_cast<double>(kept_checkpointed) + once;

@@ -31,7 +31,7 @@ void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weigh
 // added: dx = residual + LayerNorm's input gradient. The same bits as layernorm_backward then
 // residual_add(residual, dx, dx) on the same device; on the CPU the sum is made while dx is
 // written, saving a pass over three tensors. residual: like x, one dtype with it; it must not
-// share storage with dx.
+// share storage with dx, dweight or dbias.
 void layernorm_backward_residual(const Tensor& dout, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                  const Tensor& rstd, const Tensor& residual, const Tensor& dx, const Tensor& dweight,
                                  const Tensor& dbias, StreamRef stream = {});

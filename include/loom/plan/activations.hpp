@@ -7,16 +7,19 @@
 // fit of 192 measured CPU runs (2 and 4 layers, width 64 and 128, context 32 and 64, batch 4 and
 // 8, vocabulary 64 and 256, fp32 and bf16, every checkpointing mode; largest error 0.2%) and of
 // 48 runs at tensor parallelism 2 and 4, and they match the buffers each block allocates
-// (benchmarks/results/activation-fit-zen4-2026-12-04.txt). With N = B x T tokens, s the storage
-// dtype's bytes, t the tensor-parallel ranks and a block's [N, C] buffers counted in units of s N C:
+// (benchmarks/results/activation-fit-zen4-2026-12-04.txt). Since 6621e81 a block's backward keeps
+// its gradients in its LayerNorms' dx buffers: two units fewer per block (none, full), one fewer in
+// selective's recomputed block, re-checked on unit/plan/test_activations.cpp's 7 cases (within
+// 0.8%). With N = B x T tokens, s the storage dtype's bytes, t the tensor-parallel ranks and a
+// block's [N, C] buffers counted in units of s N C:
 //
-//   kept per block      none 12 + 24/t      (ln1, qkv 3/t, heads 1/t, proj, hidden, ln2, fc 4/t and
+//   kept per block      none 10 + 24/t      (ln1, qkv 3/t, heads 1/t, proj, hidden, ln2, fc 4/t and
 //                                             GELU 4/t, fc_proj, output, and their gradients)
 //                       selective 2 + 8/t   (hidden, output, qkv, heads and the fc pre-activation;
 //                                             + 4/t where the GELU is not recomputed: CUDA)
 //                       full 1              (the block's output)
-//   once, if any block is checkpointed: one block's recomputed buffers, selective 8 + 16/t,
-//                       full 12 + 24/t; and 4 for the embedding and final norm in every mode
+//   once, if any block is checkpointed: one block's recomputed buffers, selective 7 + 16/t,
+//                       full 10 + 24/t; and 4 for the embedding and final norm in every mode
 //   attention probabilities s B (H/t) T^2 per stored-attention block kept (and once while one
 //                       is recomputed); the fused kernel keeps 4 B (H/t) T bytes of row statistics
 //   LayerNorm statistics 32 N bytes per kept block (16 under selective)

@@ -137,17 +137,18 @@ TEST_CASE("layernorm_backward_residual is layernorm_backward then residual_add, 
   std::mt19937 rng(59);
   for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
     INFO(dtype);
-    // 70 rows: more than one block of rows, so threads split them; 96 channels: a partial vector.
-    const auto x = loom::test::random_tensor({70, 96}, dtype, rng), dout = loom::test::random_tensor({70, 96}, dtype, rng);
-    const auto residual = loom::test::random_tensor({70, 96}, dtype, rng);
-    const auto w = loom::test::random_tensor({96}, dtype, rng), bias = loom::test::random_tensor({96}, dtype, rng);
-    const Tensor out = Tensor::empty({70, 96}, dtype);
-    const Tensor mean = Tensor::empty({70}, DType::f32), rstd = Tensor::empty({70}, DType::f32);
+    // 400 x 100: more elements than the CPU kernels' threading threshold (32 Ki), so the rows are split
+    // over the threads where there are several; 100 channels end in a partial 16-lane block.
+    const auto x = loom::test::random_tensor({400, 100}, dtype, rng), dout = loom::test::random_tensor({400, 100}, dtype, rng);
+    const auto residual = loom::test::random_tensor({400, 100}, dtype, rng);
+    const auto w = loom::test::random_tensor({100}, dtype, rng), bias = loom::test::random_tensor({100}, dtype, rng);
+    const Tensor out = Tensor::empty({400, 100}, dtype);
+    const Tensor mean = Tensor::empty({400}, DType::f32), rstd = Tensor::empty({400}, DType::f32);
     loom::kernels::layernorm_forward(x.tensor, w.tensor, bias.tensor, out, mean, rstd);
-    const Tensor dx = Tensor::empty({70, 96}, dtype), dw = Tensor::zeros({96}, DType::f32), db = Tensor::zeros({96}, DType::f32);
+    const Tensor dx = Tensor::empty({400, 100}, dtype), dw = Tensor::zeros({100}, DType::f32), db = Tensor::zeros({100}, DType::f32);
     loom::kernels::layernorm_backward_residual(dout.tensor, x.tensor, w.tensor, mean, rstd, residual.tensor, dx, dw, db);
-    const Tensor dx2 = Tensor::empty({70, 96}, dtype), sum2 = Tensor::empty({70, 96}, dtype);
-    const Tensor dw2 = Tensor::zeros({96}, DType::f32), db2 = Tensor::zeros({96}, DType::f32);
+    const Tensor dx2 = Tensor::empty({400, 100}, dtype), sum2 = Tensor::empty({400, 100}, dtype);
+    const Tensor dw2 = Tensor::zeros({100}, DType::f32), db2 = Tensor::zeros({100}, DType::f32);
     loom::kernels::layernorm_backward(dout.tensor, x.tensor, w.tensor, mean, rstd, dx2, dw2, db2);
     loom::kernels::residual_add(residual.tensor, dx2, sum2);
     CHECK(loom::test::as_doubles(dx) == loom::test::as_doubles(sum2));
@@ -162,6 +163,11 @@ TEST_CASE("layernorm_backward_residual is layernorm_backward then residual_add, 
   const Tensor dout = Tensor::zeros({2, 8}, DType::f32), dx = Tensor::empty({2, 8}, DType::f32);
   CHECK_THROWS_MATCHES(loom::kernels::layernorm_backward_residual(dout, x, w, stat, stat, dx, dx, g, g), loom::Error,
                        loom::test::IsError(loom::ErrorCategory::invalid_argument, {"residual must not share storage with dx"}));
+  const Tensor wide = Tensor::zeros({8}, DType::f32), dw = Tensor::zeros({8}, DType::f32);
+  const Tensor x1 = Tensor::zeros({8}, DType::f32), d1 = Tensor::zeros({8}, DType::f32), dx1 = Tensor::empty({8}, DType::f32);
+  const Tensor stat1 = Tensor::zeros({1}, DType::f32);
+  CHECK_THROWS_MATCHES(loom::kernels::layernorm_backward_residual(d1, x1, wide, stat1, stat1, dw, dx1, dw, g), loom::Error,
+                       loom::test::IsError(loom::ErrorCategory::invalid_argument, {"dweight or dbias"}));
   CHECK_THROWS_MATCHES(
       loom::kernels::layernorm_backward_residual(dout, x, w, stat, stat, Tensor::zeros({2, 4}, DType::f32), dx, g, g),
       loom::Error, loom::test::IsError(loom::ErrorCategory::invalid_argument, {"residual"}));
