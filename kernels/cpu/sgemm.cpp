@@ -185,7 +185,7 @@ bool sgemm_copies_a(const SgemmBlocking& blocking, std::int64_t m, std::int64_t 
 
 void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a, SgemmOperand b, float* c,
            std::int64_t ldc, int max_threads, const CpuKernels& kernels, bool accumulate, SgemmCausal causal) {
-  sgemm_blocked(sgemm_blocking(kernels), m, n, k, a, b, c, ldc, max_threads, kernels, accumulate, causal);
+  sgemm_blocked(sgemm_blocking(kernels).for_columns(n), m, n, k, a, b, c, ldc, max_threads, kernels, accumulate, causal);
 }
 
 void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a,

@@ -15,11 +15,26 @@ std::int64_t whole(std::int64_t bytes, std::int64_t bytes_per_unit) {
 
 }  // namespace
 
+SgemmBlocking SgemmBlocking::for_columns(std::int64_t n) const {
+  if (wide_n <= 0 || n <= wide_n) return *this;
+  SgemmBlocking wide = *this;
+  wide.l1 = SgemmL1::a_sliver;
+  wide.mc = wide_mc;
+  wide.nc = wide_n;
+  wide.wide_n = wide.wide_mc = 0;
+  return wide;
+}
+
 SgemmBlocking choose_sgemm_blocking(std::int64_t mr, std::int64_t nr, const CpuCaches& caches) {
   SgemmBlocking blocking;
   const std::int64_t depth_bytes = blocking.kc * static_cast<std::int64_t>(sizeof(float));
   // Hyper-threads on one core share its L2; the count CPUID gives is an upper bound, so at most 2.
   const std::int64_t l2_share = caches.l2.bytes / std::clamp(caches.l2.shared_by, 1, 2);
+  const std::int64_t max_slivers = sgemm_max_nc / nr;
+  // The A-sliver order's block and panel: each core reads the whole panel for every A sliver, so it
+  // takes half of the L2 share, the rest for C and A.
+  const std::int64_t a_order_mc = whole(std::min<std::int64_t>(l2_share / 8, 128 << 10), depth_bytes * mr) * mr;
+  const std::int64_t a_order_nc = std::min(whole(l2_share / 2, depth_bytes * nr), max_slivers) * nr;
   // The classic order keeps the B sliver in L1 when it leaves two ways for the A slivers streaming
   // past it (ways unknown: 8): it streams the fewer bytes per tile (mr against nr floats a depth).
   // Past 168 rows of AVX2 tiles (256 KiB) a B sliver is already reused 28 times, and larger blocks
@@ -28,18 +43,24 @@ SgemmBlocking choose_sgemm_blocking(std::int64_t mr, std::int64_t nr, const CpuC
   // the L2, measured 3-7% faster (docs/ARCHITECTURE.md, "CPU GEMM blocking").
   const std::int64_t l1_ways = caches.l1d.ways > 0 ? caches.l1d.ways : 8;
   const bool b_sliver_fits = l1_ways > 2 && depth_bytes * nr <= caches.l1d.bytes / l1_ways * (l1_ways - 2);
-  const std::int64_t max_slivers = sgemm_max_nc / nr;
   if (b_sliver_fits) {
     blocking.l1 = SgemmL1::b_sliver;
     blocking.mc = whole(std::min<std::int64_t>(l2_share / 2, 256 << 10), depth_bytes * mr) * mr;
     // The B panel is shared by the threads: half of the L3, or of the L2 on a CPU without one.
     const std::int64_t panel_bytes = (caches.l3.bytes > 0 ? caches.l3.bytes : caches.l2.bytes) / 2;
     blocking.nc = std::min(whole(panel_bytes, depth_bytes * nr), max_slivers) * nr;
+    // On the Xeon's 2 MiB private L2, AVX2 GEMMs wider than the A-sliver order's 672-column panel ran
+    // 3-5% faster at 1 thread in that order and 0-12% at 2 (8 rounds), while the 1-thread GPT
+    // step, whose GEMMs are at most 512 wide, measured 2% slower in it. Smaller L2s (Zen 3 and 4)
+    // were not measured in that order, so they keep the B-sliver order throughout.
+    if (l2_share >= (2 << 20)) {
+      blocking.wide_n = a_order_nc;
+      blocking.wide_mc = a_order_mc;
+    }
   } else {
     blocking.l1 = SgemmL1::a_sliver;
-    blocking.mc = whole(std::min<std::int64_t>(l2_share / 8, 128 << 10), depth_bytes * mr) * mr;
-    // Each core reads the whole panel for every A sliver: half of its L2 share, the rest for C and A.
-    blocking.nc = std::min(whole(l2_share / 2, depth_bytes * nr), max_slivers) * nr;
+    blocking.mc = a_order_mc;
+    blocking.nc = a_order_nc;
   }
   return blocking;
 }
@@ -56,9 +77,14 @@ const SgemmBlocking& sgemm_blocking(const CpuKernels& kernels) {
 const char* to_string(SgemmL1 l1) { return l1 == SgemmL1::a_sliver ? "a_sliver" : "b_sliver"; }
 
 std::string describe(const SgemmBlocking& blocking, const SgemmKernels& tile) {
-  return "mc " + std::to_string(blocking.mc) + ", nc " + std::to_string(blocking.nc) + ", kc " +
-         std::to_string(blocking.kc) + (blocking.l1 == SgemmL1::a_sliver ? ", A sliver" : ", B sliver") +
-         " in L1 (tile " + std::to_string(tile.mr) + " x " + std::to_string(tile.nr) + ")";
+  std::string text = "mc " + std::to_string(blocking.mc) + ", nc " + std::to_string(blocking.nc) + ", kc " +
+                     std::to_string(blocking.kc) + (blocking.l1 == SgemmL1::a_sliver ? ", A sliver" : ", B sliver") +
+                     " in L1 (tile " + std::to_string(tile.mr) + " x " + std::to_string(tile.nr) + ")";
+  if (blocking.wide_n > 0) {
+    text += "; past " + std::to_string(blocking.wide_n) + " columns: mc " + std::to_string(blocking.wide_mc) +
+            ", nc " + std::to_string(blocking.wide_n) + ", A sliver in L1";
+  }
+  return text;
 }
 
 }  // namespace loom::kernels::cpu

@@ -32,6 +32,13 @@ struct SgemmBlocking {
   // (SgemmALayout): packing costs a pass over A per B panel, which small GEMMs do not win back.
   bool a_in_place = true;
   SgemmL1 l1 = SgemmL1::b_sliver;
+  // The B-sliver order's GEMMs wider than wide_n columns run in the A-sliver order instead, with a
+  // panel of wide_n columns and a block of wide_mc rows (0: never; see choose_sgemm_blocking).
+  std::int64_t wide_n = 0;
+  std::int64_t wide_mc = 0;
+
+  // The blocking a GEMM of n columns runs with: this one, or its A-sliver form past wide_n.
+  SgemmBlocking for_columns(std::int64_t n) const;
 
   bool operator==(const SgemmBlocking&) const = default;
 };
@@ -45,13 +52,16 @@ inline constexpr std::int64_t sgemm_max_nc = 4096;
 // share of L2, at most 256 KiB, and the B panel half of the L3 (of the L2 without one). Otherwise the
 // A sliver stays in L1 (SgemmL1::a_sliver): the B panel takes half of the L2 share and the A block an
 // eighth, at most 128 KiB. nc is at most sgemm_max_nc; each is rounded down to whole slivers, at
-// least one.
+// least one. In the B-sliver order on a core with an L2 share of 2 MiB or more, GEMMs wider than the
+// A-sliver order's panel take that order (wide_n, wide_mc): measured faster there for the wide
+// GEMMs only (docs/ARCHITECTURE.md, "CPU GEMM blocking").
 SgemmBlocking choose_sgemm_blocking(std::int64_t mr, std::int64_t nr, const CpuCaches& caches);
 
 // choose_sgemm_blocking for the variant's tile on cpu_caches(), computed once per variant.
 const SgemmBlocking& sgemm_blocking(const CpuKernels& kernels);
 
-// "mc 168, nc 4096, kc 384, B sliver in L1 (tile 6 x 16)".
+// "mc 168, nc 4096, kc 384, B sliver in L1 (tile 6 x 16)", and where it applies "; past 672 columns:
+// mc 84, nc 672, A sliver in L1".
 std::string describe(const SgemmBlocking& blocking, const SgemmKernels& tile);
 // "b_sliver" or "a_sliver".
 const char* to_string(SgemmL1 l1);

@@ -63,6 +63,19 @@ TEST_CASE("the GEMM blocking follows the caches: worked out by hand for three CP
   CpuCaches private_l2 = sapphire_rapids;
   private_l2.l2.shared_by = 1;
   REQUIRE(choose_sgemm_blocking(14, 32, private_l2) == blocking(84, 672, true, a_sliver));
+  // AVX2 there: the B-sliver order, except for GEMMs wider than the A-sliver order's panel
+  // (1048576 / 24576 = 42 slivers = 672 columns; the block 131072 / 9216 = 14 slivers = 84 rows).
+  SgemmBlocking xeon_avx2 = blocking(168, 4096, true);
+  xeon_avx2.wide_n = 672;
+  xeon_avx2.wide_mc = 84;
+  REQUIRE(choose_sgemm_blocking(6, 16, private_l2) == xeon_avx2);
+  REQUIRE(xeon_avx2.for_columns(1) == xeon_avx2);
+  REQUIRE(xeon_avx2.for_columns(672) == xeon_avx2);
+  REQUIRE(xeon_avx2.for_columns(673) == blocking(84, 672, true, a_sliver));
+  REQUIRE(loom::kernels::cpu::describe(xeon_avx2, cpu_kernels(CpuIsa::portable).sgemm) ==
+          "mc 168, nc 4096, kc 384, B sliver in L1 (tile 6 x 16); past 672 columns: mc 84, nc 672, A sliver in L1");
+  // An A-sliver blocking has no wide form: every width runs it.
+  REQUIRE(blocking(84, 672, true, a_sliver).for_columns(100000) == blocking(84, 672, true, a_sliver));
   // A small L2 sets the block below the cap: 256 KiB (Skylake client) gives AVX2 128 KiB, 14 slivers.
   CpuCaches skylake = zen3;
   skylake.l2 = {256 << 10, 4, 1};
@@ -100,14 +113,22 @@ TEST_CASE("the GEMM blocking stays whole slivers on odd caches", "[gemm][sgemm][
   CpuCaches huge_l2 = zen4;
   huge_l2.l2 = {32 << 20, 16, 1};
   REQUIRE(choose_sgemm_blocking(14, 32, huge_l2) == blocking(84, 4096, true, a_sliver));
+  CpuCaches private_l2 = sapphire_rapids;  // (the 2-core Xeon: AVX2 has a wide form there)
+  private_l2.l2.shared_by = 1;
   for (const CpuCaches& caches :
-       {zen3, zen4, sapphire_rapids, no_l3, tiny, unknown_ways, two_way, shared_l2, shared_by_4, huge_l2}) {
+       {zen3, zen4, sapphire_rapids, private_l2, no_l3, tiny, unknown_ways, two_way, shared_l2, shared_by_4, huge_l2}) {
     for (const auto& [mr, nr] : {std::pair<std::int64_t, std::int64_t>{6, 16}, {14, 32}}) {
       const SgemmBlocking b = choose_sgemm_blocking(mr, nr, caches);
       INFO(caches.source << " tile " << mr << " x " << nr);
       REQUIRE(b.kc == loom::kernels::cpu::sgemm_kc);
       REQUIRE((b.mc >= mr && b.mc % mr == 0));
       REQUIRE((b.nc >= nr && b.nc % nr == 0 && b.nc <= loom::kernels::cpu::sgemm_max_nc));
+      // The wide form, where there is one, is whole slivers too, and only the B-sliver order has it.
+      if (b.wide_n > 0) {
+        REQUIRE(b.l1 == SgemmL1::b_sliver);
+        REQUIRE((b.wide_mc >= mr && b.wide_mc % mr == 0));
+        REQUIRE((b.wide_n >= nr && b.wide_n % nr == 0 && b.wide_n <= loom::kernels::cpu::sgemm_max_nc));
+      }
     }
   }
 }
