@@ -55,8 +55,9 @@ inline constexpr std::int64_t sgemm_max_copied_rows = 4096;
 bool sgemm_copies_a(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, SgemmOperand a,
                     SgemmCausal causal, int threads);
 
-// sgemm with a given cache blocking instead of the one chosen for this CPU (sgemm_blocking.hpp):
-// the same bits whatever the blocking. An invalid_argument Error when its mc or nc is not whole
+// sgemm with a given cache blocking instead of the one chosen for this CPU (sgemm_blocking.hpp),
+// run as given at every width (its wide_n and wide_mc are not looked at; sgemm() applies
+// for_columns(n) first): the same bits whatever the blocking. An invalid_argument Error when its mc or nc is not whole
 // slivers of the variant's tile or its kc is not sgemm_kc.
 void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a,
                    SgemmOperand b, float* c, std::int64_t ldc, int max_threads, const CpuKernels& kernels,

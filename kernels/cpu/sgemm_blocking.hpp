@@ -5,7 +5,7 @@
 //   ic  mc rows of A: the A block (mc x kc) each thread works through;
 //   then the slivers of the block and of the panel, in one of two orders (SgemmL1): the sliver that
 //   fits stays in L1 while the other kind streams past it.
-// Only mc, nc and the order depend on the CPU. None changes any sum, so the bits are the same for
+// Only mc, nc and the order depend on the CPU (and, through the wide form, on n). None changes any sum, so the bits are the same for
 // every blocking (tests/unit/kernels/test_cpu_sgemm_blocking.cpp runs the engine with several).
 #pragma once
 

@@ -251,11 +251,17 @@ TEST_CASE("the GEMM gives the same bits for every blocking, A read packed or in 
       }
       for (const CpuIsa isa : supported_cpu_isas()) {
         const auto& tile = cpu_kernels(isa).sgemm;
+        // A B-sliver blocking with a wide form past 3 slivers, as the engine picks it for this width
+        // (the cases run both sides of the switch), and the blocking chosen for this CPU, likewise.
+        SgemmBlocking wide = blocking(2 * tile.mr, 3 * tile.nr, true);
+        wide.wide_n = 3 * tile.nr;
+        wide.wide_mc = tile.mr;
         for (const SgemmBlocking& blk :
              {blocking(tile.mr, tile.nr, false), blocking(tile.mr, tile.nr, true), blocking(2 * tile.mr, 3 * tile.nr, true),
               blocking(tile.mr * 40, tile.nr * 256, true), blocking(tile.mr, tile.nr, false, a_sliver),
               blocking(tile.mr, tile.nr, true, a_sliver), blocking(2 * tile.mr, 3 * tile.nr, true, a_sliver),
-              blocking(tile.mr * 40, tile.nr * 256, true, a_sliver), loom::kernels::cpu::sgemm_blocking(cpu_kernels(isa))}) {
+              blocking(tile.mr * 40, tile.nr * 256, true, a_sliver), wide.for_columns(t.n),
+              loom::kernels::cpu::sgemm_blocking(cpu_kernels(isa)).for_columns(t.n)}) {
           for (const int threads : {1, 3}) {
             INFO(to_string(isa) << " " << describe(blk, tile) << " in place " << blk.a_in_place << " threads "
                                 << threads << " case " << t.m << "x" << t.n << "x" << t.k << " ta " << t.trans_a
