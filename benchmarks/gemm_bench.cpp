@@ -3,9 +3,9 @@
 // kernel variant this CPU runs, and loom's fp32 engine with every other vector variant the CPU has
 // (--isas), vs Eigen's own fp32 GEMM on the same data and, when built with it, OpenBLAS sgemm, all
 // timed round-robin. GPU: loom's GEMM (backend automatic, and loom's own kernels) vs a plain
-// cuBLASLt call with a persistent handle, in each layout asked for (NN; TN = A transposed, as in
-// dW = dY^T X; NT = B transposed, as in the forward Y = X W^T), with loom's largest difference from
-// cuBLASLt's result relative to its largest value. Prints a table; --json writes the record.
+// cuBLASLt call with a persistent handle, with loom's largest difference from cuBLASLt's result
+// relative to its largest value. Both run each layout asked for (NN; TN = A transposed, as in
+// dW = dY^T X; NT = B transposed, as in the forward Y = X W^T). Prints a table; --json writes the record.
 //
 // Eigen is a header library compiled here for the build's target: with -march=native (the
 // LOOM_NATIVE_ARCH opt-in) on an AVX-512 CPU, GCC 12 reports -Wmaybe-uninitialized inside
@@ -147,7 +147,8 @@ int main(int argc, char** argv) {
                  "CPU: fp32 rows of each variant shown with these cache blockings MCxNC (e.g. 84x4096; MCxNC/a or /b "
                  "keeps the A or the B sliver in L1, otherwise the variant's own order) besides "
                  "the one chosen from this CPU's caches")->delimiter(',');
-  app.add_option("--layouts", layouts, "GPU: NN, TN (A transposed), NT (B transposed)")
+  app.add_option("--layouts", layouts, "NN, TN (A transposed, as in dW = dY^T X), NT (B transposed, as in the "
+                 "forward Y = X W^T)")
       ->delimiter(',')
       ->check(CLI::IsMember({"NN", "TN", "NT"}));
   app.add_option("--repeats", repeats, "timed repeats; the median is reported")->check(CLI::PositiveNumber);
@@ -296,67 +297,87 @@ int main(int argc, char** argv) {
         loom::fail(loom::ErrorCategory::cuda, "gemm_bench: this build has no CUDA support");
 #endif
       }
-      // CPU contenders, timed round-robin: Eigen's own fp32 GEMM on the same row-major data (the
-      // baseline), OpenBLAS sgemm where built with it, and loom in each precision.
-      using Map = Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
-      struct Name {
-        std::string precision, backend, isa;
-      };
-      std::vector<Name> names = {{"fp32", "eigen", "-"}};
-      std::vector<std::function<void()>> contenders = {[&] {
-        Map(c32.data<float>(), shape.m, shape.n).noalias() =
-            Map(a32.data<float>(), shape.m, shape.k) * Map(b32.data<float>(), shape.k, shape.n);
-      }};
+      // CPU contenders, timed round-robin, in each layout: Eigen's own fp32 GEMM on the same row-major
+      // data (the baseline), OpenBLAS sgemm where built with it, and loom in each precision.
+      for (const std::string& layout : layouts) {
+        const bool trans_a = layout[0] == 'T', trans_b = layout[1] == 'T';
+        // TN and NT store the transposed operand (with its own random values), as the GPU rows do.
+        const loom::Tensor a_stored = trans_a ? random_f32(shape.k, shape.m, rng) : a32;
+        const loom::Tensor b_stored = trans_b ? random_f32(shape.n, shape.k, rng) : b32;
+        const std::string row_name = shape.name + (layout == "NN" ? "" : " " + layout);
+        const std::int64_t lda = trans_a ? shape.m : shape.k, ldb = trans_b ? shape.k : shape.n;
+        const loom::kernels::cpu::SgemmOperand lhs = trans_a ? loom::kernels::cpu::SgemmOperand{a_stored.data<float>(), 1, lda}
+                                                             : loom::kernels::cpu::SgemmOperand{a_stored.data<float>(), lda, 1};
+        const loom::kernels::cpu::SgemmOperand rhs = trans_b ? loom::kernels::cpu::SgemmOperand{b_stored.data<float>(), 1, ldb}
+                                                             : loom::kernels::cpu::SgemmOperand{b_stored.data<float>(), ldb, 1};
+        using Map = Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+        struct Name {
+          std::string precision, backend, isa;
+        };
+        std::vector<Name> names = {{"fp32", "eigen", "-"}};
+        std::vector<std::function<void()>> contenders = {[&] {
+          const Map a(a_stored.data<float>(), trans_a ? shape.k : shape.m, trans_a ? shape.m : shape.k);
+          const Map b(b_stored.data<float>(), trans_b ? shape.n : shape.k, trans_b ? shape.k : shape.n);
+          Map c(c32.data<float>(), shape.m, shape.n);
+          if (trans_a && trans_b) c.noalias() = a.transpose() * b.transpose();
+          else if (trans_a) c.noalias() = a.transpose() * b;
+          else if (trans_b) c.noalias() = a * b.transpose();
+          else c.noalias() = a * b;
+        }};
 #if LOOM_BENCH_HAVE_OPENBLAS
-      names.push_back({"fp32", "openblas", "-"});
-      contenders.emplace_back([&] {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(shape.m), static_cast<int>(shape.n),
-                    static_cast<int>(shape.k), 1.0f, a32.data<float>(), static_cast<int>(shape.k), b32.data<float>(),
-                    static_cast<int>(shape.n), 0.0f, c32.data<float>(), static_cast<int>(shape.n));
-      });
+        names.push_back({"fp32", "openblas", "-"});
+        contenders.emplace_back([&] {
+          cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                      static_cast<int>(shape.m), static_cast<int>(shape.n), static_cast<int>(shape.k), 1.0f,
+                      a_stored.data<float>(), static_cast<int>(lda), b_stored.data<float>(), static_cast<int>(ldb), 0.0f,
+                      c32.data<float>(), static_cast<int>(shape.n));
+        });
 #endif
-      std::vector<std::pair<loom::Tensor, loom::Tensor>> operands;
-      operands.reserve(precision_names.size());
-      for (const std::string& name : precision_names) {
-        const loom::kernels::GemmPrecision precision = loom::kernels::parse_gemm_precision(name);
-        const loom::DType input = loom::kernels::input_dtype(precision);
-        operands.emplace_back(cast_to(a32, input), cast_to(b32, input));
-        loom::kernels::GemmOptions options;
-        options.precision = precision;
-        names.push_back({name, "loom", active_isa});
-        contenders.emplace_back([&, options, i = operands.size() - 1] {
-          loom::kernels::gemm(operands[i].first, operands[i].second, c32, options);
-        });
-      }
-      // loom's fp32 engine with the other variants (what kernels::gemm runs for fp32, with another table).
-      for (const loom::kernels::CpuIsa isa : other_isas) {
-        names.push_back({"fp32", "loom", std::string(loom::kernels::to_string(isa))});
-        contenders.emplace_back([&, isa] {
-          loom::kernels::cpu::sgemm(shape.m, shape.n, shape.k, {a32.data<float>(), shape.k, 1},
-                                    {b32.data<float>(), shape.n, 1}, c32.data<float>(), shape.n, omp_get_max_threads(),
-                                    loom::kernels::cpu::cpu_kernels(isa));
-        });
-      }
-      // The same engine with other cache blockings (the bits do not change; only the time can).
-      for (const loom::kernels::CpuIsa isa : supported_shown_isas(other_isas)) {
-        for (const BlockingSpec& spec : blockings) {
-          const loom::kernels::cpu::SgemmBlocking blocking = blocking_for(spec, isa);
-          names.push_back({"fp32", "loom", std::string(loom::kernels::to_string(isa)) + " " + spec.text});
-          contenders.emplace_back([&, isa, blocking] {
-            loom::kernels::cpu::sgemm_blocked(blocking, shape.m, shape.n, shape.k, {a32.data<float>(), shape.k, 1},
-                                              {b32.data<float>(), shape.n, 1}, c32.data<float>(), shape.n,
-                                              omp_get_max_threads(), loom::kernels::cpu::cpu_kernels(isa));
+        std::vector<std::pair<loom::Tensor, loom::Tensor>> operands;
+        operands.reserve(precision_names.size());
+        for (const std::string& name : precision_names) {
+          const loom::kernels::GemmPrecision precision = loom::kernels::parse_gemm_precision(name);
+          const loom::DType input = loom::kernels::input_dtype(precision);
+          operands.emplace_back(cast_to(a_stored, input), cast_to(b_stored, input));
+          loom::kernels::GemmOptions options;
+          options.precision = precision;
+          options.trans_a = trans_a;
+          options.trans_b = trans_b;
+          names.push_back({name, "loom", active_isa});
+          contenders.emplace_back([&, options, i = operands.size() - 1] {
+            loom::kernels::gemm(operands[i].first, operands[i].second, c32, options);
           });
         }
-      }
-      const std::vector<double> seconds = loom::bench::interleaved_median_seconds(contenders, repeats, std::chrono::milliseconds(pause_ms));
+        // loom's fp32 engine with the other variants (what kernels::gemm runs for fp32, with another table).
+        for (const loom::kernels::CpuIsa isa : other_isas) {
+          names.push_back({"fp32", "loom", std::string(loom::kernels::to_string(isa))});
+          contenders.emplace_back([&, isa] {
+            loom::kernels::cpu::sgemm(shape.m, shape.n, shape.k, lhs, rhs, c32.data<float>(), shape.n,
+                                      omp_get_max_threads(), loom::kernels::cpu::cpu_kernels(isa));
+          });
+        }
+        // The same engine with other cache blockings (the bits do not change; only the time can).
+        for (const loom::kernels::CpuIsa isa : supported_shown_isas(other_isas)) {
+          for (const BlockingSpec& spec : blockings) {
+            const loom::kernels::cpu::SgemmBlocking blocking = blocking_for(spec, isa);
+            names.push_back({"fp32", "loom", std::string(loom::kernels::to_string(isa)) + " " + spec.text});
+            contenders.emplace_back([&, isa, blocking] {
+              loom::kernels::cpu::sgemm_blocked(blocking, shape.m, shape.n, shape.k, lhs, rhs, c32.data<float>(), shape.n,
+                                                omp_get_max_threads(), loom::kernels::cpu::cpu_kernels(isa));
+            });
+          }
+        }
+        const std::vector<double> seconds =
+            loom::bench::interleaved_median_seconds(contenders, repeats, std::chrono::milliseconds(pause_ms));
 #if LOOM_BENCH_HAVE_OPENBLAS
-      const double openblas = seconds[1];
+        const double openblas = seconds[1];
 #else
-      const double openblas = 0.0;
+        const double openblas = 0.0;
 #endif
-      for (std::size_t i = 0; i < seconds.size(); ++i) {
-        report(shape.name, names[i].precision, names[i].backend, seconds[i], seconds[0], openblas, names[i].isa);
+        for (std::size_t i = 0; i < seconds.size(); ++i) {
+          report(row_name, names[i].precision, names[i].backend, seconds[i], seconds[0], openblas, names[i].isa, -1.0,
+                 layout);
+        }
       }
     }
     if (!json_path.empty()) loom::bench::write_json(json_path, record);

@@ -3,6 +3,7 @@
 // of A and two loads of B per k for 12 FMAs). Everything the target region compiles is either a
 // template over avx2::Vec16 or in namespace avx2, so no symbol is shared with another variant.
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/cpu/dispatch.hpp"

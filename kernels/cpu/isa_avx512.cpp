@@ -3,6 +3,7 @@
 // and two loads of B per k for 28 FMAs). Everything the target region compiles is either a
 // template over avx512::Vec16 or in namespace avx512, so no symbol is shared with another variant.
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/cpu/dispatch.hpp"

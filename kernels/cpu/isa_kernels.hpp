@@ -308,16 +308,31 @@ void column_sums(const float* a, std::int64_t rows, std::int64_t cols, std::int6
 
 // The GEMM engine's packing (see SgemmKernels): reads run along the operand's contiguous direction;
 // where that is across the packed layout, V::transpose_rows transposes in registers.
-template <class V, std::int64_t MR>
+// R: the register type of the variant's micro-kernel (R::lanes >= MR), or void.
+template <class V, std::int64_t MR, class R = void>
 void pack_a(std::int64_t rows, std::int64_t kc, const float* a, std::int64_t rs, std::int64_t cs, float* dst) {
   if (rs == 1 && MR <= 16) {
-    // m contiguous: each depth p is one contiguous run over all the block's rows, copied into every
-    // sliver in turn. Whole 16-lane stores (lanes past the sliver's rows are zeros) run into the
-    // rows of the next `reach` depths, which are written after; the last depths store only their rows.
+    // m contiguous (a transposed A): each depth p is one contiguous run over all the block's rows,
+    // copied into every sliver in turn. Whole-register stores (lanes past the sliver's rows hold the
+    // next sliver's or zeros) run into the rows of the next `reach` depths, which are written after;
+    // the last depths store only their rows. A sliver with a whole register of rows ahead of it in
+    // the block is copied with one plain load and store of R per depth (AVX2: one ymm for 6 rows,
+    // where a 16-lane masked copy takes two of each), the others through masked 16-lane copies.
     constexpr std::int64_t reach = (16 - MR + MR - 1) / MR;
+    constexpr std::int64_t lanes = [] {
+      if constexpr (std::is_void_v<R>) return std::int64_t{0};
+      else return static_cast<std::int64_t>(R::lanes >= MR ? R::lanes : 0);
+    }();
+    constexpr std::int64_t reach_r = lanes > 0 ? (lanes - MR + MR - 1) / MR : 0;
     for (std::int64_t p = 0; p < kc; ++p) {
       const float* src = a + p * cs;
-      for (std::int64_t i0 = 0; i0 < rows; i0 += MR) {
+      std::int64_t i0 = 0;
+      if constexpr (lanes > 0) {
+        if (p + reach_r < kc) {
+          for (; i0 + lanes <= rows; i0 += MR) R::storeu(dst + i0 * kc + p * MR, R::loadu(src + i0));
+        }
+      }
+      for (; i0 < rows; i0 += MR) {
         const int live = static_cast<int>(rows - i0 < MR ? rows - i0 : MR);
         const V v = V::load_partial(src + i0, live);
         float* out = dst + i0 * kc + p * MR;
@@ -470,7 +485,7 @@ constexpr SgemmKernels sgemm_kernels() {
   static_assert(MR * nr <= sgemm_max_tile, "the macro-kernel's scratch tile must hold a micro-tile");
   SgemmKernels g{MR, nr, sgemm_micro<V, R, MR, NV, Unroll, SgemmALayout::packed>,
                  sgemm_micro<V, R, MR, NV, Unroll, SgemmALayout::rows>,
-                 sgemm_micro<V, R, MR, NV, Unroll, SgemmALayout::columns>, pack_a<V, MR>, pack_b<V, nr>};
+                 sgemm_micro<V, R, MR, NV, Unroll, SgemmALayout::columns>, pack_a<V, MR, R>, pack_b<V, nr>};
   fill_sgemm_tails<V, MR>(g, []<int rows>() { return &sgemm_micro<V, R, rows, NV, Unroll, SgemmALayout::columns>; });
   return g;
 }

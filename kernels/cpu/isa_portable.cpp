@@ -3,6 +3,7 @@
 // micro-kernel of std::fma, which rounds as the FMA instructions do.
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/cpu/dispatch.hpp"

@@ -1,7 +1,8 @@
 // loom's CPU fp32 GEMM engine: C = op(A) op(B) for strided operands, in the style of BLIS/GotoBLAS.
 // B is packed once per (kc x nc) block into nr-column slivers shared by all threads; each thread
 // works through its mc x kc blocks of A in mr-row slivers, read in place where A's rows or depth
-// are contiguous (copied a pass at a time where its rows alias in L1: sgemm_copies_a) and packed
+// are contiguous (copied a pass at a time where its rows alias in L1: sgemm_copies_a; a transposed A
+// with depths a page or more apart is packed a block at a time: sgemm_packs_columns) and packed
 // otherwise, with the mr x nr register-blocked micro-kernel of the CPU's kernel variant
 // (dispatch.hpp: 6 x 16 on AVX2, 14 x 32 on AVX-512; a sliver short of mr rows runs the variant's
 // tail kernel for just those rows). mc, nc and which sliver stays in L1 come from the CPU's caches
@@ -54,6 +55,12 @@ void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a, Sgemm
 inline constexpr std::int64_t sgemm_max_copied_rows = 4096;
 bool sgemm_copies_a(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, SgemmOperand a,
                     SgemmCausal causal, int threads);
+
+// Whether sgemm_blocked packs A whose rows are contiguous and whose depths are col_stride apart (a
+// transposed A, read in place as SgemmALayout::columns otherwise): when col_stride is 4 KiB or more,
+// so that every depth of a sliver falls on a page of its own. Such an A is packed a whole mc x kc
+// block at a time, one sweep over each depth's run of rows. Packing changes no sum.
+bool sgemm_packs_columns(SgemmOperand a);
 
 // sgemm with a given cache blocking instead of the one chosen for this CPU (sgemm_blocking.hpp),
 // run as given at every width (its wide_n and wide_mc are not looked at; sgemm() applies

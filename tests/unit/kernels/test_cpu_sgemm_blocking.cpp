@@ -181,6 +181,18 @@ TEST_CASE("the GEMM copies A's rows before reading them only where they are a mu
   CHECK_FALSE(sgemm_copies_a(a_order, 2 * sgemm_max_copied_rows + 1, 768, aliased, SgemmCausal::none, 2));
 }
 
+TEST_CASE("the GEMM packs a transposed A only where its depths are a page or more apart", "[gemm][sgemm][blocking]") {
+  using loom::kernels::cpu::sgemm_packs_columns;
+  const float* data = nullptr;  // only the strides matter
+  CHECK(sgemm_packs_columns(SgemmOperand{data, 1, 1024}));   // 4 KiB: a page per depth
+  CHECK(sgemm_packs_columns(SgemmOperand{data, 1, 3072}));   // GPT-2 small's dW of the MLP
+  CHECK_FALSE(sgemm_packs_columns(SgemmOperand{data, 1, 1023}));
+  CHECK_FALSE(sgemm_packs_columns(SgemmOperand{data, 1, 768}));
+  // Only a transposed A (rows contiguous): an A with contiguous depths is read as rows.
+  CHECK_FALSE(sgemm_packs_columns(SgemmOperand{data, 1024, 1}));
+  CHECK_FALSE(sgemm_packs_columns(SgemmOperand{data, 2048, 4096}));
+}
+
 // Not tagged [sgemm]: the emulated-CPU runs (tests/portable) would only repeat, 100 times slower,
 // variants this test already runs natively; CI's -march=native build runs it by [blocking].
 TEST_CASE("the GEMM gives the same bits for every blocking, A read packed or in place, every variant and thread count",
@@ -203,7 +215,12 @@ TEST_CASE("the GEMM gives the same bits for every blocking, A read packed or in 
                         // Rows 4 KiB and 8 KiB apart: copied a pass at a time in the A-sliver order
                         // where n >= 2 nc (n = 200: with one- and three-sliver panels in each tile).
                         {131, 200, 500, false, false, SgemmCausal::none, 1024},
-                        {45, 100, 900, false, true, SgemmCausal::none, 2048}};
+                        {45, 100, 900, false, true, SgemmCausal::none, 2048},
+                        // Transposed A with depths a page or more apart: packed a block at a time
+                        // (sgemm_packs_columns), also where a_upper skips depths of the packed block.
+                        {131, 70, 500, true, false, SgemmCausal::none, 1024},
+                        {97, 45, 800, true, true, SgemmCausal::none, 3072},
+                        {150, 40, 150, true, false, SgemmCausal::a_upper, 1030}};
   for (const Case& t : cases) {
     const std::int64_t lda = t.lda != 0 ? t.lda : t.trans_a ? t.m : t.k;
     const auto a_at = [&](std::int64_t i, std::int64_t p) {
