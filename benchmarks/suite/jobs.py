@@ -80,6 +80,7 @@ def gemm_figures(docs):
             continue
         shape, precision, isa = row["shape"], row["precision"], row.get("isa", "-")
         layout = row.get("layout", "NN")
+        base = shape[:-len(layout) - 1] if shape.endswith(" " + layout) else shape  # "128^3 TN": the layout is in the id
         variant = isa if isa != "-" else backend[len("loom-"):]  # avx512 / auto / own; "" for one CPU kernel
         same = lambda r, b=backend, s=shape, p=precision, l=layout, i=isa: (
             r["backend"] == b and r["shape"] == s and r["precision"] == p and r.get("layout", "NN") == l and
@@ -96,8 +97,8 @@ def gemm_figures(docs):
                     break
             if peer:
                 break
-        figures.append(figure(f"gemm.{shape}.{layout}.{precision}" + (f".{variant}" if variant else ""),
-                              f"GEMM {shape} {layout} {precision}" + (f" ({variant})" if variant else ""), "TFLOP/s",
+        figures.append(figure(f"gemm.{base}.{layout}.{precision}" + (f".{variant}" if variant else ""),
+                              f"GEMM {base} {layout} {precision}" + (f" ({variant})" if variant else ""), "TFLOP/s",
                               "higher", values, peer, peer_name))
     return figures
 
@@ -281,9 +282,12 @@ def cpu_jobs(cores):
     tiny_gpt = ["--layers", "2", "--channels", "96"]
     return [
         Job("gemm", "kernels", "gemm_bench", {
-            "smoke": ["--shapes", "128", "--repeats", "2", "--isas", "portable", "--json", "{json}"],
+            # TN and NT: the layouts of a linear layer's dW and forward, as training runs them.
+            "smoke": ["--shapes", "128", "--repeats", "2", "--isas", "portable", "--layouts", "NN", "TN",
+                      "--json", "{json}"],
             "quick": ["--shapes", "256", "512", "1024", "--repeats", "3", "--json", "{json}"],
-            "full": ["--shapes", "256", "512", "1024", "2048", "--repeats", "5", "--json", "{json}"]}, gemm_figures),
+            "full": ["--shapes", "256", "512", "1024", "2048", "--repeats", "5", "--layouts", "NN", "TN", "NT",
+                     "--json", "{json}"]}, gemm_figures),
         Job("kernels", "kernels", "kernel_bench", {
             "smoke": ["--device", "cpu", "--rows", "256", "--repeats", "2", "--json", "{json}"],
             "quick": ["--device", "cpu", "--repeats", "5", "--json", "{json}"],

@@ -197,8 +197,8 @@ bool sgemm_copies_a(const SgemmBlocking& blocking, std::int64_t m, std::int64_t 
 // read in place puts each depth of a sliver on a page of its own once lda reaches a page: the
 // micro-kernel then walks kc pages per sliver and column sliver, more than the L1 TLB holds, and
 // their lines all fall in a few L1 sets. Measured at GPT-2 small's widths (Xeon, 1 thread, dW of
-// 3072 x 768 x 1024): 0.38-0.58 of the 1024^3 peak in place, packed 1.6x (AVX2) and 2.3x (AVX-512)
-// faster. Below a page (lda 128-768 floats) packing measured from 6% faster (AVX2, lda 768) to 14%
+// 3072 x 768 x 1024): 0.38-0.42 (AVX-512) and 0.58-0.63 (AVX2) of the 1024^3 peak in place, packed
+// 2.3x and 1.4-1.6x faster. Below a page (lda 128-768 floats) packing measured from 6% faster (AVX2, lda 768) to 14%
 // slower (AVX-512, lda 384-512 at n = 128), so those stay in place.
 bool sgemm_packs_columns(SgemmOperand a) {
   constexpr std::int64_t page_bytes = 4096;

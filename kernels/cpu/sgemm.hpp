@@ -59,7 +59,8 @@ bool sgemm_copies_a(const SgemmBlocking& blocking, std::int64_t m, std::int64_t 
 // Whether sgemm_blocked packs A whose rows are contiguous and whose depths are col_stride apart (a
 // transposed A, read in place as SgemmALayout::columns otherwise): when col_stride is 4 KiB or more,
 // so that every depth of a sliver falls on a page of its own. Such an A is packed a whole mc x kc
-// block at a time, one sweep over each depth's run of rows. Packing changes no sum.
+// block at a time, one sweep over each depth's run of rows. Packing changes no sum. (A blocking
+// without a_in_place packs every A; a transposed one then also goes a block at a time.)
 bool sgemm_packs_columns(SgemmOperand a);
 
 // sgemm with a given cache blocking instead of the one chosen for this CPU (sgemm_blocking.hpp),

@@ -220,7 +220,9 @@ TEST_CASE("the GEMM gives the same bits for every blocking, A read packed or in 
                         // (sgemm_packs_columns), also where a_upper skips depths of the packed block.
                         {131, 70, 500, true, false, SgemmCausal::none, 1024},
                         {97, 45, 800, true, true, SgemmCausal::none, 3072},
-                        {150, 40, 150, true, false, SgemmCausal::a_upper, 1030}};
+                        {150, 40, 150, true, false, SgemmCausal::a_upper, 1030},
+                        {150, 40, 150, true, false, SgemmCausal::a_lower, 1024},
+                        {150, 150, 150, true, false, SgemmCausal::c_lower, 1024}};
   for (const Case& t : cases) {
     const std::int64_t lda = t.lda != 0 ? t.lda : t.trans_a ? t.m : t.k;
     const auto a_at = [&](std::int64_t i, std::int64_t p) {
