@@ -225,7 +225,8 @@ int main(int argc, char** argv) {
       std::printf("OpenBLAS core %s%s\n", core.c_str(), openblas_core_warning(core).c_str());
 #endif
     }
-    std::printf("GEMM C = op(A) op(B) (layouts NN, TN: A transposed, NT: B transposed), median of %d, %d threads\n\n", repeats, Eigen::nbThreads());
+    std::printf("GEMM C = op(A) op(B) (layouts NN, TN: A transposed, NT: B transposed), median of %d, %d threads\n\n",
+                repeats, Eigen::nbThreads());
     std::printf("%-19s %-6s %-10s %-8s %10s %9s %12s %12s %9s\n", "shape", "prec", "backend", "isa", "ms", "TFLOP/s",
                 "vs_baseline", "vs_openblas", "rel_diff");
 

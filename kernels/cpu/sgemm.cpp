@@ -131,6 +131,13 @@ void run_tile(const SgemmKernels& g, const ASliver& s, std::int64_t ir, std::int
   }
 }
 
+// Whether the A blocks are packed whole, a block at a time before their products (macro_kernel),
+// rather than sliver by sliver: a packed transposed A (sgemm_packs_columns, or a blocking without
+// a_in_place), whose depths' runs over the block's rows are then each read in one sweep.
+bool packs_whole_blocks(SgemmALayout layout, const SgemmOperand& a) {
+  return layout == SgemmALayout::packed && a.row_stride == 1;
+}
+
 // C block [mc x nc] from an A block (`a`, from its corner) and a packed B panel, in the blocking's
 // order (SgemmL1). Each sliver runs the depths of this pass its triangle leaves, and adds into C
 // unless this is its first pass. With the A sliver outer, a packed sliver goes into one buffer that
@@ -146,7 +153,7 @@ void macro_kernel(SgemmL1 l1, const SgemmKernels& g, std::int64_t mc, std::int64
   // Each depth's run over the block's rows is read once, in one sweep, rather than a line (and a
   // page) per depth for each sliver of mr rows: measured 3-12% faster than sliver by sliver with AVX2
   // on the Xeon (GPT-2 small's dW shapes), the same within noise with AVX-512.
-  const bool block_packed = at.a_layout == SgemmALayout::packed && a.row_stride == 1;
+  const bool block_packed = packs_whole_blocks(at.a_layout, a);
   if (block_packed) g.pack_a(mc, kc, a.data, a.row_stride, a.col_stride, packed_a);
   if (l1 == SgemmL1::a_sliver) {
     for (std::int64_t ir = 0; ir < mc; ir += g.mr) {
@@ -198,8 +205,8 @@ bool sgemm_copies_a(const SgemmBlocking& blocking, std::int64_t m, std::int64_t 
 // micro-kernel then walks kc pages per sliver and column sliver, more than the L1 TLB holds, and
 // their lines all fall in a few L1 sets. Measured at GPT-2 small's widths (Xeon, 1 thread, dW of
 // 3072 x 768 x 1024): 0.38-0.42 (AVX-512) and 0.58-0.63 (AVX2) of the 1024^3 peak in place, packed
-// 2.3x and 1.4-1.6x faster. Below a page (lda 128-768 floats) packing measured from 6% faster (AVX2, lda 768) to 14%
-// slower (AVX-512, lda 384-512 at n = 128), so those stay in place.
+// 2.3x and 1.4-1.6x faster. Below a page (lda 128-768 floats) packing measured from 6% faster
+// (AVX2, lda 768) to 14% slower (AVX-512, lda 384-512 at n = 128), so those stay in place.
 bool sgemm_packs_columns(SgemmOperand a) {
   constexpr std::int64_t page_bytes = 4096;
   return a.row_stride == 1 && a.col_stride * static_cast<std::int64_t>(sizeof(float)) >= page_bytes;
@@ -262,8 +269,7 @@ void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n
       // The A-sliver order packs one sliver at a time into the same buffer; the B-sliver order keeps
       // the block's packed slivers for every column sliver, and so does a transposed A packed a block
       // at a time (macro_kernel) in either order.
-      const bool whole_blocks =
-          blocking.l1 == SgemmL1::b_sliver || (a_layout == SgemmALayout::packed && a.row_stride == 1);
+      const bool whole_blocks = blocking.l1 == SgemmL1::b_sliver || packs_whole_blocks(a_layout, a);
       const std::int64_t a_rows = whole_blocks ? std::min(mc_block, round_up(m, g.mr)) : g.mr;
       pa = packed_a_buffer.reserve(a_rows * kc_max);
       if (copy_a) a_copy = copied_a_buffer.reserve((row_end - row_begin) * (kc_max + copied_a_pad));
