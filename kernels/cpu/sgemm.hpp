@@ -63,6 +63,12 @@ bool sgemm_copies_a(const SgemmBlocking& blocking, std::int64_t m, std::int64_t 
 // without a_in_place packs every A; a transposed one then also goes a block at a time.)
 bool sgemm_packs_columns(SgemmOperand a);
 
+// The width of sgemm_blocked's B panels for n columns and a blocking of nc (nc a multiple of nr):
+// the fewest panels of at most nc columns, as even as whole slivers of nr allow, the last taking
+// what is left (n = 2048, nc = 672: four of 512, not three of 672 and one of 32). The panels
+// partition the columns only, so the bits do not depend on them.
+std::int64_t sgemm_panel_columns(std::int64_t n, std::int64_t nc, std::int64_t nr);
+
 // sgemm with a given cache blocking instead of the one chosen for this CPU (sgemm_blocking.hpp),
 // run as given at every width (its wide_n and wide_mc are not looked at; sgemm() applies
 // for_columns(n) first): the same bits whatever the blocking. An invalid_argument Error when its mc or nc is not whole

@@ -193,6 +193,30 @@ TEST_CASE("the GEMM packs a transposed A only where its depths are a page or mor
   CHECK_FALSE(sgemm_packs_columns(SgemmOperand{data, 2048, 4096}));
 }
 
+TEST_CASE("the GEMM splits the columns into the fewest B panels, as even as whole slivers allow", "[gemm][sgemm][blocking]") {
+  using loom::kernels::cpu::sgemm_panel_columns;
+  CHECK(sgemm_panel_columns(2048, 672, 16) == 512);  // not 672, 672, 672 and 32
+  CHECK(sgemm_panel_columns(768, 672, 32) == 384);
+  CHECK(sgemm_panel_columns(2304, 672, 16) == 576);
+  CHECK(sgemm_panel_columns(3072, 672, 32) == 640);  // 4 x 640 and 512
+  CHECK(sgemm_panel_columns(1344, 672, 16) == 672);  // already even
+  CHECK(sgemm_panel_columns(100, 672, 16) == 112);   // one panel, whole slivers
+  CHECK(sgemm_panel_columns(1, 672, 32) == 32);
+  for (const std::int64_t nr : {16, 32}) {
+    for (std::int64_t nc = nr; nc <= 8 * nr; nc += nr) {
+      for (std::int64_t n = 1; n <= 40 * nr; ++n) {
+        INFO("n " << n << ", nc " << nc << ", nr " << nr);
+        const std::int64_t width = sgemm_panel_columns(n, nc, nr), panels = (n + width - 1) / width;
+        REQUIRE(width % nr == 0);
+        REQUIRE(width <= nc);
+        REQUIRE(panels == (n + nc - 1) / nc);       // no more panels than nc-wide ones
+        REQUIRE(n - (panels - 1) * width > 0);      // the last panel is not empty
+        REQUIRE(width - (n - (panels - 1) * width) < panels * nr);  // and short by under a sliver a panel
+      }
+    }
+  }
+}
+
 // Not tagged [sgemm]: the emulated-CPU runs (tests/portable) would only repeat, 100 times slower,
 // variants this test already runs natively; CI's -march=native build runs it by [blocking].
 TEST_CASE("the GEMM gives the same bits for every blocking, A read packed or in place, every variant and thread count",
