@@ -39,16 +39,17 @@ inline void store(const V& v, float* p, int count) {
   else v.store_partial(p, count);
 }
 
-// exp(x): Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2, and Cephes' degree-7 polynomial for
-// e^r (about 1 ulp); +inf above the largest finite result, 0 below FLT_MIN's logarithm (results
-// that would be subnormal are flushed), NaN kept.
+// e^x = y 2^n for x within exp's range, n = exp_power(x): Cody-Waite reduction x = n ln2 + r,
+// |r| <= ln2 / 2, and Cephes' degree-7 polynomial for y = e^r (about 1 ulp). (Two functions rather
+// than one returning both: a struct of two Vec16 measured GELU 30-70% slower with AVX2.)
 template <class V>
-inline V exp(V x) {
-  const V hi = V::broadcast(88.72283172607422f);   // the largest float whose exp is finite
-  const V lo = V::broadcast(-87.33654022216797f);  // about log(FLT_MIN)
-  const V xc = V::min(V::max(x, lo), hi);
-  V n = V::round_even(xc * V::broadcast(1.44269504088896341f));
-  V r = V::fnma(n, V::broadcast(0.693359375f), xc);
+inline V exp_power(V x) {
+  return V::round_even(x * V::broadcast(1.44269504088896341f));
+}
+
+template <class V>
+inline V exp_mantissa(V x, V n) {
+  V r = V::fnma(n, V::broadcast(0.693359375f), x);
   r = V::fnma(n, V::broadcast(-2.12194440e-4f), r);
   V p = V::broadcast(1.9875691500e-4f);
   p = V::fma(p, r, V::broadcast(1.3981999507e-3f));
@@ -56,10 +57,20 @@ inline V exp(V x) {
   p = V::fma(p, r, V::broadcast(4.1665795894e-2f));
   p = V::fma(p, r, V::broadcast(1.6666665459e-1f));
   p = V::fma(p, r, V::broadcast(5.0000001201e-1f));
-  const V one = V::broadcast(1.0f);
-  const V y = V::fma(p, r * r, r) + one;
+  return V::fma(p, r * r, r) + V::broadcast(1.0f);
+}
+
+// exp(x) (exp_power, exp_mantissa): +inf above the largest finite result, 0 below FLT_MIN's logarithm (results
+// that would be subnormal are flushed), NaN kept.
+template <class V>
+inline V exp(V x) {
+  const V hi = V::broadcast(88.72283172607422f);   // the largest float whose exp is finite
+  const V lo = V::broadcast(-87.33654022216797f);  // about log(FLT_MIN)
+  const V xc = V::min(V::max(x, lo), hi);
+  V n = exp_power<V>(xc);
+  const V y = exp_mantissa<V>(xc, n);
   // n reaches 128 only near the top of the range: scale by 2 first so 2^n stays representable.
-  const V n_max = V::broadcast(127.0f);
+  const V one = V::broadcast(1.0f), n_max = V::broadcast(127.0f);
   const V twice = V::select_gt(n, n_max, V::broadcast(2.0f), one);
   n = V::min(n, n_max);
   V result = (y * twice) * V::pow2(n);
@@ -73,21 +84,45 @@ void exp_array(const float* x, float* out, std::int64_t n) {
   for_blocks<V>(n, [&](std::int64_t i, int count) { store(exp<V>(load<V>(x + i, count)), out + i, count); });
 }
 
-// GELU (tanh approximation) as x sigmoid(2z), z = sqrt(2/pi) (x + 0.044715 x^3), and its
-// derivative s + 2 x s (1 - s) dz/dx with s = sigmoid(2z); the operations of loom::kernels::gelu_tanh.
+// GELU (tanh approximation) as x sigmoid(2z) = x / (1 + e^t) with t = -2z, z = sqrt(2/pi) (x +
+// 0.044715 x^3), and its derivative s + 2 x s (1 - s) dz/dx with s = sigmoid(2z): the operations of
+// loom::kernels::gelu_tanh. -2 sqrt(2/pi) is one constant (doubling is exact, so t is the same).
+//
+// e^t is exp's with t clamped to +-80 and without exp's special cases, a third of its operations
+// (GELU forward 17-31% and backward 11-24% faster on the Xeon): 2^n then needs no scaling, and
+// nothing is infinite or subnormal. Below t = -80, 1 + e^t rounds to 1 as it did with exp. Above
+// 80 (x below about -9.3, fp64's GELU under 1e-33) the sigmoid is taken as 0, where exp gave GELU
+// values down to -3e-38, -0 past t = 88.7, and a derivative whose s went subnormal. Only there, and
+// where x^2 overflows dz/dx (the derivative then its limit, 0 or 1, not NaN), do the bits differ.
+inline constexpr float gelu_t_limit = 80.0f;
+
 template <class V>
-inline V gelu(V x) {
-  const V z = V::broadcast(0.7978845608028654f) * (x + V::broadcast(0.044715f) * x * x * x);
-  return x / (V::broadcast(1.0f) + exp<V>(V::broadcast(-2.0f) * z));
+inline V exp_clamped(V t) {
+  const V tc = V::min(V::max(t, V::broadcast(-gelu_t_limit)), V::broadcast(gelu_t_limit));
+  const V n = exp_power<V>(tc);
+  return exp_mantissa<V>(tc, n) * V::pow2(n);
 }
 
 template <class V>
+inline V gelu_exponent(V x) {
+  return V::broadcast(-1.5957691216057308f) * (x + V::broadcast(0.044715f) * x * x * x);
+}
+
+template <class V>
+inline V gelu(V x) {
+  const V t = gelu_exponent<V>(x);
+  return V::select_gt(t, V::broadcast(gelu_t_limit), V::zero(), x / (V::broadcast(1.0f) + exp_clamped<V>(t)));
+}
+
+// Past the limits the derivative is its limit, exactly 0 or 1, also where x^2 would overflow dz/dx.
+template <class V>
 inline V gelu_grad(V x) {
-  const V k = V::broadcast(0.7978845608028654f), one = V::broadcast(1.0f);
-  const V z = k * (x + V::broadcast(0.044715f) * x * x * x);
-  const V s = one / (one + exp<V>(V::broadcast(-2.0f) * z));
+  const V k = V::broadcast(0.7978845608028654f), one = V::broadcast(1.0f), limit = V::broadcast(gelu_t_limit);
+  const V t = gelu_exponent<V>(x);
+  const V s = one / (one + exp_clamped<V>(t));
   const V dz = k * (one + V::broadcast(3.0f * 0.044715f) * x * x);
-  return s + V::broadcast(2.0f) * x * s * (one - s) * dz;
+  const V grad = s + V::broadcast(2.0f) * x * s * (one - s) * dz;
+  return V::select_lt(t, V::zero() - limit, one, V::select_gt(t, limit, V::zero(), grad));
 }
 
 template <class V>

@@ -122,6 +122,68 @@ TEST_CASE("the vector exp is within 2 ulp of fp64 and handles the edges of the f
   }
 }
 
+// GELU's sigmoid takes e^t with t clamped to +-80 (isa_kernels.hpp): across the range where that
+// matters, each variant is fp64's GELU and its derivative to a few ulp or exactly x and 1 above, 0
+// (fp64: under 1e-33) below, never subnormal, infinite or NaN for a finite x; the epilogue's fused GELU is the same.
+TEST_CASE("GELU and its derivative hold to fp64 out to the ends of the float range", "[kernels][isa][gelu]") {
+  std::vector<float> x;
+  for (float v = -12.0f; v <= 12.0f; v += 0.0625f) x.push_back(v);  // through t = +-80 at x = -9.3, 9.3
+  const std::vector<float> far = {-3.4e38f, -1e30f, -1e6f, -100.0f, -20.0f, 20.0f, 100.0f, 1e6f, 1e30f, 3.4e38f};
+  x.insert(x.end(), far.begin(), far.end());
+  const auto n = static_cast<std::int64_t>(x.size());
+  // fp64's GELU as x sigmoid(2z), which unlike 0.5 x (1 + tanh z) keeps its tail for negative x; its
+  // derivative, and the size of the derivative's two terms s and 2 x s (1 - s) dz/dx.
+  const auto gelu64 = [](double v) {
+    return v / (1 + std::exp(-2 * std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+  };
+  struct Grad { double value, terms; };
+  const auto grad64 = [](double v) {
+    const double k = std::sqrt(2 / M_PI), sg = 1 / (1 + std::exp(-2 * k * (v + 0.044715 * v * v * v)));
+    const double second = 2 * v * sg * (1 - sg) * k * (1 + 3 * 0.044715 * v * v);
+    return Grad{sg + second, std::fabs(sg) + std::fabs(second)};
+  };
+  for (CpuIsa isa : supported_cpu_isas()) {
+    INFO(to_string(isa));
+    const CpuKernels& k = cpu_kernels(isa);
+    std::vector<float> out(x.size()), dx(x.size()), ones(x.size(), 1.0f), fused(x.size()), pre(x.size());
+    k.gelu_forward(x.data(), out.data(), n);
+    k.gelu_backward(x.data(), ones.data(), dx.data(), n);
+    k.epilogue_row({x.data(), nullptr, 1.0f, 0.0f, nullptr, pre.data(), fused.data(), n, true});
+    REQUIRE(same_bits(fused, out));
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double g = gelu64(x[i]);
+      const Grad dg = grad64(x[i]);
+      INFO("x " << x[i] << ": gelu " << out[i] << " (fp64 " << g << "), gelu' " << dx[i] << " (fp64 " << dg.value << ")");
+      REQUIRE(std::isfinite(out[i]));
+      REQUIRE(std::isfinite(dx[i]));
+      REQUIRE((out[i] == 0.0f || std::fabs(out[i]) >= std::numeric_limits<float>::min()));
+      if (x[i] >= 10.0f) {
+        REQUIRE(out[i] == x[i]);
+        REQUIRE(dx[i] == 1.0f);
+      } else if (x[i] <= -10.0f || (out[i] == 0.0f && x[i] != 0.0f)) {
+        // Past t = 80 (x below about -9.3) the sigmoid is 0: fp64's GELU there is under 1e-33.
+        REQUIRE(x[i] < -9.0f);
+        REQUIRE(out[i] == 0.0f);
+        REQUIRE(dx[i] == 0.0f);
+        REQUIRE(std::fabs(g) < 1e-33);
+        REQUIRE(std::fabs(dg.value) < 1e-31);
+      } else {
+        // The float exponent t carries a few ulp of error, and e^t scales it by |t|: the bound.
+        const double t = 1.5957691216057308 * std::fabs(x[i] + 0.044715 * x[i] * x[i] * x[i]);
+        const double rel = (8 + t) * 3e-7;
+        REQUIRE(std::fabs(out[i] - g) <= rel * std::fabs(g));
+        REQUIRE(std::fabs(dx[i] - dg.value) <= rel * dg.terms);
+      }
+    }
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    float y = 0.0f, dy = 0.0f, one = 1.0f;
+    k.gelu_forward(&nan, &y, 1);
+    k.gelu_backward(&nan, &one, &dy, 1);
+    REQUIRE(std::isnan(y));
+    REQUIRE(std::isnan(dy));
+  }
+}
+
 TEST_CASE("every CPU kernel variant computes the portable variant's bits: elementwise and epilogue",
           "[kernels][isa]") {
   std::mt19937 rng(21);
