@@ -189,7 +189,8 @@ bool block_in_triangle(SgemmCausal causal, std::int64_t row, std::int64_t mc, st
 // slower than one a little wider (Zen 5, 1024 x 768 x 1024 against x 1152); copied, each element is
 // read from the caller's A once and the copy, rows 1600 bytes apart, for every panel. The copy is one
 // more read and write of A, paid back only by the panels after the first: with n under two panels
-// (Xeon's 672-column panels at n = 768 and 1024) it measured 1-4% slower, so it needs n >= 2 nc. In
+// (Xeon's 672-column panels at n = 768 and 1024, measured before panels were split evenly) it measured
+// 1-4% slower, so it needs n >= 2 nc. In
 // the B-sliver order (AVX2 on Zen 5) it measured no faster, up to 4% slower.
 bool sgemm_copies_a(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, SgemmOperand a,
                     SgemmCausal causal, int threads) {
@@ -213,8 +214,9 @@ bool sgemm_packs_columns(SgemmOperand a) {
 }
 
 // A last panel of a sliver or two (n = 2048 in 672-column panels: 32 columns) still takes a whole
-// sweep over A in each pass, and uses each A sliver brought into L1 for only one or two B slivers. Even panels ran 1024^3 and 2048^3 0.1-2.5% faster in all five runs on the Xeon (AVX2
-// and AVX-512, 1 and 2 threads), n = 768 and 2304 -1% to +2%, n = 3072 the same within noise.
+// sweep over A in each pass, and uses each A sliver brought into L1 for only one or two B slivers.
+// Even panels ran 1024^3 and 2048^3 0.1-2.5% faster in all five runs on the Xeon (AVX2 and AVX-512,
+// 1 and 2 threads), n = 768 and 2304 -1% to +2%, n = 3072 the same within noise.
 std::int64_t sgemm_panel_columns(std::int64_t n, std::int64_t nc, std::int64_t nr) {
   if (n <= 0) return nc;
   const std::int64_t panels = (n + nc - 1) / nc;

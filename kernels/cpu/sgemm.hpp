@@ -71,8 +71,9 @@ std::int64_t sgemm_panel_columns(std::int64_t n, std::int64_t nc, std::int64_t n
 
 // sgemm with a given cache blocking instead of the one chosen for this CPU (sgemm_blocking.hpp),
 // run as given at every width (its wide_n and wide_mc are not looked at; sgemm() applies
-// for_columns(n) first): the same bits whatever the blocking. An invalid_argument Error when its mc or nc is not whole
-// slivers of the variant's tile or its kc is not sgemm_kc.
+// for_columns(n) first; its nc is the widest panel, sgemm_panel_columns the one run): the same
+// bits whatever the blocking. An invalid_argument Error when its mc or nc is not whole slivers of
+// the variant's tile or its kc is not sgemm_kc.
 void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a,
                    SgemmOperand b, float* c, std::int64_t ldc, int max_threads, const CpuKernels& kernels,
                    bool accumulate = false, SgemmCausal causal = SgemmCausal::none);

@@ -123,11 +123,12 @@ TEST_CASE("the vector exp is within 2 ulp of fp64 and handles the edges of the f
 }
 
 // GELU's sigmoid takes e^t with t clamped to +-80 (isa_kernels.hpp): across the range where that
-// matters, each variant is fp64's GELU and its derivative to a few ulp or exactly x and 1 above, 0
-// (fp64: under 1e-33) below, never subnormal, infinite or NaN for a finite x; the epilogue's fused GELU is the same.
+// matters, each variant is fp64's GELU and its derivative to a few ulp, or exactly x and 1 above, 0
+// (fp64: under 1e-33) below; never infinite, NaN or subnormal for these x; the epilogue's fused GELU
+// is the same.
 TEST_CASE("GELU and its derivative hold to fp64 out to the ends of the float range", "[kernels][isa][gelu]") {
   std::vector<float> x;
-  for (float v = -12.0f; v <= 12.0f; v += 0.0625f) x.push_back(v);  // through t = +-80 at x = -9.3, 9.3
+  for (float v = -12.0f; v <= 12.0f; v += 0.0625f) x.push_back(v);  // through t = +-80 at x = -+9.67
   const std::vector<float> far = {-3.4e38f, -1e30f, -1e6f, -100.0f, -20.0f, 20.0f, 100.0f, 1e6f, 1e30f, 3.4e38f};
   x.insert(x.end(), far.begin(), far.end());
   const auto n = static_cast<std::int64_t>(x.size());
@@ -157,11 +158,12 @@ TEST_CASE("GELU and its derivative hold to fp64 out to the ends of the float ran
       REQUIRE(std::isfinite(out[i]));
       REQUIRE(std::isfinite(dx[i]));
       REQUIRE((out[i] == 0.0f || std::fabs(out[i]) >= std::numeric_limits<float>::min()));
+      REQUIRE((dx[i] == 0.0f || std::fabs(dx[i]) >= std::numeric_limits<float>::min()));
       if (x[i] >= 10.0f) {
         REQUIRE(out[i] == x[i]);
         REQUIRE(dx[i] == 1.0f);
       } else if (x[i] <= -10.0f || (out[i] == 0.0f && x[i] != 0.0f)) {
-        // Past t = 80 (x below about -9.3) the sigmoid is 0: fp64's GELU there is under 1e-33.
+        // Past t = 80 (x below about -9.67) the sigmoid is 0: fp64's GELU there is under 1e-33.
         REQUIRE(x[i] < -9.0f);
         REQUIRE(out[i] == 0.0f);
         REQUIRE(dx[i] == 0.0f);

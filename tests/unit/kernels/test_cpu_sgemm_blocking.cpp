@@ -209,9 +209,9 @@ TEST_CASE("the GEMM splits the columns into the fewest B panels, as even as whol
         const std::int64_t width = sgemm_panel_columns(n, nc, nr), panels = (n + width - 1) / width;
         REQUIRE(width % nr == 0);
         REQUIRE(width <= nc);
-        REQUIRE(panels == (n + nc - 1) / nc);       // no more panels than nc-wide ones
-        REQUIRE(n - (panels - 1) * width > 0);      // the last panel is not empty
-        REQUIRE(width - (n - (panels - 1) * width) < panels * nr);  // and short by under a sliver a panel
+        REQUIRE(panels == (n + nc - 1) / nc);  // no more panels than nc-wide ones
+        // The last panel is short of the others by under a sliver per panel: as even as slivers allow.
+        REQUIRE(width - (n - (panels - 1) * width) < panels * nr);
       }
     }
   }
