@@ -60,8 +60,8 @@ inline V exp_mantissa(V x, V n) {
   return V::fma(p, r * r, r) + V::broadcast(1.0f);
 }
 
-// exp(x) (exp_power, exp_mantissa): +inf above the largest finite result, 0 below FLT_MIN's logarithm (results
-// that would be subnormal are flushed), NaN kept.
+// exp(x) (exp_power, exp_mantissa): +inf above the largest finite result, 0 below FLT_MIN's
+// logarithm (results that would be subnormal are flushed), NaN kept.
 template <class V>
 inline V exp(V x) {
   const V hi = V::broadcast(88.72283172607422f);   // the largest float whose exp is finite
@@ -123,7 +123,7 @@ inline V gelu_grad(V x) {
   const V s = one / (one + exp_clamped<V>(t));
   const V dz = k * (one + V::broadcast(3.0f * 0.044715f) * x * x);
   const V grad = s + V::broadcast(2.0f) * x * s * (one - s) * dz;
-  return V::select_lt(t, V::zero() - limit, one, V::select_gt(t, limit, V::zero(), grad));
+  return V::select_lt(t, V::broadcast(-gelu_t_limit), one, V::select_gt(t, limit, V::zero(), grad));
 }
 
 template <class V>

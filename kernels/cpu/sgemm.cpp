@@ -189,9 +189,9 @@ bool block_in_triangle(SgemmCausal causal, std::int64_t row, std::int64_t mc, st
 // slower than one a little wider (Zen 5, 1024 x 768 x 1024 against x 1152); copied, each element is
 // read from the caller's A once and the copy, rows 1600 bytes apart, for every panel. The copy is one
 // more read and write of A, paid back only by the panels after the first: with n under two panels
-// (Xeon's 672-column panels at n = 768 and 1024, measured before panels were split evenly) it measured
-// 1-4% slower, so it needs n >= 2 nc. In
-// the B-sliver order (AVX2 on Zen 5) it measured no faster, up to 4% slower.
+// (Xeon's 672-column panels at n = 768 and 1024, measured before panels were split evenly) it
+// measured 1-4% slower, so it needs n >= 2 nc. In the B-sliver order (AVX2 on Zen 5) it measured no
+// faster, up to 4% slower.
 bool sgemm_copies_a(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, SgemmOperand a,
                     SgemmCausal causal, int threads) {
   constexpr std::int64_t l1_way_bytes = 4096;
@@ -254,8 +254,7 @@ void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n
                                  : a.row_stride == 1 && !sgemm_packs_columns(a) ? SgemmALayout::columns
                                                                                  : SgemmALayout::packed;
   const std::int64_t kc_max = std::min(sgemm_kc, k);
-  const std::int64_t nc_max = std::min(nc_block, round_up(n, g.nr));
-  float* const pb = packed_b_buffer.reserve(kc_max * nc_max);
+  float* const pb = packed_b_buffer.reserve(kc_max * nc_block);  // a panel is at most round_up(n, nr)
   if (causal == SgemmCausal::a_upper && m > k && !accumulate) {
     // Rows at or past k of an upper-triangular A are zero: so are their products.
     for (std::int64_t i = k; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);
