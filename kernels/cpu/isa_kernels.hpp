@@ -271,14 +271,30 @@ inline float max_of(const float* x, std::int64_t n, float scale = 1.0f) {
   return acc.max_lane();
 }
 
+// exp(x) for x <= 0 or NaN: exp's bits (for such x its top-of-range scaling multiplies by 1 and
+// its +inf select never fires), without those operations.
+template <class V>
+inline V exp_nonpositive(V x) {
+  const V lo = V::broadcast(-87.33654022216797f);  // exp's
+  const V xc = V::max(x, lo);
+  const V n = exp_power<V>(xc);
+  const V result = V::select_lt(x, lo, V::zero(), exp_mantissa<V>(xc, n) * V::pow2(n));
+  return V::select_nan(x, x, result);
+}
+
 // sum of exp(scale x[j] - m) for j < n, lanes past the end exp(-inf) = 0; each exp also stored into
-// out[j] when out is not null (out may be x). scale > 0.
+// out[j] when out is not null (out may be x). scale > 0, and m = max_of(x, n, scale) (a row's largest
+// scale x[j], as every caller passes), so no exponent is above 0: exp_nonpositive, exp's bits. (A row
+// holding a NaN can lose its maximum in max_of, the lanes' max taking the later value after a NaN,
+// and give positive exponents; its sum and results are NaN with either exp, only the NaNs' sign may
+// differ, as it already did between variants.) Softmax over 128-wide causal rows took about 0.85x
+// the time it took with exp (Xeon, AVX2 and AVX-512).
 template <class V>
 inline float exp_shifted(const float* x, float* out, std::int64_t n, float m, float scale = 1.0f) {
   const V mv = V::broadcast(m), minus_inf = V::broadcast(-__builtin_inff()), sv = V::broadcast(scale);
   V total = V::zero();
   for_blocks<V>(n, [&](std::int64_t i, int count) {
-    const V e = exp<V>(load_or<V>(x + i, count, minus_inf) * sv - mv);
+    const V e = exp_nonpositive<V>(load_or<V>(x + i, count, minus_inf) * sv - mv);
     if (out) store(e, out + i, count);
     total = total + e;
   });
