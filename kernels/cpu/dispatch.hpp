@@ -78,9 +78,6 @@ struct CpuKernels {
   void (*exp)(const float* x, float* out, std::int64_t n) = nullptr;
   void (*gelu_forward)(const float* x, float* out, std::int64_t n) = nullptr;
   void (*gelu_backward)(const float* x, const float* dout, float* dx, std::int64_t n) = nullptr;
-  // gelu_backward given y = gelu_forward(x): the sigmoid read off as y / x (within a rounding of gelu_backward's).
-  void (*gelu_backward_from_output)(const float* x, const float* y, const float* dout, float* dx,
-                                    std::int64_t n) = nullptr;
   void (*add)(const float* a, const float* b, float* out, std::int64_t n) = nullptr;
   void (*epilogue_row)(const EpilogueRow& row) = nullptr;
 

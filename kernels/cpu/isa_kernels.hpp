@@ -115,32 +115,15 @@ inline V gelu(V x) {
   return V::select_gt(t, V::broadcast(gelu_t_limit), V::zero(), x / (V::broadcast(1.0f) + exp_clamped<V>(t)));
 }
 
-// The derivative s + 2 x s (1 - s) dz/dx for the exponent t and sigmoid s of x. Past the limits it
-// is its limit, exactly 0 or 1, also where x^2 would overflow dz/dx.
+// Past the limits the derivative is its limit, exactly 0 or 1, also where x^2 would overflow dz/dx.
 template <class V>
-inline V gelu_grad_of_sigmoid(V x, V t, V s) {
+inline V gelu_grad(V x) {
   const V k = V::broadcast(0.7978845608028654f), one = V::broadcast(1.0f), limit = V::broadcast(gelu_t_limit);
+  const V t = gelu_exponent<V>(x);
+  const V s = one / (one + exp_clamped<V>(t));
   const V dz = k * (one + V::broadcast(3.0f * 0.044715f) * x * x);
   const V grad = s + V::broadcast(2.0f) * x * s * (one - s) * dz;
   return V::select_lt(t, V::broadcast(-gelu_t_limit), one, V::select_gt(t, limit, V::zero(), grad));
-}
-
-template <class V>
-inline V gelu_grad(V x) {
-  const V one = V::broadcast(1.0f), t = gelu_exponent<V>(x);
-  return gelu_grad_of_sigmoid<V>(x, t, one / (one + exp_clamped<V>(t)));
-}
-
-// The derivative given y = gelu(x) as gelu<V> computes it: y = x / (1 + e^t) is x times the sigmoid
-// to one rounding, so s = y / x is 1 / (1 + e^t) to two roundings (gelu_grad's s: one), and the
-// division replaces the exponential and its division: on a 1024 x 512 activation 0.54x gelu_grad's
-// time with AVX2 and 0.85x with AVX-512 (the Xeon; then bound by reading three arrays). Where
-// |x| < 2^-50, s is taken as 1/2, which gelu_grad's is exactly there (e^t rounds to 1) and y / x
-// would not be for subnormal y. At t beyond +-80 the limits apply as in gelu_grad; NaN stays NaN.
-template <class V>
-inline V gelu_grad_from_output(V x, V y) {
-  const V s = V::select_lt(x * x, V::broadcast(0x1p-100f), V::broadcast(0.5f), y / x);
-  return gelu_grad_of_sigmoid<V>(x, gelu_exponent<V>(x), s);
 }
 
 template <class V>
@@ -152,14 +135,6 @@ template <class V>
 void gelu_backward(const float* x, const float* dout, float* dx, std::int64_t n) {
   for_blocks<V>(n, [&](std::int64_t i, int count) {
     store(load<V>(dout + i, count) * gelu_grad<V>(load<V>(x + i, count)), dx + i, count);
-  });
-}
-
-template <class V>
-void gelu_backward_from_output(const float* x, const float* y, const float* dout, float* dx, std::int64_t n) {
-  for_blocks<V>(n, [&](std::int64_t i, int count) {
-    store(load<V>(dout + i, count) * gelu_grad_from_output<V>(load<V>(x + i, count), load<V>(y + i, count)), dx + i,
-          count);
   });
 }
 
@@ -578,7 +553,6 @@ constexpr CpuKernels make_table(CpuIsa isa, const SgemmKernels& sgemm) {
   k.exp = exp_array<V>;
   k.gelu_forward = gelu_forward<V>;
   k.gelu_backward = gelu_backward<V>;
-  k.gelu_backward_from_output = gelu_backward_from_output<V>;
   k.add = add<V>;
   k.epilogue_row = epilogue_row<V>;
   k.layernorm_forward = layernorm_forward<V>;

@@ -13,7 +13,6 @@ namespace loom::kernels::cpu {
 
 void gelu_forward(const Tensor& x, const Tensor& out);
 void gelu_backward(const Tensor& x, const Tensor& dout, const Tensor& dx);
-void gelu_backward_from_output(const Tensor& x, const Tensor& y, const Tensor& dout, const Tensor& dx);
 void residual_add(const Tensor& a, const Tensor& b, const Tensor& out);
 void cast(const Tensor& src, const Tensor& dst, const CastOptions& options);
 void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,

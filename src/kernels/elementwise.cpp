@@ -31,17 +31,6 @@ void gelu_backward(const Tensor& x, const Tensor& dout, const Tensor& dx, Stream
                    [&](void* s) { cuda::gelu_backward(x, dout, dx, s); });
 }
 
-void gelu_backward_from_output(const Tensor& x, const Tensor& y, const Tensor& dout, const Tensor& dx,
-                               StreamRef stream) {
-  constexpr const char* kernel = "gelu_backward_from_output";
-  const Device device = check_elementwise(kernel, {{"x", x}, {"y", y}, {"dout", dout}, {"dx", dx}});
-  require(x.dtype() == DType::f32, kernel, ": takes f32 tensors (y in 16 bits keeps too little of the sigmoid; ",
-          "use gelu_backward), got ", x);
-  require(device.is_cpu(), kernel, ": runs on the CPU only (on ", device, ", use gelu_backward)");
-  detail::dispatch(kernel, device, stream, [&] { cpu::gelu_backward_from_output(x, y, dout, dx); },
-                   [&](void*) {});
-}
-
 void residual_add(const Tensor& a, const Tensor& b, const Tensor& out, StreamRef stream) {
   const Device device = check_elementwise("residual_add", {{"a", a}, {"b", b}, {"out", out}});
   detail::dispatch("residual_add", device, stream, [&] { cpu::residual_add(a, b, out); },

@@ -95,13 +95,7 @@ Tensor Linear::backward(const Tensor& dy, StreamRef stream) {
   Tensor grad_out = dy_rows;
   if (options_.gelu) {
     detail::ensure_buffer(dpre_, dy_rows.shape(), precision_.storage, device);
-    // On the CPU the kept f32 GELU output (the next layer's input) gives the sigmoid by one division
-    // rather than an exponential; a GPU, bound by memory there, would only read more.
-    if (device.is_cpu() && precision_.storage == DType::f32 && output_.defined()) {
-      kernels::gelu_backward_from_output(pre_activation_, output_, dy_rows, dpre_, stream);
-    } else {
-      kernels::gelu_backward(pre_activation_, dy_rows, dpre_, stream);
-    }
+    kernels::gelu_backward(pre_activation_, dy_rows, dpre_, stream);
     grad_out = dpre_;
   }
   detail::linear_backward(grad_out, input_, weight_, bias_.get(), bias_grad_scratch_, dx_, precision_, stream);

@@ -66,13 +66,6 @@ const DType floating[] = {DType::f32, DType::bf16, DType::f16};
 
 }  // namespace
 
-TEST_CASE("gelu_backward_from_output names the CPU as the only place it runs", "[cuda][kernels]") {
-  const Tensor x = Tensor::zeros({8}, DType::f32).to(gpu);
-  CHECK_THROWS_MATCHES(loom::kernels::gelu_backward_from_output(x, x, x, x), loom::Error,
-                       loom::test::IsError(loom::ErrorCategory::invalid_argument,
-                                           {"gelu_backward_from_output", "CPU only", "use gelu_backward"}));
-}
-
 TEST_CASE("CUDA elementwise kernels and casts match the CPU", "[cuda][kernels]") {
   std::mt19937 rng(71);
   for (DType dtype : floating) {

@@ -28,9 +28,7 @@ class Linear {
          const Precision& precision, Device device);
 
   // x: [..., in] in the storage dtype. Returns the layer's output buffer [..., out], valid until
-  // the next forward; x is kept (not copied) for backward. Neither may be written before backward:
-  // the layer reads x there, and a GELU layer with f32 activations on the CPU its output, from which
-  // it takes GELU's sigmoid (kernels::gelu_backward_from_output).
+  // the next forward; x is kept (not copied) for backward.
   Tensor forward(const Tensor& x, StreamRef stream = {});
   // dy: [..., out]. Accumulates into the gradients, marks them ready, and returns dx [..., in]
   // (a buffer of this layer, valid until the next backward).

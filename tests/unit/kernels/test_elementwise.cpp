@@ -47,37 +47,6 @@ TEST_CASE("gelu forward and backward match fp64 and finite differences", "[kerne
   }
 }
 
-TEST_CASE("gelu backward from the forward's output matches finite differences, in place too", "[kernels][gelu]") {
-  std::mt19937 rng(14);
-  const std::int64_t n = 1037;
-  auto x = loom::test::random_tensor({n}, DType::f32, rng, 4.0);
-  auto dout = loom::test::random_tensor({n}, DType::f32, rng);
-  const Tensor y = Tensor::empty({n}, DType::f32), dx = Tensor::empty({n}, DType::f32);
-  loom::test::poison(dx);
-  loom::kernels::gelu_forward(x.tensor, y);
-  loom::kernels::gelu_backward_from_output(x.tensor, y, dout.tensor, dx);
-  std::vector<double> grad(static_cast<std::size_t>(n));
-  for (std::size_t i = 0; i < grad.size(); ++i) {
-    std::vector<double> point = {x.values[i]};
-    grad[i] = dout.values[i] * loom::test::finite_difference(point, 0, [&] { return gelu64(point[0]); });
-  }
-  loom::test::require_close(dx, grad, loom::test::ulp_of(DType::f32), 1e-5);
-  // dx may be dout: the same values.
-  const Tensor in_place = dout.tensor.clone();
-  loom::kernels::gelu_backward_from_output(x.tensor, y, in_place, in_place);
-  REQUIRE(in_place.as_bytes().to_vector<std::uint8_t>() == dx.as_bytes().to_vector<std::uint8_t>());
-}
-
-TEST_CASE("gelu_backward_from_output takes f32 tensors of one size", "[kernels][gelu]") {
-  const Tensor a = Tensor::zeros({4}, DType::f32), h = Tensor::zeros({4}, DType::bf16);
-  CHECK_THROWS_MATCHES(loom::kernels::gelu_backward_from_output(h, h, h, h), loom::Error,
-                       IsError(ErrorCategory::invalid_argument, {"gelu_backward_from_output", "f32", "gelu_backward"}));
-  CHECK_THROWS_MATCHES(loom::kernels::gelu_backward_from_output(a, Tensor::zeros({5}, DType::f32), a, a), loom::Error,
-                       IsError(ErrorCategory::invalid_argument, {"gelu_backward_from_output", "'y' must have 4 elements"}));
-  CHECK_THROWS_MATCHES(loom::kernels::gelu_backward_from_output(a, h, a, a), loom::Error,
-                       IsError(ErrorCategory::invalid_argument, {"gelu_backward_from_output", "'y' is bf16"}));
-}
-
 TEST_CASE("gelu runs in place and residual_add into either input", "[kernels][residual]") {
   std::mt19937 rng(12);
   auto a = loom::test::random_tensor({7, 13}, DType::bf16, rng);
