@@ -264,9 +264,14 @@ void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n
   // region, so a failure is kept, every thread skips the work, and it is rethrown after.
   std::exception_ptr failure;
   bool any_failed = false;
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    const int t = omp_get_thread_num(), parts = omp_get_num_threads();
+  // Thread t of parts. The barriers run only in a team of several: one thread may be inside another
+  // team (attention's heads call this one per thread), whose barrier is not this GEMM's.
+  const auto team_barrier = [](int parts) {
+    if (parts > 1) {
+#pragma omp barrier
+    }
+  };
+  const auto run_thread = [&](int t, int parts) {
     // This thread's rows of C, an even share: its last sliver may be short, and a tail kernel
     // (SgemmKernels::micro_tail) spends only its rows' FMAs on it.
     const std::int64_t row_begin = m * t / parts, row_end = m * (t + 1) / parts;
@@ -290,12 +295,12 @@ void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n
         any_failed = true;
       }
     }
-#pragma omp barrier
+    team_barrier(parts);
     // Pass pc of panel jc: the threads pack the panel's B together, then each runs its blocks of rows.
     const auto run_pass = [&](std::int64_t jc, std::int64_t pc, const float* copy, std::int64_t ld_copy) {
       const std::int64_t nc = std::min(nc_block, n - jc), kc = std::min(sgemm_kc, k - pc);
       const std::int64_t b_slivers = (nc + g.nr - 1) / g.nr;
-#pragma omp barrier
+      team_barrier(parts);
       {
         // Each thread packs a contiguous run of the panel's slivers.
         const std::int64_t s0 = b_slivers * t / parts, s1 = b_slivers * (t + 1) / parts;
@@ -305,7 +310,7 @@ void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n
                    pb + s0 * g.nr * kc);
         }
       }
-#pragma omp barrier
+      team_barrier(parts);
       for (std::int64_t ic = row_begin; ic < row_end; ic += mc_block) {
         const std::int64_t mc = std::min(mc_block, row_end - ic);
         if (!block_in_triangle(causal, ic, mc, m, pc, kc)) continue;
@@ -332,6 +337,15 @@ void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n
         for (std::int64_t pc = 0; pc < k; pc += sgemm_kc) run_pass(jc, pc, nullptr, 0);
       }
     }
+  };
+  // One thread runs without a parallel region: entering one, even of one thread, cost libgomp a
+  // team, an allocation and futex calls, about 0.5 us a GEMM, which the many per-head GEMMs of
+  // attention paid hundreds of times a step.
+  if (threads > 1) {
+#pragma omp parallel num_threads(threads)
+    run_thread(omp_get_thread_num(), omp_get_num_threads());
+  } else {
+    run_thread(0, 1);
   }
   if (failure) std::rethrow_exception(failure);
 }

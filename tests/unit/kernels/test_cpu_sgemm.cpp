@@ -5,6 +5,8 @@
 // that do not depend on the thread count or the variant.
 #include <catch2/catch.hpp>
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -209,4 +211,35 @@ TEST_CASE("packed fp32 GEMM with k = 0 writes zeros and m or n = 0 writes nothin
   sgemm(0, 2, 4, {&dummy, 4, 1}, {&dummy, 2, 1}, untouched.data(), 2, 2);
   sgemm(2, 0, 4, {&dummy, 4, 1}, {&dummy, 0, 1}, untouched.data(), 0, 2);
   REQUIRE(untouched == std::vector<float>(4, 5.0f));
+}
+
+// Attention runs one GEMM per head on each thread of its own team. Each thread's GEMM, of its own
+// size (different numbers of passes and panels), must neither wait at the team's barriers nor make
+// the other wait, and must give the bits it gives alone; so must a GEMM asking for 2 threads there
+// (a nested region, which may get only one).
+TEST_CASE("packed fp32 GEMM runs inside another team's threads, each its own size", "[gemm][sgemm]") {
+  std::mt19937 rng(14);
+  const Problem problems[2] = {make_problem(37, 50, 100, false, false, rng), make_problem(70, 1300, 1000, true, false, rng)};
+  auto run = [&](const Problem& p, int threads) {
+    std::vector<float> c(static_cast<std::size_t>(p.m * p.n), 0.0f);
+    sgemm(p.m, p.n, p.k, p.lhs(), p.rhs(), c.data(), p.n, threads, cpu_kernels());
+    return c;
+  };
+  const std::vector<float> alone[2] = {run(problems[0], 1), run(problems[1], 1)};
+  for (const int inner_threads : {1, 2}) {
+    INFO("inner threads " << inner_threads);
+    std::vector<float> got[2];
+    int team = 0;
+#pragma omp parallel num_threads(2)
+    {
+      const int t = omp_get_thread_num();
+#pragma omp single
+      team = omp_get_num_threads();
+      // The first thread runs its small GEMM three times while the other runs one long one.
+      for (int repeat = 0; repeat < (t == 0 ? 3 : 1); ++repeat) got[t] = run(problems[t], inner_threads);
+    }
+    REQUIRE(team == 2);
+    REQUIRE(got[0] == alone[0]);
+    REQUIRE(got[1] == alone[1]);
+  }
 }
