@@ -293,3 +293,30 @@ TEST_CASE("every CPU kernel variant computes the portable variant's bits: AdamW 
     for (std::int64_t j = 0; j < n; ++j) REQUIRE(same_bits(sums[static_cast<std::size_t>(j)], sums_ref[static_cast<std::size_t>(j)]));
   });
 }
+
+// LayerNorm's parameter gradients interleave blocks of 16 channels in groups of four
+// (isa_kernels.hpp: layernorm_param_grads_blocks): every block, wherever it falls, must get the bits
+// it gets alone.
+TEST_CASE("LayerNorm's parameter gradients give each channel block the bits it gets alone",
+          "[kernels][isa][layernorm]") {
+  std::mt19937 rng(29);
+  const std::int64_t rows = 11;
+  for (const CpuIsa isa : supported_cpu_isas()) {
+    const CpuKernels& k = cpu_kernels(isa);
+    for (const std::int64_t channels : {5, 16, 37, 64, 128, 200}) {  // groups of four blocks and blocks alone
+      INFO(to_string(isa) << ", " << channels << " channels");
+      const auto n = rows * channels;
+      const std::vector<float> x = random_floats(n, rng, 3.0f), dout = random_floats(n, rng);
+      const std::vector<float> mean = random_floats(rows, rng), rstd = random_floats(rows, rng);
+      std::vector<float> dw(channels), db(channels), dw1(channels), db1(channels);
+      k.layernorm_param_grads(dout.data(), x.data(), mean.data(), rstd.data(), rows, channels, channels, dw.data(),
+                              db.data());
+      for (std::int64_t c0 = 0; c0 < channels; c0 += 16) {
+        k.layernorm_param_grads(dout.data() + c0, x.data() + c0, mean.data(), rstd.data(), rows, channels,
+                                std::min<std::int64_t>(16, channels - c0), dw1.data() + c0, db1.data() + c0);
+      }
+      REQUIRE(same_bits(dw, dw1));
+      REQUIRE(same_bits(db, db1));
+    }
+  }
+}
