@@ -215,8 +215,9 @@ TEST_CASE("packed fp32 GEMM with k = 0 writes zeros and m or n = 0 writes nothin
 
 // Attention runs one GEMM per head on each thread of its own team. Each thread's GEMM, of its own
 // size (different numbers of passes and panels), must neither wait at the team's barriers nor make
-// the other wait, and must give the bits it gives alone; so must a GEMM asking for 2 threads there
-// (a nested region, which may get only one).
+// the other wait, and must give the bits it gives alone; so must a GEMM asking for 2 threads there,
+// as a nested region of one thread (one active level, the default) or of two. A barrier of the
+// GEMM's reached in the outer team deadlocks this test (ctest's timeout fails it).
 TEST_CASE("packed fp32 GEMM runs inside another team's threads, each its own size", "[gemm][sgemm]") {
   std::mt19937 rng(14);
   const Problem problems[2] = {make_problem(37, 50, 100, false, false, rng), make_problem(70, 1300, 1000, true, false, rng)};
@@ -226,20 +227,27 @@ TEST_CASE("packed fp32 GEMM runs inside another team's threads, each its own siz
     return c;
   };
   const std::vector<float> alone[2] = {run(problems[0], 1), run(problems[1], 1)};
-  for (const int inner_threads : {1, 2}) {
-    INFO("inner threads " << inner_threads);
-    std::vector<float> got[2];
-    int team = 0;
+  struct RestoreLevels {  // the process-wide setting back as it was, however the test ends
+    int before = omp_get_max_active_levels();
+    ~RestoreLevels() { omp_set_max_active_levels(before); }
+  } restore;
+  for (const int levels : {1, 2}) {
+    omp_set_max_active_levels(levels);
+    for (const int inner_threads : {1, 2}) {
+      INFO("active levels " << levels << ", inner threads " << inner_threads);
+      std::vector<float> got[2];
+      int team = 0;
 #pragma omp parallel num_threads(2)
-    {
-      const int t = omp_get_thread_num();
+      {
+        const int t = omp_get_thread_num();
 #pragma omp single
-      team = omp_get_num_threads();
-      // The first thread runs its small GEMM three times while the other runs one long one.
-      for (int repeat = 0; repeat < (t == 0 ? 3 : 1); ++repeat) got[t] = run(problems[t], inner_threads);
+        team = omp_get_num_threads();
+        // The first thread runs its small GEMM three times while the other runs one long one.
+        for (int repeat = 0; repeat < (t == 0 ? 3 : 1); ++repeat) got[t] = run(problems[t], inner_threads);
+      }
+      REQUIRE(team == 2);
+      REQUIRE(got[0] == alone[0]);
+      REQUIRE(got[1] == alone[1]);
     }
-    REQUIRE(team == 2);
-    REQUIRE(got[0] == alone[0]);
-    REQUIRE(got[1] == alone[1]);
   }
 }
