@@ -2,7 +2,7 @@
 # train_gpt --data shards:GLOB as an operator runs it: three llm.c shards of unequal length (byte
 # tokens of this repository's docs, made here) streamed by 2 ranks with a checkpoint, and resumed
 # at 1 rank (ranks x micro-batches x batch kept at 16), which continues the job's data stream: its
-# losses are the uninterrupted run's (loom's 2-rank average equals one rank's 2 micro-batches); the
+# losses are the uninterrupted run's (bit for bit at 1 rank; within 1e-3 after 2 ranks, see below); the
 # loss falls; a glob that matches nothing, a damaged shard and tokens outside the vocabulary each
 # end the run with an error naming them.
 # usage: train_gpt_shards.sh TRAIN_GPT WORK_DIR [MPIEXEC]
@@ -50,10 +50,29 @@ fi
 # Resumed at one rank from step 30: 2 micro-batches of 8 keep the 16 sequences per step.
 rm -rf run/step_00000060
 losses() { for s in 40 50 60; do loss_at $s "$1"; done | tr '\n' ' '; }
+# One rank's two micro-batches are the 1-rank job's own configuration: the same bits. Against 2 ranks
+# they are the same data but not the same sums: the ranks' gradients are averaged after each one's
+# GEMM passes (dW = dY^T X runs over the 512 tokens in passes of 384), while one rank adds the second
+# micro-batch's passes into the first's gradient, so the runs agree to ~1e-7 of each update
+# (docs/ARCHITECTURE.md, DDP against one process) and drift apart in the last printed digit within
+# 30 steps on some data (1e-4 at step 60 on this repository's docs of 2026-12-06). 1e-3 is allowed:
+# the losses here fall by 0.1-0.4 every 10 steps, and a resume elsewhere in the stream trains on other
+# batches.
+tolerance=0; [ "$ranks" -gt 1 ] && tolerance=0.001
+same_losses() {  # A_LOG B_LOG: the losses at 40, 50 and 60, each within $tolerance
+  local a b
+  read -ra a <<< "$(losses "$1")"
+  read -ra b <<< "$(losses "$2")"
+  [ "${#a[@]}" -eq 3 ] && [ "${#b[@]}" -eq 3 ] &&
+    awk -v t="$tolerance" -v a="${a[*]}" -v b="${b[*]}" 'BEGIN {
+      n = split(a, x, " "); split(b, y, " ")
+      for (i = 1; i <= n; ++i) if (x[i] - y[i] > t + 1e-9 || y[i] - x[i] > t + 1e-9) exit 1
+    }'
+}
 if "$train_gpt" "${common[@]}" --batch 8 --grad-accum 2 > resumed.log 2>&1 &&
    grep -qE "resum.*step 30|step 30.*resum" resumed.log && ! grep -qE "^step +(10|20|30)/" resumed.log &&
-   [ -n "$(loss_at 60 resumed.log)" ] && [ "$(losses resumed.log)" = "$(losses run.log)" ]; then
-  pass "one rank resumes the $ranks-rank job at step 30 on the same data: losses $(losses resumed.log)at steps 40-60, as uninterrupted"
+   [ -n "$(loss_at 60 resumed.log)" ] && same_losses resumed.log run.log; then
+  pass "one rank resumes the $ranks-rank job at step 30 on the same data: losses $(losses resumed.log)at steps 40-60, against $(losses run.log)uninterrupted (within $tolerance)"
 else
   fail "the resume at 1 rank: losses $(losses resumed.log)against $(losses run.log); $(grep -vE '^ ' resumed.log | tail -4)"
 fi
