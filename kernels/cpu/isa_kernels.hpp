@@ -60,12 +60,15 @@ inline V exp_mantissa(V x, V n) {
   return V::fma(p, r * r, r) + V::broadcast(1.0f);
 }
 
+// About log(FLT_MIN): exp's results below it would be subnormal and are flushed to 0.
+inline constexpr float exp_lower_limit = -87.33654022216797f;
+
 // exp(x) (exp_power, exp_mantissa): +inf above the largest finite result, 0 below FLT_MIN's
 // logarithm (results that would be subnormal are flushed), NaN kept.
 template <class V>
 inline V exp(V x) {
-  const V hi = V::broadcast(88.72283172607422f);   // the largest float whose exp is finite
-  const V lo = V::broadcast(-87.33654022216797f);  // about log(FLT_MIN)
+  const V hi = V::broadcast(88.72283172607422f);  // the largest float whose exp is finite
+  const V lo = V::broadcast(exp_lower_limit);
   const V xc = V::min(V::max(x, lo), hi);
   V n = exp_power<V>(xc);
   const V y = exp_mantissa<V>(xc, n);
@@ -276,7 +279,7 @@ inline float max_of(const float* x, std::int64_t n, float scale = 1.0f) {
 // in range in every variant; exp_shifted's callers never pass one but in a row holding a NaN).
 template <class V>
 inline V exp_nonpositive(V x) {
-  const V lo = V::broadcast(-87.33654022216797f);  // exp's
+  const V lo = V::broadcast(exp_lower_limit);
   const V xc = V::min(V::max(x, lo), V::zero());
   const V n = exp_power<V>(xc);
   const V result = V::select_lt(x, lo, V::zero(), exp_mantissa<V>(xc, n) * V::pow2(n));

@@ -60,14 +60,10 @@ losses() { for s in 40 50 60; do loss_at $s "$1"; done | tr '\n' ' '; }
 # batches.
 tolerance=0; [ "$ranks" -gt 1 ] && tolerance=0.001
 same_losses() {  # A_LOG B_LOG: the losses at 40, 50 and 60, each within $tolerance
-  local a b
-  read -ra a <<< "$(losses "$1")"
-  read -ra b <<< "$(losses "$2")"
-  [ "${#a[@]}" -eq 3 ] && [ "${#b[@]}" -eq 3 ] &&
-    awk -v t="$tolerance" -v a="${a[*]}" -v b="${b[*]}" 'BEGIN {
-      n = split(a, x, " "); split(b, y, " ")
-      for (i = 1; i <= n; ++i) if (x[i] - y[i] > t + 1e-9 || y[i] - x[i] > t + 1e-9) exit 1
-    }'
+  awk -v t="$tolerance" -v a="$(losses "$1")" -v b="$(losses "$2")" 'BEGIN {
+    if (split(a, x, " ") != 3 || split(b, y, " ") != 3) exit 1
+    for (i = 1; i <= 3; ++i) if (x[i] - y[i] > t + 1e-9 || y[i] - x[i] > t + 1e-9) exit 1
+  }'
 }
 if "$train_gpt" "${common[@]}" --batch 8 --grad-accum 2 > resumed.log 2>&1 &&
    grep -qE "resum.*step 30|step 30.*resum" resumed.log && ! grep -qE "^step +(10|20|30)/" resumed.log &&
