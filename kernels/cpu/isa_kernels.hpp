@@ -381,9 +381,22 @@ double sum_of_squares(const float* x, std::int64_t n) {
   return lanes[0] + lanes[1];
 }
 
+// Eight rows at a time, each column's running sum kept in a register across them: a load and
+// store of the sums per eight rows rather than per row (the sums' stores bounded the one-row loop).
+// Each column still adds its rows one by one in order, so the bits are the one-row loop's.
 template <class V>
 void column_sums(const float* a, std::int64_t rows, std::int64_t cols, std::int64_t ld, double* sums) {
-  for (std::int64_t r = 0; r < rows; ++r) {
+  constexpr std::int64_t group = 8;
+  std::int64_t r = 0;
+  for (; r + group <= rows; r += group) {
+    const float* row = a + r * ld;
+    for (std::int64_t j = 0; j < cols; ++j) {
+      double s = sums[j];
+      for (std::int64_t g = 0; g < group; ++g) s += static_cast<double>(row[g * ld + j]);
+      sums[j] = s;
+    }
+  }
+  for (; r < rows; ++r) {
     const float* row = a + r * ld;
     for (std::int64_t j = 0; j < cols; ++j) sums[j] += static_cast<double>(row[j]);
   }

@@ -38,6 +38,9 @@ std::vector<float> random_floats(std::int64_t n, std::mt19937& rng, float scale 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
+bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
+}
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
@@ -318,12 +321,21 @@ TEST_CASE("every CPU kernel variant computes the portable variant's bits: AdamW 
     const auto got = adamw(k), expected = adamw(ref);
     for (std::size_t i = 0; i < got.size(); ++i) REQUIRE(same_bits(got[i], expected[i]));
     REQUIRE(same_bits(k.sum_of_squares(grad.data(), n), ref.sum_of_squares(grad.data(), n)));
-    const std::int64_t rows = 3;
-    const std::vector<float> a = random_floats(rows * (n + 1), rng);
-    std::vector<double> sums(static_cast<std::size_t>(n), 0.5), sums_ref = sums;
+    // 19 rows: two groups of eight (column_sums' register blocking), then three alone. The
+    // reference adds each column's rows one by one in order, in double, as the kernel promises.
+    // Magnitudes from 2^-60 to 2^60, so that the sums round and another order gives other bits.
+    const std::int64_t rows = 19;
+    std::vector<float> a = random_floats(rows * (n + 1), rng);
+    std::uniform_int_distribution<int> exponent(-60, 60);
+    for (float& v : a) v = std::ldexp(v, exponent(rng));
+    std::vector<double> sums(static_cast<std::size_t>(n), 0.5), sums_portable = sums, sums_ref = sums;
     k.column_sums(a.data(), rows, n, n + 1, sums.data());
-    ref.column_sums(a.data(), rows, n, n + 1, sums_ref.data());
-    for (std::int64_t j = 0; j < n; ++j) REQUIRE(same_bits(sums[static_cast<std::size_t>(j)], sums_ref[static_cast<std::size_t>(j)]));
+    ref.column_sums(a.data(), rows, n, n + 1, sums_portable.data());
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t j = 0; j < n; ++j) sums_ref[static_cast<std::size_t>(j)] += static_cast<double>(a[r * (n + 1) + j]);
+    }
+    REQUIRE(same_bits(sums, sums_ref));
+    REQUIRE(same_bits(sums_portable, sums_ref));
   });
 }
 
