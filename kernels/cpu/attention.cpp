@@ -71,7 +71,7 @@ void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& att, 
     float* p = att.data<float>() + d.scores(b, h);
     // S = Q K^T on and below the diagonal, then row t's softmax of scale * S over columns 0..t.
     sgemm(T, T, d.head_size, rows(q, width), transposed(key, width), p, T, 1, k, false, SgemmCausal::c_lower);
-    for (std::int64_t t = 0; t < T; ++t) k.softmax_forward(p + t * T, p + t * T, T, t + 1, d.scale);
+    k.softmax_forward_causal(p, p, T, T, d.scale);
     // O = P V, row t summing over the visible steps only (not when only P is asked for).
     if (!out.defined()) return;
     sgemm(T, d.head_size, T, rows(p, T), rows(v, width), out.data<float>() + d.at(b, h, d.channels, 0), d.channels,

@@ -99,6 +99,9 @@ struct CpuKernels {
   // them; its backward over the first `kept` entries, zeros after them.
   void (*softmax_forward)(const float* x, float* out, std::int64_t n, std::int64_t kept, float x_scale) = nullptr;
   void (*softmax_backward)(const float* y, const float* dy, float* dx, std::int64_t n, std::int64_t kept) = nullptr;
+  // softmax_forward over rows [0, rows) of a causal block (rows n apart), row r keeping min(r + 1, n)
+  // entries: each row's bits as softmax_forward gives them (out may be x).
+  void (*softmax_forward_causal)(const float* x, float* out, std::int64_t rows, std::int64_t n, float x_scale) = nullptr;
   // One row of vocab logits: log(sum(exp(row))) - row[target]; and its gradient times dloss into out
   // (which may be row itself).
   float (*cross_entropy_forward)(const float* row, std::int64_t vocab, std::int64_t target) = nullptr;

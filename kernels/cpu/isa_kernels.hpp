@@ -320,6 +320,80 @@ void softmax_forward(const float* x, float* out, std::int64_t n, std::int64_t ke
   for (std::int64_t j = kept; j < n; ++j) out[j] = 0.0f;
 }
 
+// Rows [0, rows) of a causal block of rows n floats long (row r keeps its first r + 1 entries, at
+// most n), in place or not: softmax_forward's operations on each row, two rows at a time. One row's
+// softmax is a chain (its maximum, then the exponentials, then their sum, then the scaling), and a
+// row of attention's 128-wide blocks is short, so a row alone left the vector units waiting on that
+// chain; rows t and t + 1, whose lengths differ by one, run side by side in the same loops instead.
+// Each row gets the operations softmax_forward gives it, in the same order: the same bits.
+// Rows [first, first + R) of a causal block (see softmax_forward_causal), side by side.
+template <class V, int R>
+inline void softmax_causal_rows(const float* x, float* out, std::int64_t first, std::int64_t n, float x_scale) {
+  const V minus_inf = V::broadcast(-__builtin_inff()), sv = V::broadcast(x_scale);
+  std::int64_t kept[R];
+  V acc[R], shift[R];
+#pragma GCC unroll 8
+  for (int j = 0; j < R; ++j) {
+    kept[j] = first + j + 1 < n ? first + j + 1 : n;
+    acc[j] = minus_inf;
+  }
+  const auto count_at = [](std::int64_t k, std::int64_t i) { return static_cast<int>(k - i < 16 ? k - i : 16); };
+  const std::int64_t longest = kept[R - 1];
+  for (std::int64_t i = 0; i < longest; i += 16) {
+#pragma GCC unroll 8
+    for (int j = 0; j < R; ++j) {
+      if (i < kept[j]) acc[j] = V::max(acc[j], load_or<V>(x + j * n + i, count_at(kept[j], i), minus_inf) * sv);
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < R; ++j) {
+    shift[j] = V::broadcast(acc[j].max_lane());
+    acc[j] = V::zero();
+  }
+  for (std::int64_t i = 0; i < longest; i += 16) {
+#pragma GCC unroll 8
+    for (int j = 0; j < R; ++j) {
+      if (i < kept[j]) {
+        const int c = count_at(kept[j], i);
+        const V e = exp_nonpositive<V>(load_or<V>(x + j * n + i, c, minus_inf) * sv - shift[j]);
+        store(e, out + j * n + i, c);
+        acc[j] = acc[j] + e;
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < R; ++j) shift[j] = V::broadcast(1.0f / acc[j].sum());
+  for (std::int64_t i = 0; i < longest; i += 16) {
+#pragma GCC unroll 8
+    for (int j = 0; j < R; ++j) {
+      if (i < kept[j]) {
+        const int c = count_at(kept[j], i);
+        store(load<V>(out + j * n + i, c) * shift[j], out + j * n + i, c);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < R; ++j) {
+    for (std::int64_t col = kept[j]; col < n; ++col) out[j * n + col] = 0.0f;
+  }
+}
+
+// Rows [0, rows) of a causal block of rows n floats long (row r keeps its first r + 1 entries, at
+// most n), in place or not: softmax_forward's operations on each row, three rows at a time. One
+// row's softmax is a chain (its maximum, then the exponentials, then their sum, then the scaling),
+// and a row of attention's 128-wide blocks is short, so a row alone left the vector units waiting on
+// that chain; neighbouring rows, whose lengths differ by one, run side by side in the same loops
+// instead. Each row gets the operations softmax_forward gives it, in the same order: the same bits.
+// 32 heads' 128 x 128 blocks took 0.735x (AVX2) and 0.90x (AVX-512) the time of the rows one by one
+// (Xeon); 2 rows gave 0.82x / 0.89x, 4 rows 0.715x / 0.92x, 8 rows 0.84x / 1.16x.
+template <class V>
+void softmax_forward_causal(const float* x, float* out, std::int64_t rows, std::int64_t n, float x_scale) {
+  constexpr int group = 3;
+  std::int64_t r = 0;
+  for (; r + group <= rows; r += group) softmax_causal_rows<V, group>(x + r * n, out + r * n, r, n, x_scale);
+  for (; r < rows; ++r) softmax_forward<V>(x + r * n, out + r * n, n, r + 1 < n ? r + 1 : n, x_scale);
+}
+
 template <class V>
 void softmax_backward(const float* y, const float* dy, float* dx, std::int64_t n, std::int64_t kept) {
   V dot = V::zero();
@@ -601,6 +675,7 @@ constexpr CpuKernels make_table(CpuIsa isa, const SgemmKernels& sgemm) {
   k.layernorm_backward = layernorm_backward<V>;
   k.layernorm_param_grads = layernorm_param_grads<V>;
   k.softmax_forward = softmax_forward<V>;
+  k.softmax_forward_causal = softmax_forward_causal<V>;
   k.softmax_backward = softmax_backward<V>;
   k.cross_entropy_forward = cross_entropy_forward<V>;
   k.cross_entropy_backward = cross_entropy_backward<V>;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
 #include <limits>
 #include <random>
 #include <string>
@@ -303,6 +304,33 @@ TEST_CASE("every CPU kernel variant computes the portable variant's bits: LayerN
       REQUIRE(same_bits(d, d_ref));
     }
   });
+}
+
+// softmax_forward_causal runs rows of a causal block three at a time (isa_kernels.hpp): every row,
+// wherever it falls in a group or the rows left after the groups, must get the bits softmax_forward
+// gives it alone, in place or not, with -inf, NaN and huge entries planted.
+TEST_CASE("a causal block's softmax gives every row the bits of softmax_forward on that row", "[kernels][isa][softmax]") {
+  std::mt19937 rng(31);
+  for (const CpuIsa isa : supported_cpu_isas()) {
+    const CpuKernels& k = cpu_kernels(isa);
+    for (const std::int64_t n : {1, 2, 3, 4, 5, 7, 16, 17, 33, 50, 128}) {
+      for (const std::int64_t rows : {n, n + 2}) {  // rows past n keep all n entries
+        INFO(to_string(isa) << ", n = " << n << ", rows = " << rows);
+        std::vector<float> x = random_floats(rows * n, rng, 20.0f);
+        x[0] = -std::numeric_limits<float>::infinity();
+        if (x.size() > 5) x[5] = std::numeric_limits<float>::quiet_NaN();
+        if (x.size() > 9) x[x.size() - 9] = 3e38f;
+        std::vector<float> expected(x.size()), out(x.size(), 7.0f), in_place = x;
+        for (std::int64_t r = 0; r < rows; ++r) {
+          k.softmax_forward(x.data() + r * n, expected.data() + r * n, n, std::min(r + 1, n), 0.125f);
+        }
+        k.softmax_forward_causal(x.data(), out.data(), rows, n, 0.125f);
+        k.softmax_forward_causal(in_place.data(), in_place.data(), rows, n, 0.125f);
+        REQUIRE(same_bits(out, expected));
+        REQUIRE(same_bits(in_place, expected));
+      }
+    }
+  }
 }
 
 TEST_CASE("every CPU kernel variant computes the portable variant's bits: AdamW and gradient sums",
