@@ -4,11 +4,11 @@
 // CPU supports, or LOOM_CPU_ISA, with a named error for anything else.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <algorithm>
 #include <limits>
 #include <random>
 #include <string>
@@ -314,20 +314,27 @@ TEST_CASE("a causal block's softmax gives every row the bits of softmax_forward 
   for (const CpuIsa isa : supported_cpu_isas()) {
     const CpuKernels& k = cpu_kernels(isa);
     for (const std::int64_t n : {1, 2, 3, 4, 5, 7, 16, 17, 33, 50, 128}) {
-      for (const std::int64_t rows : {n, n + 2}) {  // rows past n keep all n entries
-        INFO(to_string(isa) << ", n = " << n << ", rows = " << rows);
-        std::vector<float> x = random_floats(rows * n, rng, 20.0f);
-        x[0] = -std::numeric_limits<float>::infinity();
-        if (x.size() > 5) x[5] = std::numeric_limits<float>::quiet_NaN();
-        if (x.size() > 9) x[x.size() - 9] = 3e38f;
-        std::vector<float> expected(x.size()), out(x.size(), 7.0f), in_place = x;
-        for (std::int64_t r = 0; r < rows; ++r) {
-          k.softmax_forward(x.data() + r * n, expected.data() + r * n, n, std::min(r + 1, n), 0.125f);
+      // Fewer rows than n, as many (attention's), and more (rows past n keep all n entries).
+      for (const std::int64_t rows : {std::max<std::int64_t>(1, n / 2), n, n + 2}) {
+        for (const float scale : {0.125f, 1.0f}) {
+          INFO(to_string(isa) << ", n = " << n << ", rows = " << rows << ", scale " << scale);
+          std::vector<float> x = random_floats(rows * n, rng, 20.0f);
+          // In the last row, whose kept entries reach furthest: -inf first, NaN in the middle, 3e38
+          // (scaled, still finite) at the end; a row past the middle of the block holds -inf alone.
+          const std::int64_t last = (rows - 1) * n, kept_last = std::min(rows, n);
+          x[last] = -std::numeric_limits<float>::infinity();
+          if (kept_last > 2) x[last + kept_last / 2] = std::numeric_limits<float>::quiet_NaN();
+          if (kept_last > 1) x[last + kept_last - 1] = 3e38f;
+          if (rows > 3 && n > 1) x[(rows / 2) * n + 1] = -std::numeric_limits<float>::infinity();
+          std::vector<float> expected(x.size()), out(x.size(), 7.0f), in_place = x;
+          for (std::int64_t r = 0; r < rows; ++r) {
+            k.softmax_forward(x.data() + r * n, expected.data() + r * n, n, std::min(r + 1, n), scale);
+          }
+          k.softmax_forward_causal(x.data(), out.data(), rows, n, scale);
+          k.softmax_forward_causal(in_place.data(), in_place.data(), rows, n, scale);
+          REQUIRE(same_bits(out, expected));
+          REQUIRE(same_bits(in_place, expected));
         }
-        k.softmax_forward_causal(x.data(), out.data(), rows, n, 0.125f);
-        k.softmax_forward_causal(in_place.data(), in_place.data(), rows, n, 0.125f);
-        REQUIRE(same_bits(out, expected));
-        REQUIRE(same_bits(in_place, expected));
       }
     }
   }
