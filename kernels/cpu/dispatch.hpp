@@ -47,7 +47,7 @@ struct SgemmKernels {
 // The depth of one pass, the same in every variant and on every CPU: it fixes the summation order
 // of C (a pass's partial sum is added into C), so it is not part of the run-time blocking.
 inline constexpr std::int64_t sgemm_kc = 384;
-// Packing may write this many floats past the last sliver (isa_kernels.hpp, simd/avx_common.hpp), and no
+// Packing may write this many floats past the last sliver (isa_sgemm_kernels.hpp, simd/avx_common.hpp), and no
 // micro-tile is larger than sgemm_max_tile floats.
 inline constexpr std::int64_t sgemm_pack_slack = 16;
 inline constexpr std::int64_t sgemm_max_tile = 16 * 32;
