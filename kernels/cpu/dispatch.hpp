@@ -22,9 +22,10 @@ enum class SgemmALayout { packed, rows, columns };
 struct SgemmKernels {
   std::int64_t mr = 0, nr = 0;  // the micro-tile of C
   // c[mr x nr] (ldc) = (accumulate ? c : 0) + sum over kc of A[mr] x packed_b[nr], each element
-  // summed in ascending k with fused multiply-adds; one kernel per SgemmALayout of A.
+  // summed in ascending k with fused multiply-adds; then, when bias is not null, + bias[nr] on every
+  // row, a separate rounding (the bits of adding it to the stored tile). One kernel per SgemmALayout.
   using Micro = void (*)(std::int64_t kc, const float* a, std::int64_t lda, const float* packed_b, float* c,
-                         std::int64_t ldc, bool accumulate);
+                         std::int64_t ldc, bool accumulate, const float* bias);
   Micro micro = nullptr;          // packed
   Micro micro_a_rows = nullptr;   // rows
   Micro micro_a_columns = nullptr;  // columns

@@ -20,7 +20,7 @@ static_assert(mr * nr <= sgemm_max_tile, "the macro-kernel's scratch tile must h
 // MR rows of A (mr, or fewer for micro_tail), read as the layout says (SgemmALayout, dispatch.hpp).
 template <SgemmALayout Layout, std::int64_t MR = mr>
 void sgemm_micro(std::int64_t kc, const float* a, std::int64_t lda, const float* packed_b, float* c, std::int64_t ldc,
-                 bool accumulate) {
+                 bool accumulate, const float* bias) {
   const std::int64_t row_step = Layout == SgemmALayout::rows ? lda : 1;
   const std::int64_t depth_step = Layout == SgemmALayout::packed ? MR : Layout == SgemmALayout::rows ? 1 : lda;
   float acc[MR][nr] = {};
@@ -32,7 +32,10 @@ void sgemm_micro(std::int64_t kc, const float* a, std::int64_t lda, const float*
     }
   }
   for (std::int64_t i = 0; i < MR; ++i) {
-    for (std::int64_t j = 0; j < nr; ++j) c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
+    for (std::int64_t j = 0; j < nr; ++j) {
+      const float sum = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
+      c[i * ldc + j] = bias ? sum + bias[j] : sum;
+    }
   }
 }
 

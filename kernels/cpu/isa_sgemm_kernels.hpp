@@ -102,7 +102,7 @@ void pack_b(std::int64_t kc, std::int64_t cols, const float* b, std::int64_t rs,
 // the direction that is not contiguous.
 template <class V, class R, int MR, int NV, int Unroll, SgemmALayout Layout>
 void sgemm_micro(std::int64_t kc, const float* a, std::int64_t lda, const float* packed_b, float* c,
-                 std::int64_t ldc, bool accumulate) {
+                 std::int64_t ldc, bool accumulate, const float* bias) {
   constexpr int lanes = R::lanes, nr = NV * R::lanes;
   typename R::reg acc[MR][NV];
 #pragma GCC unroll 32
@@ -161,6 +161,16 @@ void sgemm_micro(std::int64_t kc, const float* a, std::int64_t lda, const float*
     for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[i][v] = R::add(R::loadu(c + i * ldc + v * lanes), acc[i][v]);
+    }
+  }
+  if (bias) {  // (a GEMM's bias row, on its last pass: the epilogue's addition, done here in registers)
+    typename R::reg row[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) row[v] = R::loadu(bias + v * lanes);
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = R::add(acc[i][v], row[v]);
     }
   }
 #pragma GCC unroll 32

@@ -61,6 +61,7 @@ struct BlockPosition {
   SgemmCausal causal;
   bool accumulate;               // the caller's: C += A B
   SgemmALayout a_layout;         // how whole A slivers are read (partial ones are packed)
+  const float* bias;             // on the last pass: the bias of the block's columns, else null
 };
 
 // One A sliver's share of a pass: where the micro-kernel reads it, which depths its triangle leaves
@@ -114,19 +115,20 @@ bool plan_sliver(const SgemmKernels& g, std::int64_t ir, std::int64_t mc, std::i
 // C tile (ir, jr) of the block; a tile short of columns, or of rows without a tail kernel, goes
 // through a scratch tile that the micro-kernel can write whole.
 void run_tile(const SgemmKernels& g, const ASliver& s, std::int64_t ir, std::int64_t jr, std::int64_t nc,
-              std::int64_t kc, const float* packed_b, float* c, std::int64_t ldc, float* scratch) {
+              std::int64_t kc, const float* packed_b, float* c, std::int64_t ldc, const float* bias, float* scratch) {
   const std::int64_t cols = std::min(g.nr, nc - jr);
   const float* pb = packed_b + jr * kc + s.d0 * g.nr;
   float* tile = c + ir * ldc + jr;
+  const float* tile_bias = bias ? bias + jr : nullptr;
   if (s.all_rows && cols == g.nr) {
-    s.micro(s.d1 - s.d0, s.data, s.lda, pb, tile, ldc, s.accumulate);
+    s.micro(s.d1 - s.d0, s.data, s.lda, pb, tile, ldc, s.accumulate, tile_bias);
     return;
   }
-  s.micro(s.d1 - s.d0, s.data, s.lda, pb, scratch, g.nr, false);
+  s.micro(s.d1 - s.d0, s.data, s.lda, pb, scratch, g.nr, false, nullptr);
   for (std::int64_t i = 0; i < s.rows; ++i) {
     for (std::int64_t j = 0; j < cols; ++j) {
-      const float sum = scratch[i * g.nr + j];
-      tile[i * ldc + j] = s.accumulate ? tile[i * ldc + j] + sum : sum;
+      const float sum = s.accumulate ? tile[i * ldc + j] + scratch[i * g.nr + j] : scratch[i * g.nr + j];
+      tile[i * ldc + j] = tile_bias ? sum + tile_bias[j] : sum;
     }
   }
 }
@@ -160,7 +162,7 @@ void macro_kernel(SgemmL1 l1, const SgemmKernels& g, std::int64_t mc, std::int64
       if (!plan_sliver(g, ir, mc, nc, kc, a, block_packed ? packed_a + ir * kc : packed_a, !block_packed, at, s)) {
         continue;
       }
-      for (std::int64_t jr = 0; jr < s.nc_live; jr += g.nr) run_tile(g, s, ir, jr, nc, kc, packed_b, c, ldc, scratch);
+      for (std::int64_t jr = 0; jr < s.nc_live; jr += g.nr) run_tile(g, s, ir, jr, nc, kc, packed_b, c, ldc, at.bias, scratch);
     }
     return;
   }
@@ -169,7 +171,7 @@ void macro_kernel(SgemmL1 l1, const SgemmKernels& g, std::int64_t mc, std::int64
       if (!plan_sliver(g, ir, mc, nc, kc, a, packed_a + ir * kc, jr == 0 && !block_packed, at, s) || jr >= s.nc_live) {
         continue;
       }
-      run_tile(g, s, ir, jr, nc, kc, packed_b, c, ldc, scratch);
+      run_tile(g, s, ir, jr, nc, kc, packed_b, c, ldc, at.bias, scratch);
     }
   }
 }
@@ -224,13 +226,15 @@ std::int64_t sgemm_panel_columns(std::int64_t n, std::int64_t nc, std::int64_t n
 }
 
 void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a, SgemmOperand b, float* c,
-           std::int64_t ldc, int max_threads, const CpuKernels& kernels, bool accumulate, SgemmCausal causal) {
-  sgemm_blocked(sgemm_blocking(kernels).for_columns(n), m, n, k, a, b, c, ldc, max_threads, kernels, accumulate, causal);
+           std::int64_t ldc, int max_threads, const CpuKernels& kernels, bool accumulate, SgemmCausal causal,
+           const float* bias) {
+  sgemm_blocked(sgemm_blocking(kernels).for_columns(n), m, n, k, a, b, c, ldc, max_threads, kernels, accumulate, causal,
+                bias);
 }
 
 void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a,
                    SgemmOperand b, float* c, std::int64_t ldc, int max_threads, const CpuKernels& kernels,
-                   bool accumulate, SgemmCausal causal) {
+                   bool accumulate, SgemmCausal causal, const float* bias) {
   if (blocking.kc != sgemm_kc || blocking.mc < kernels.sgemm.mr || blocking.mc % kernels.sgemm.mr != 0 ||
       blocking.nc < kernels.sgemm.nr || blocking.nc % kernels.sgemm.nr != 0) {  // (no strings built per call)
     fail(ErrorCategory::invalid_argument, "sgemm: blocking ", describe(blocking, kernels.sgemm),
@@ -240,9 +244,17 @@ void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n
     fail(ErrorCategory::invalid_argument, "sgemm: a micro-tile of ", kernels.sgemm.mr, " rows is more than ",
          SgemmKernels::max_mr);
   }
-  if (m <= 0 || n <= 0 || (k <= 0 && accumulate)) return;
-  if (k <= 0) {
-    for (std::int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);
+  if (bias && causal != SgemmCausal::none) {
+    fail(ErrorCategory::invalid_argument, "sgemm: a bias row needs the whole product (causal mode none)");
+  }
+  if (m <= 0 || n <= 0 || (k <= 0 && accumulate && !bias)) return;
+  if (k <= 0) {  // no product: C (accumulate) or 0, plus the bias
+    for (std::int64_t i = 0; i < m; ++i) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        const float sum = accumulate ? c[i * ldc + j] : 0.0f;
+        c[i * ldc + j] = bias ? sum + bias[j] : sum;
+      }
+    }
     return;
   }
   const SgemmKernels& g = kernels.sgemm;
@@ -318,7 +330,7 @@ void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n
                                         : SgemmOperand{a.data + ic * a.row_stride + pc * a.col_stride,
                                                        a.row_stride, a.col_stride};
         macro_kernel(blocking.l1, g, mc, nc, kc, block, pa, pb, c + ic * ldc + jc, ldc,
-                     {ic, jc, pc, m, causal, accumulate, a_layout});
+                     {ic, jc, pc, m, causal, accumulate, a_layout, bias && pc + kc >= k ? bias + jc : nullptr});
       }
     };
     if (!any_failed && copy_a) {

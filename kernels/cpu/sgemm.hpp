@@ -41,10 +41,13 @@ enum class SgemmCausal { none, c_lower, a_lower, a_upper };
 
 // C[m x n] (row-major, leading dimension ldc) = A[m x k] B[k x n], or C += A B when accumulate
 // (each pass of kc adds its partial sums into C). Uses up to max_threads OpenMP threads (1 runs in
-// the calling thread) and the given variant's kernels.
+// the calling thread) and the given variant's kernels. With a bias (n floats, causal mode none),
+// each row of C then gets bias added, rounded as its own addition after the last pass: the bits of
+// adding bias to the finished C, without another pass over C (the micro-kernel adds it to the
+// tile in its registers). A bias with another causal mode is an invalid_argument Error.
 void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a, SgemmOperand b, float* c,
            std::int64_t ldc, int max_threads, const CpuKernels& kernels = cpu_kernels(), bool accumulate = false,
-           SgemmCausal causal = SgemmCausal::none);
+           SgemmCausal causal = SgemmCausal::none, const float* bias = nullptr);
 
 // Whether sgemm_blocked copies A's rows before reading them, a pass (kc deep) at a time and each
 // thread its own rows, to a stride of min(k, kc) + 16 floats: in the A-sliver order, for an A read in
@@ -76,6 +79,6 @@ std::int64_t sgemm_panel_columns(std::int64_t n, std::int64_t nc, std::int64_t n
 // the variant's tile or its kc is not sgemm_kc.
 void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a,
                    SgemmOperand b, float* c, std::int64_t ldc, int max_threads, const CpuKernels& kernels,
-                   bool accumulate = false, SgemmCausal causal = SgemmCausal::none);
+                   bool accumulate = false, SgemmCausal causal = SgemmCausal::none, const float* bias = nullptr);
 
 }  // namespace loom::kernels::cpu

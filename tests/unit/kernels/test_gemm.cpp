@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "loom/kernels/elementwise.hpp"
 #include "loom/kernels/gemm.hpp"
 #include "support/reference.hpp"
 #include "support/tensor_checks.hpp"
@@ -204,6 +205,52 @@ TEST_CASE("GEMM epilogues: bias, GELU with the pre-activation kept, bias gradien
   Case grad;
   grad.batch = 2, grad.m = 16, grad.n = 9, grad.k = 50, grad.trans_a = true, grad.bias_grad = true;
   run_case(grad, rng);
+}
+
+TEST_CASE("the CPU GEMM's bias and GELU give the bits of a separate pass over the product", "[gemm]") {
+  // The f32 GEMM adds the bias in its micro-kernel and, with GELU, writes the product into the kept
+  // pre-activation and runs GELU from there. Reference: the plain product, then fl(p + bias[j]) and
+  // gelu_forward of that, element by element: what the separate epilogue pass gave. Shapes: the
+  // Linear layers' (one pass, and k = 600 in two), ragged tiles; fresh D and D += (beta 1, C = D).
+  std::mt19937 rng(21);
+  struct Size {
+    std::int64_t m, n, k;
+  };
+  for (const Size& s : {Size{100, 384, 128}, Size{37, 50, 600}, Size{3, 7, 5}}) {
+    for (const bool accumulate : {false, true}) {
+      for (const bool gelu : {false, true}) {
+        if (accumulate && gelu) continue;  // (D += with GELU is not an in-place product: no change there)
+        INFO("m=" << s.m << " n=" << s.n << " k=" << s.k << " accumulate=" << accumulate << " gelu=" << gelu);
+        const Tensor x = loom::test::random_tensor(Shape{s.m, s.k}, DType::f32, rng).tensor;
+        const Tensor w = loom::test::random_tensor(Shape{s.n, s.k}, DType::f32, rng).tensor;
+        const Tensor bias = loom::test::random_tensor(Shape{s.n}, DType::f32, rng, 50.0).tensor;
+        const Tensor start = loom::test::random_tensor(Shape{s.m, s.n}, DType::f32, rng).tensor;
+        GemmOptions plain;
+        plain.trans_b = true;
+        plain.beta = accumulate ? 1.0f : 0.0f;
+        const Tensor product = start.clone();
+        loom::kernels::gemm(x, w, product, plain);
+        std::vector<float> expected = product.to_vector<float>();
+        const std::vector<float> b = bias.to_vector<float>();
+        for (std::size_t at = 0; at < expected.size(); ++at) expected[at] += b[at % static_cast<std::size_t>(s.n)];
+        const Tensor expected_pre = Tensor::from_vector(expected, {s.m, s.n});
+        const Tensor expected_out = Tensor::empty({s.m, s.n}, DType::f32);
+        loom::kernels::gelu_forward(expected_pre, expected_out);
+
+        GemmOptions fused = plain;
+        fused.epilogue.bias = bias;
+        const Tensor pre = Tensor::full({s.m, s.n}, DType::f32, std::nanf(""));
+        if (gelu) {
+          fused.epilogue.activation = Activation::gelu;
+          fused.epilogue.pre_activation = pre;
+        }
+        const Tensor out = start.clone();
+        loom::kernels::gemm(x, w, out, fused);
+        REQUIRE(out.to_vector<float>() == (gelu ? expected_out : expected_pre).to_vector<float>());
+        if (gelu) REQUIRE(pre.to_vector<float>() == expected);
+      }
+    }
+  }
 }
 
 TEST_CASE("GEMM with an empty dimension: N = 0 keeps the bias gradient, K = 0 gives beta C + bias, GELU", "[gemm]") {
