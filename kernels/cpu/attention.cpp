@@ -30,13 +30,16 @@ struct Layout {
   std::int64_t scores(std::int64_t b, std::int64_t h) const { return (b * heads + h) * steps * steps; }
 };
 
-// The engine's blocking for one head's products, in the A-sliver order whatever the variant's own:
-// every operand of a head fits in L2, and the A-sliver order plans each A sliver once where the
-// B-sliver order plans it again for every B sliver. AVX2's six products at T 128 (B-sliver order on
-// the Xeon) took 0.89-0.97x the time, at T 256 0.96-1.0x, at T 512 0.99x; the same bits.
+// The engine's blocking for one head's products: the A-sliver order where this CPU's blocking already
+// runs wide GEMMs in it (wide_n: an L2 that holds the A-sliver order's panel), whatever the width.
+// The A-sliver order plans each A sliver once where the B-sliver order plans it again for every B
+// sliver, and one of a head's product dimensions is its head size, so the panel stays small up to
+// wide_n columns (past them for_columns takes the wide form as for any GEMM). AVX2's six products
+// on the Xeon took 0.947x the time at T 128 (heads of 32), 0.976x at T 256 and 512 (heads of 64);
+// the same bits. CPUs without wide_n (smaller L2s) keep their order: the other one was not measured.
 SgemmBlocking head_blocking(const CpuKernels& kernels) {
   SgemmBlocking blocking = sgemm_blocking(kernels);
-  blocking.l1 = SgemmL1::a_sliver;
+  if (blocking.wide_n > 0) blocking.l1 = SgemmL1::a_sliver;
   return blocking;
 }
 

@@ -1,7 +1,8 @@
 // CPU GEMM. Per batch, each operand becomes fp32: a zero-copy view of f32 data in fp32 precision,
 // otherwise a converted copy rounded as tensor cores round it (TF32: to nearest, ties away; f16
 // and bf16 are exact in fp32). The product runs on loom's packed fp32 engine (sgemm.hpp), straight
-// into D when there is nothing to apply, otherwise into an fp32 buffer that the epilogue reads.
+// into D for an f32 D with alpha 1 and no C (or C = D, beta 1), a bias added by the engine and
+// GELU run after it; otherwise into an fp32 buffer that the epilogue reads.
 // Many small matrices are spread over threads one matrix each; large ones split their rows.
 #include "kernels/cpu/gemm.hpp"
 

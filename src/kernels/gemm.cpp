@@ -116,6 +116,10 @@ void gemm(const StridedMatrix& a, const StridedMatrix& b, const std::optional<St
     require_batch(*c, shape.batch, "C");
   }
   validate_epilogue(options.epilogue, shape, input, output, device);
+  // The CPU writes the product straight into the pre-activation, while A and B are still read.
+  const Tensor& pre = options.epilogue.pre_activation;
+  require(!pre.defined() || (!pre.shares_storage_with(a.tensor) && !pre.shares_storage_with(b.tensor)),
+          "GEMM pre_activation must not share storage with A or B (the product is written into it)");
 
   const std::optional<StridedMatrix> used_c = options.beta != 0.0f ? c : std::nullopt;
   detail::dispatch(

@@ -204,9 +204,10 @@ TEST_CASE("causal GEMM modes skip only what the triangle makes zero", "[gemm][sg
 
 TEST_CASE("a bias row joins C after the last pass, with the bits of adding it to the finished C", "[gemm][sgemm]") {
   // The reference is the engine without a bias, then fl(C + bias[j]) element by element: what the
-  // GEMM epilogue's separate pass computed. Sizes: ragged tiles, two passes (k > 384, so the bias
-  // must wait for the second), tails of short slivers, k = 0; C with poisoned padding, fresh or
-  // accumulated into, 1 and 2 threads, every variant.
+  // GEMM epilogue's separate pass computed. Sizes: ragged tiles, three passes (k = 769 > 2 x 384, so
+  // the bias must wait for the last, one deep), tails of short slivers, k = 0; C with poisoned
+  // padding, fresh or accumulated into, 1 and 2 threads, every variant (the blockings' test,
+  // test_cpu_sgemm_blocking.cpp, runs the bias through many panels, both L1 orders and copied A).
   std::mt19937 rng(15);
   std::uniform_real_distribution<float> dist(-100.0f, 100.0f);
   struct Size {

@@ -265,11 +265,15 @@ TEST_CASE("the GEMM gives the same bits for every blocking, A read packed or in 
     }
     const SgemmOperand lhs = t.trans_a ? SgemmOperand{a.data(), 1, lda} : SgemmOperand{a.data(), lda, 1};
     const SgemmOperand rhs = t.trans_b ? SgemmOperand{b.data(), 1, t.k} : SgemmOperand{b.data(), t.n, 1};
+    // A bias row (causal mode none): C as without it, then + bias[j] as a separate rounding, in
+    // every blocking (one panel or many, each L1 order, A packed, in place or copied a pass at a time).
+    std::vector<float> bias(static_cast<std::size_t>(t.n));
+    for (float& v : bias) v = 50.0f * dist(rng);
     for (const bool accumulate : {false, true}) {
-      auto run = [&](const SgemmBlocking& blk, CpuIsa isa, int threads) {
+      auto run = [&](const SgemmBlocking& blk, CpuIsa isa, int threads, bool with_bias = false) {
         std::vector<float> c(static_cast<std::size_t>(t.m * t.n), 0.5f);
         loom::kernels::cpu::sgemm_blocked(blk, t.m, t.n, t.k, lhs, rhs, c.data(), t.n, threads, cpu_kernels(isa),
-                                          accumulate, t.causal);
+                                          accumulate, t.causal, with_bias ? bias.data() : nullptr);
         if (t.causal == SgemmCausal::c_lower) {  // above the diagonal is unspecified
           for (std::int64_t i = 0; i < t.m; ++i) {
             for (std::int64_t j = i + 1; j < t.n; ++j) c[static_cast<std::size_t>(i * t.n + j)] = 0.0f;
@@ -278,6 +282,8 @@ TEST_CASE("the GEMM gives the same bits for every blocking, A read packed or in 
         return c;
       };
       const std::vector<float> reference = run(blocking(6, 16, false), CpuIsa::portable, 1);
+      std::vector<float> reference_bias = reference;
+      for (std::size_t at = 0; at < reference_bias.size(); ++at) reference_bias[at] += bias[at % bias.size()];
       // The reference against fp64, so that "the same bits" are also the right ones.
       for (std::int64_t i = 0; i < t.m; i += 7) {
         for (std::int64_t j = 0; j < t.n && (t.causal != SgemmCausal::c_lower || j <= i); j += 5) {
@@ -311,6 +317,7 @@ TEST_CASE("the GEMM gives the same bits for every blocking, A read packed or in 
                                 << " tb " << t.trans_b << " causal " << static_cast<int>(t.causal) << " accumulate "
                                 << accumulate);
             REQUIRE(run(blk, isa, threads) == reference);
+            if (t.causal == SgemmCausal::none) REQUIRE(run(blk, isa, threads, true) == reference_bias);
           }
         }
       }
