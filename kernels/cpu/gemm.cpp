@@ -79,6 +79,20 @@ std::vector<float>& scratch(int which, std::int64_t floats) {
   return buffer;
 }
 
+// The epilogue's bias as n floats (empty when there is none).
+std::vector<float> bias_f32(const GemmEpilogue& e, std::int64_t n) {
+  std::vector<float> bias(e.bias.defined() ? static_cast<std::size_t>(n) : 0);
+  if (!bias.empty()) visit_float_dtype(e.bias.dtype(), [&]<class T>() { to_f32(e.bias.data<T>(), bias.data(), n); });
+  return bias;
+}
+
+// body(row_begin, row_end) over m rows in `parts` even shares, each on a thread of its own.
+template <class Body>
+void for_row_parts(int parts, std::int64_t m, Body&& body) {
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+  for (int part = 0; part < parts; ++part) body(m * part / parts, m * (part + 1) / parts);
+}
+
 // D rows [row_begin, row_end) from the fp32 product rows (product_ld apart; the product may be D
 // itself when D is f32), in D's dtype TOut, through the variant's epilogue_row: alpha product +
 // beta C + bias, then GELU (keeping the pre-activation). Rows of other dtypes pass through fp32
@@ -95,8 +109,7 @@ void epilogue_rows(const EpilogueArgs& args, const float* product, std::int64_t 
   TOut* out = d.tensor.data<TOut>() + matrix_offset(d, args.batch);
   const TOut* c_data = c && o.beta != 0.0f ? c->tensor.data<TOut>() + matrix_offset(*c, args.batch) : nullptr;
   TOut* pre = e.pre_activation.defined() ? e.pre_activation.data<TOut>() + args.batch * args.m * n : nullptr;
-  std::vector<float> bias(e.bias.defined() && !args.bias_added ? static_cast<std::size_t>(n) : 0);
-  if (!bias.empty()) visit_float_dtype(e.bias.dtype(), [&]<class T>() { to_f32(e.bias.data<T>(), bias.data(), n); });
+  const std::vector<float> bias = args.bias_added ? std::vector<float>() : bias_f32(e, n);
   float* row_scratch = f32 ? nullptr : scratch(1, 3 * n).data();
   std::vector<TOut> rounded(!f32 && e.activation == Activation::gelu ? static_cast<std::size_t>(n) : 0);
   const CpuKernels& kernels = cpu_kernels();
@@ -188,12 +201,7 @@ void gemm_matrix(const StridedMatrix& a, const StridedMatrix& b, const std::opti
     float* out = d.tensor.data<float>() + matrix_offset(d, batch);
     // The bias joins the product in the micro-kernel's registers (its rounding is the epilogue's),
     // so a bias alone needs no pass over D: that pass cost 0.27 ns an element from memory.
-    std::vector<float> bias;
-    if (options.epilogue.bias.defined()) {
-      bias.resize(static_cast<std::size_t>(shape.n));
-      visit_float_dtype(options.epilogue.bias.dtype(),
-                        [&]<class T>() { to_f32(options.epilogue.bias.data<T>(), bias.data(), shape.n); });
-    }
+    const std::vector<float> bias = bias_f32(options.epilogue, shape.n);
     // With GELU and a kept pre-activation, the product goes straight into the pre-activation and GELU
     // reads it from there into D: one write of D less than an epilogue copying it over.
     const bool gelu = options.epilogue.activation == Activation::gelu;
@@ -205,31 +213,24 @@ void gemm_matrix(const StridedMatrix& a, const StridedMatrix& b, const std::opti
     if (!gelu) return;
     if (pre) {
       const CpuKernels& kernels = cpu_kernels();
-#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
-      for (int part = 0; part < parts; ++part) {
-        for (std::int64_t i = shape.m * part / parts; i < shape.m * (part + 1) / parts; ++i) {
-          kernels.gelu_forward(pre + i * shape.n, out + i * d.ld, shape.n);
-        }
-      }
+      for_row_parts(parts, shape.m, [&](std::int64_t row_begin, std::int64_t row_end) {
+        for (std::int64_t i = row_begin; i < row_end; ++i) kernels.gelu_forward(pre + i * shape.n, out + i * d.ld, shape.n);
+      });
       return;
     }
     const std::optional<StridedMatrix> none;
     const EpilogueArgs in_place{&options, &none, &d, batch, shape.m, shape.n, true};
-#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
-    for (int part = 0; part < parts; ++part) {
-      const std::int64_t row_begin = shape.m * part / parts, row_end = shape.m * (part + 1) / parts;
+    for_row_parts(parts, shape.m, [&](std::int64_t row_begin, std::int64_t row_end) {
       epilogue_rows<float>(in_place, out + row_begin * d.ld, d.ld, row_begin, row_end);
-    }
+    });
     return;
   }
   float* product = scratch(0, shape.m * shape.n).data();
   sgemm(shape.m, shape.n, shape.k, lhs, rhs, product, shape.n, threads);
   visit_float_dtype(d.tensor.dtype(), [&]<class T>() {
-#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
-    for (int part = 0; part < parts; ++part) {
-      const std::int64_t row_begin = shape.m * part / parts, row_end = shape.m * (part + 1) / parts;
+    for_row_parts(parts, shape.m, [&](std::int64_t row_begin, std::int64_t row_end) {
       epilogue_rows<T>(args, product + row_begin * shape.n, shape.n, row_begin, row_end);
-    }
+    });
   });
 }
 
