@@ -232,31 +232,12 @@ void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a, Sgemm
                 bias);
 }
 
-void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a,
-                   SgemmOperand b, float* c, std::int64_t ldc, int max_threads, const CpuKernels& kernels,
-                   bool accumulate, SgemmCausal causal, const float* bias) {
-  if (blocking.kc != sgemm_kc || blocking.mc < kernels.sgemm.mr || blocking.mc % kernels.sgemm.mr != 0 ||
-      blocking.nc < kernels.sgemm.nr || blocking.nc % kernels.sgemm.nr != 0) {  // (no strings built per call)
-    fail(ErrorCategory::invalid_argument, "sgemm: blocking ", describe(blocking, kernels.sgemm),
-         " is not whole slivers of the tile at depth ", sgemm_kc);
-  }
-  if (kernels.sgemm.mr > SgemmKernels::max_mr) {  // micro_tail has an entry per row count below mr
-    fail(ErrorCategory::invalid_argument, "sgemm: a micro-tile of ", kernels.sgemm.mr, " rows is more than ",
-         SgemmKernels::max_mr);
-  }
-  if (bias && causal != SgemmCausal::none) {
-    fail(ErrorCategory::invalid_argument, "sgemm: a bias row needs the whole product (causal mode none)");
-  }
-  if (m <= 0 || n <= 0 || (k <= 0 && accumulate && !bias)) return;
-  if (k <= 0) {  // no product: C (accumulate) or 0, plus the bias
-    for (std::int64_t i = 0; i < m; ++i) {
-      for (std::int64_t j = 0; j < n; ++j) {
-        const float sum = accumulate ? c[i * ldc + j] : 0.0f;
-        c[i * ldc + j] = bias ? sum + bias[j] : sum;
-      }
-    }
-    return;
-  }
+namespace {
+
+// The engine with C's rows split between up to max_threads threads (sgemm_blocked's checks done).
+void sgemm_rows(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a,
+                SgemmOperand b, float* c, std::int64_t ldc, int max_threads, const CpuKernels& kernels,
+                bool accumulate, SgemmCausal causal, const float* bias) {
   const SgemmKernels& g = kernels.sgemm;
   const std::int64_t slivers = (m + g.mr - 1) / g.mr;
   const int threads = static_cast<int>(std::clamp<std::int64_t>(max_threads, 1, slivers));
@@ -360,6 +341,78 @@ void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n
     run_thread(0, 1);
   }
   if (failure) std::rethrow_exception(failure);
+}
+
+// C's column slivers split between up to max_threads threads, each running the engine alone on its
+// share: its own B panels, all of A, no barrier. (Not in a causal mode: c_lower places the diagonal
+// by column.)
+void sgemm_columns(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a,
+                   SgemmOperand b, float* c, std::int64_t ldc, int max_threads, const CpuKernels& kernels,
+                   bool accumulate, const float* bias) {
+  const std::int64_t nr = kernels.sgemm.nr, slivers = (n + nr - 1) / nr;
+  std::exception_ptr failure;
+#pragma omp parallel num_threads(static_cast<int>(std::clamp<std::int64_t>(max_threads, 1, slivers)))
+  {
+    // Thread t of the team it got (a nested region may have fewer): whole slivers, the last short.
+    const std::int64_t t = omp_get_thread_num(), parts = omp_get_num_threads();
+    const std::int64_t j0 = std::min(n, slivers * t / parts * nr), j1 = std::min(n, slivers * (t + 1) / parts * nr);
+    if (j1 > j0) {
+      try {  // (no exception may leave an OpenMP region: kept, and rethrown after it)
+        sgemm_rows(blocking, m, j1 - j0, k, a, SgemmOperand{b.data + j0 * b.col_stride, b.row_stride, b.col_stride},
+                   c + j0, ldc, 1, kernels, accumulate, SgemmCausal::none, bias ? bias + j0 : nullptr);
+      } catch (...) {
+#pragma omp critical(loom_sgemm_failure)
+        {
+          if (!failure) failure = std::current_exception();
+        }
+      }
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
+}  // namespace
+
+bool sgemm_splits_columns(const SgemmBlocking& blocking, const SgemmKernels& tile, std::int64_t m, std::int64_t n,
+                          SgemmCausal causal, int threads) {
+  if (threads < 2 || causal != SgemmCausal::none || m <= 0 || n <= 0) return false;
+  if (blocking.split != SgemmSplit::by_shape) return blocking.split == SgemmSplit::columns;
+  const std::int64_t column_slivers = (n + tile.nr - 1) / tile.nr;
+  if (column_slivers < threads) return false;
+  if ((m + threads - 1) / threads < sgemm_few_rows) return true;
+  return blocking.l1 == SgemmL1::a_sliver && column_slivers / threads >= 12;  // (see sgemm.hpp)
+}
+
+void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a,
+                   SgemmOperand b, float* c, std::int64_t ldc, int max_threads, const CpuKernels& kernels,
+                   bool accumulate, SgemmCausal causal, const float* bias) {
+  if (blocking.kc != sgemm_kc || blocking.mc < kernels.sgemm.mr || blocking.mc % kernels.sgemm.mr != 0 ||
+      blocking.nc < kernels.sgemm.nr || blocking.nc % kernels.sgemm.nr != 0) {  // (no strings built per call)
+    fail(ErrorCategory::invalid_argument, "sgemm: blocking ", describe(blocking, kernels.sgemm),
+         " is not whole slivers of the tile at depth ", sgemm_kc);
+  }
+  if (kernels.sgemm.mr > SgemmKernels::max_mr) {  // micro_tail has an entry per row count below mr
+    fail(ErrorCategory::invalid_argument, "sgemm: a micro-tile of ", kernels.sgemm.mr, " rows is more than ",
+         SgemmKernels::max_mr);
+  }
+  if (bias && causal != SgemmCausal::none) {
+    fail(ErrorCategory::invalid_argument, "sgemm: a bias row needs the whole product (causal mode none)");
+  }
+  if (m <= 0 || n <= 0 || (k <= 0 && accumulate && !bias)) return;
+  if (k <= 0) {  // no product: C (accumulate) or 0, plus the bias
+    for (std::int64_t i = 0; i < m; ++i) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        const float sum = accumulate ? c[i * ldc + j] : 0.0f;
+        c[i * ldc + j] = bias ? sum + bias[j] : sum;
+      }
+    }
+    return;
+  }
+  if (sgemm_splits_columns(blocking, kernels.sgemm, m, n, causal, max_threads)) {
+    sgemm_columns(blocking, m, n, k, a, b, c, ldc, max_threads, kernels, accumulate, bias);
+  } else {
+    sgemm_rows(blocking, m, n, k, a, b, c, ldc, max_threads, kernels, accumulate, causal, bias);
+  }
 }
 
 }  // namespace loom::kernels::cpu

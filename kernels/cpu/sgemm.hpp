@@ -6,9 +6,10 @@
 // otherwise, with the mr x nr register-blocked micro-kernel of the CPU's kernel variant
 // (dispatch.hpp: 6 x 16 on AVX2, 14 x 32 on AVX-512; a sliver short of mr rows runs the variant's
 // tail kernel for just those rows). mc, nc and which sliver stays in L1 come from the CPU's caches
-// (sgemm_blocking.hpp). Threads split the rows of C evenly, so every element of C is
-// written by one thread; its sum runs over k in ascending order with fused multiply-adds in passes of
-// kc = 384, whatever the variant, so results are the same bits for any thread count and any variant.
+// (sgemm_blocking.hpp). Threads split the rows of C evenly, or its columns (sgemm_splits_columns), so
+// every element of C is written by one thread; its sum runs over k in ascending order with fused
+// multiply-adds in passes of kc = 384, whatever the variant, so results are the same bits for any
+// thread count, either split and any variant.
 #pragma once
 
 #include <cstdint>
@@ -66,6 +67,27 @@ bool sgemm_copies_a(const SgemmBlocking& blocking, std::int64_t m, std::int64_t 
 // without a_in_place packs every A; a transposed one then also goes a block at a time.)
 bool sgemm_packs_columns(SgemmOperand a);
 
+// Whether sgemm_blocked's threads split C's columns rather than its rows (SgemmSplit; the blocking's
+// split when it names one, except that a causal mode always splits rows). Split by rows, the threads pack each B panel together and meet at two
+// barriers per pass, and a thread's rows may be few slivers; split by columns, each thread packs its
+// own panels and reads all of A, and no barrier is met. By shape, never in a causal mode (the columns'
+// work is uneven there) and only with a sliver of columns or more for each thread, the columns when:
+//   - a thread's share of rows would be under sgemm_few_rows: the dW = dY^T X of a 128-row layer took
+//     0.55x the time with AVX-512 and 0.69x with AVX2 at 2 threads on the Xeon, of a 256-row one 0.86x
+//     and 0.88x; 384 rows 1.06x and 0.99x. A GEMM that small pays the rows' barriers and shared
+//     packing for little work; or
+//   - in the A-sliver order, each thread gets 12 slivers of columns or more. Each A sliver brought
+//     into L1 serves a thread's slivers of B: with 2 to 8 (AVX-512's 32 columns, n = 128 to 512,
+//     1024 rows) the columns took 1.05-1.26x the time, with 12 or more (n >= 768, AVX-512 and AVX2's
+//     wide form) 0.96-0.98x.
+// The B-sliver order keeps the rows otherwise: alone, AVX2's GEMMs of 1024 x 128..512 x 128..512 took
+// 0.94-1.02x the time split by columns, but the 2-thread GPT step with them split so ran 1.2% slower
+// in all 8 pairs (its A, cold in the step, was then read by both cores); with only the rules above it
+// ran 1.2% faster (8 of 8).
+inline constexpr std::int64_t sgemm_few_rows = 140;
+bool sgemm_splits_columns(const SgemmBlocking& blocking, const SgemmKernels& tile, std::int64_t m, std::int64_t n,
+                          SgemmCausal causal, int threads);
+
 // The width of sgemm_blocked's B panels for n columns and a blocking of nc (nc a multiple of nr):
 // the fewest panels of at most nc columns, as even as whole slivers of nr allow, the last taking
 // what is left (n = 2048, nc = 672: four of 512, not three of 672 and one of 32). The panels
@@ -74,9 +96,10 @@ std::int64_t sgemm_panel_columns(std::int64_t n, std::int64_t nc, std::int64_t n
 
 // sgemm with a given cache blocking instead of the one chosen for this CPU (sgemm_blocking.hpp),
 // run as given at every width (its wide_n and wide_mc are not looked at; sgemm() applies
-// for_columns(n) first; its nc is the widest panel, sgemm_panel_columns the one run): the same
-// bits whatever the blocking. An invalid_argument Error when its mc or nc is not whole slivers of
-// the variant's tile or its kc is not sgemm_kc.
+// for_columns(n) first; its nc is the widest panel, sgemm_panel_columns the one run; its split as
+// sgemm_splits_columns reads it, each thread of a column split running this blocking on its share):
+// the same bits whatever the blocking. An invalid_argument Error when its mc or nc is not whole
+// slivers of the variant's tile or its kc is not sgemm_kc.
 void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a,
                    SgemmOperand b, float* c, std::int64_t ldc, int max_threads, const CpuKernels& kernels,
                    bool accumulate = false, SgemmCausal causal = SgemmCausal::none, const float* bias = nullptr);

@@ -76,6 +76,10 @@ const SgemmBlocking& sgemm_blocking(const CpuKernels& kernels) {
 
 const char* to_string(SgemmL1 l1) { return l1 == SgemmL1::a_sliver ? "a_sliver" : "b_sliver"; }
 
+const char* to_string(SgemmSplit split) {
+  return split == SgemmSplit::rows ? "rows" : split == SgemmSplit::columns ? "columns" : "by_shape";
+}
+
 std::string describe(const SgemmBlocking& blocking, const SgemmKernels& tile) {
   std::string text = "mc " + std::to_string(blocking.mc) + ", nc " + std::to_string(blocking.nc) + ", kc " +
                      std::to_string(blocking.kc) + (blocking.l1 == SgemmL1::a_sliver ? ", A sliver" : ", B sliver") +
@@ -84,6 +88,7 @@ std::string describe(const SgemmBlocking& blocking, const SgemmKernels& tile) {
     text += "; past " + std::to_string(blocking.wide_n) + " columns: mc " + std::to_string(blocking.wide_mc) +
             ", nc " + std::to_string(blocking.wide_n) + ", A sliver in L1";
   }
+  if (blocking.split != SgemmSplit::by_shape) text += "; threads split the " + std::string(to_string(blocking.split));
   return text;
 }
 

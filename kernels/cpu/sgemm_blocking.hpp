@@ -24,6 +24,13 @@ namespace loom::kernels::cpu {
 //             B sliver too big for L1 (AVX-512's 32 x 384 floats are 48 KiB).
 enum class SgemmL1 { b_sliver, a_sliver };
 
+// How a GEMM's threads share C (sgemm_splits_columns):
+//   by_shape  the split that measured faster for the GEMM's shape and order;
+//   rows      each thread an even share of C's rows, all threads on one packed B panel at a time;
+//   columns   each thread an even share of C's column slivers, with its own B panels and all of A.
+// Every element of C is the same sum either way: the split moves work between threads, not terms.
+enum class SgemmSplit { by_shape, rows, columns };
+
 struct SgemmBlocking {
   std::int64_t mc = 0;  // rows of A per block, a multiple of mr
   std::int64_t nc = 0;  // columns of B per panel, a multiple of nr
@@ -36,6 +43,8 @@ struct SgemmBlocking {
   // panel of wide_n columns and a block of wide_mc rows (0: never; see choose_sgemm_blocking).
   std::int64_t wide_n = 0;
   std::int64_t wide_mc = 0;
+  // The threads' split (chosen per GEMM unless set; the engine's tests set it to run both).
+  SgemmSplit split = SgemmSplit::by_shape;
 
   // The blocking a GEMM of n columns runs with: this one, or its A-sliver form past wide_n.
   SgemmBlocking for_columns(std::int64_t n) const;
@@ -65,5 +74,7 @@ const SgemmBlocking& sgemm_blocking(const CpuKernels& kernels);
 std::string describe(const SgemmBlocking& blocking, const SgemmKernels& tile);
 // "b_sliver" or "a_sliver".
 const char* to_string(SgemmL1 l1);
+// "by_shape", "rows" or "columns".
+const char* to_string(SgemmSplit split);
 
 }  // namespace loom::kernels::cpu

@@ -123,6 +123,49 @@ TEST_CASE("packed fp32 GEMM gives bit-identical results for any thread count and
   }
 }
 
+TEST_CASE("threads splitting C's rows or its columns give the bits of one thread", "[gemm][sgemm]") {
+  // For each variant, with the blocking this CPU chose: a GEMM whose few rows the threads split by
+  // columns and one whose two column slivers they split by rows (sgemm_splits_columns says which),
+  // each with an A read in place and transposed, fresh C or accumulated, with a bias, at 2 and 3
+  // threads. C's leading dimension is padded, so the column shares meet inside rows.
+  using loom::kernels::cpu::sgemm_blocking;
+  using loom::kernels::cpu::sgemm_splits_columns;
+  using loom::kernels::cpu::SgemmCausal;
+  std::mt19937 rng(16);
+  for (const CpuIsa isa : supported_cpu_isas()) {
+    const auto& kernels = cpu_kernels(isa);
+    const std::int64_t mr = kernels.sgemm.mr, nr = kernels.sgemm.nr;
+    struct Shape {
+      std::int64_t m, n, k;
+      bool columns;  // the split expected at 2 and 3 threads
+    };
+    for (const Shape& s : {Shape{4 * mr + 1, 7 * nr + 3, 500, true}, Shape{61 * mr + 5, 2 * nr, 400, false}}) {
+      for (const bool trans_a : {false, true}) {
+        const Problem p = make_problem(s.m, s.n, s.k, trans_a, false, rng);
+        std::vector<float> bias(static_cast<std::size_t>(s.n));
+        for (std::size_t j = 0; j < bias.size(); ++j) bias[j] = 0.125f * static_cast<float>(j % 13) - 0.75f;
+        const std::int64_t ldc = s.n + 5;
+        for (const bool accumulate : {false, true}) {
+          auto run = [&](int threads) {
+            std::vector<float> c(static_cast<std::size_t>(s.m * ldc), 0.5f);
+            sgemm(s.m, s.n, s.k, p.lhs(), p.rhs(), c.data(), ldc, threads, kernels, accumulate, SgemmCausal::none,
+                  bias.data());
+            return c;
+          };
+          const std::vector<float> alone = run(1);
+          for (const int threads : {2, 3}) {
+            INFO(to_string(isa) << " " << s.m << "x" << s.n << "x" << s.k << " trans_a " << trans_a << " threads "
+                                << threads << " accumulate " << accumulate);
+            REQUIRE(sgemm_splits_columns(sgemm_blocking(kernels).for_columns(s.n), kernels.sgemm, s.m, s.n,
+                                         SgemmCausal::none, threads) == s.columns);
+            REQUIRE(run(threads) == alone);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("short slivers run the tail kernels, whose bits are those of the full micro-kernel", "[gemm][sgemm]") {
   // m = 2 mr + r ends in a sliver of r rows at 1 thread; 2 and 3 threads split the rows evenly, so
   // each share ends in a short sliver of its own. The same table with its tail kernels removed

@@ -21,6 +21,7 @@ using loom::kernels::cpu::SgemmBlocking;
 using loom::kernels::cpu::SgemmCausal;
 using loom::kernels::cpu::SgemmL1;
 using loom::kernels::cpu::SgemmOperand;
+using loom::kernels::cpu::SgemmSplit;
 
 namespace {
 
@@ -217,6 +218,56 @@ TEST_CASE("the GEMM splits the columns into the fewest B panels, as even as whol
   }
 }
 
+TEST_CASE("the GEMM's threads split C's columns where that measured faster, and its rows otherwise",
+          "[gemm][sgemm][blocking]") {
+  using loom::kernels::cpu::sgemm_splits_columns;
+  using loom::kernels::cpu::SgemmKernels;
+  SgemmKernels avx2_tile, avx512_tile;  // only the tile's size matters
+  avx2_tile.mr = 6;
+  avx2_tile.nr = 16;
+  avx512_tile.mr = 14;
+  avx512_tile.nr = 32;
+  const SgemmBlocking b_order = blocking(168, 4096, true), a_order = blocking(84, 672, true, a_sliver);
+  const SgemmCausal none = SgemmCausal::none;
+  // One thread, or no columns to share: rows (the one-thread engine).
+  CHECK_FALSE(sgemm_splits_columns(a_order, avx512_tile, 128, 768, none, 1));
+  CHECK_FALSE(sgemm_splits_columns(a_order, avx512_tile, 128, 32, none, 2));   // one sliver for two threads
+  CHECK(sgemm_splits_columns(a_order, avx512_tile, 128, 33, none, 2));         // two, the second short
+  // A share of rows under 140: dW of a 128- or 256-row layer, both orders.
+  CHECK(sgemm_splits_columns(a_order, avx512_tile, 128, 128, none, 2));
+  CHECK(sgemm_splits_columns(a_order, avx512_tile, 277, 128, none, 2));        // 139 rows a thread
+  CHECK_FALSE(sgemm_splits_columns(a_order, avx512_tile, 279, 128, none, 2));  // 140: not under
+  CHECK(sgemm_splits_columns(b_order, avx2_tile, 256, 16 * 2, none, 2));
+  CHECK_FALSE(sgemm_splits_columns(b_order, avx2_tile, 280, 16 * 2, none, 2));
+  CHECK(sgemm_splits_columns(b_order, avx2_tile, 417, 4096, none, 3));         // 139 rows a thread
+  // The A-sliver order with enough rows: 12 slivers of columns a thread or more (n >= 768 at 2 threads).
+  CHECK_FALSE(sgemm_splits_columns(a_order, avx512_tile, 1024, 512, none, 2));
+  CHECK_FALSE(sgemm_splits_columns(a_order, avx512_tile, 1024, 736, none, 2));  // 23 slivers: 11 and 12
+  CHECK(sgemm_splits_columns(a_order, avx512_tile, 1024, 737, none, 2));        // 24, the last short
+  CHECK(sgemm_splits_columns(a_order, avx512_tile, 1024, 768, none, 2));
+  CHECK(sgemm_splits_columns(a_order, avx512_tile, 2048, 2048, none, 2));
+  CHECK_FALSE(sgemm_splits_columns(a_order, avx512_tile, 2048, 2048, none, 6));  // 10 slivers a thread
+  // The B-sliver order with 140 rows a thread or more: rows, however wide.
+  CHECK_FALSE(sgemm_splits_columns(b_order, avx2_tile, 1024, 128, none, 2));
+  CHECK_FALSE(sgemm_splits_columns(b_order, avx2_tile, 1024, 4096, none, 2));
+  CHECK_FALSE(sgemm_splits_columns(b_order, avx2_tile, 420, 4096, none, 3));  // 140 rows a thread
+  // Never in a causal mode, even when asked: c_lower places its diagonal by column.
+  for (const SgemmCausal causal : {SgemmCausal::c_lower, SgemmCausal::a_lower, SgemmCausal::a_upper}) {
+    CHECK_FALSE(sgemm_splits_columns(b_order, avx2_tile, 128, 1024, causal, 2));
+    SgemmBlocking asked = b_order;
+    asked.split = SgemmSplit::columns;
+    CHECK_FALSE(sgemm_splits_columns(asked, avx2_tile, 128, 1024, causal, 2));
+  }
+  // A blocking that names a split gets it (with two threads or more).
+  SgemmBlocking rows = a_order, columns = a_order;
+  rows.split = SgemmSplit::rows;
+  columns.split = SgemmSplit::columns;
+  CHECK_FALSE(sgemm_splits_columns(rows, avx512_tile, 128, 128, none, 2));
+  CHECK(sgemm_splits_columns(columns, avx512_tile, 1024, 32, none, 2));
+  CHECK_FALSE(sgemm_splits_columns(columns, avx512_tile, 1024, 32, none, 1));
+  REQUIRE_THAT(describe(columns, avx512_tile), Catch::Contains("threads split the columns"));
+}
+
 // Not tagged [sgemm]: the emulated-CPU runs (tests/portable) would only repeat, 100 times slower,
 // variants this test already runs natively; CI's -march=native build runs it by [blocking].
 TEST_CASE("the GEMM gives the same bits for every blocking, A read packed or in place, every variant and thread count",
@@ -311,13 +362,19 @@ TEST_CASE("the GEMM gives the same bits for every blocking, A read packed or in 
               blocking(tile.mr, tile.nr, true, a_sliver), blocking(2 * tile.mr, 3 * tile.nr, true, a_sliver),
               blocking(tile.mr * 40, tile.nr * 256, true, a_sliver), wide.for_columns(t.n),
               loom::kernels::cpu::sgemm_blocking(cpu_kernels(isa)).for_columns(t.n)}) {
-          for (const int threads : {1, 3}) {
-            INFO(to_string(isa) << " " << describe(blk, tile) << " in place " << blk.a_in_place << " threads "
-                                << threads << " case " << t.m << "x" << t.n << "x" << t.k << " ta " << t.trans_a
-                                << " tb " << t.trans_b << " causal " << static_cast<int>(t.causal) << " accumulate "
-                                << accumulate);
-            REQUIRE(run(blk, isa, threads) == reference);
-            if (t.causal == SgemmCausal::none) REQUIRE(run(blk, isa, threads, true) == reference_bias);
+          // 3 threads with each split of C (by shape, which picks one of them, and each named).
+          for (const auto split : {SgemmSplit::by_shape, SgemmSplit::rows, SgemmSplit::columns}) {
+            for (const int threads : {1, 3}) {
+              if (threads == 1 && split != SgemmSplit::by_shape) continue;  // (one thread does not split)
+              SgemmBlocking with_split = blk;
+              with_split.split = split;
+              INFO(to_string(isa) << " " << describe(with_split, tile) << " in place " << blk.a_in_place
+                                  << " threads " << threads << " case " << t.m << "x" << t.n << "x" << t.k << " ta "
+                                  << t.trans_a << " tb " << t.trans_b << " causal " << static_cast<int>(t.causal)
+                                  << " accumulate " << accumulate);
+              REQUIRE(run(with_split, isa, threads) == reference);
+              if (t.causal == SgemmCausal::none) REQUIRE(run(with_split, isa, threads, true) == reference_bias);
+            }
           }
         }
       }
