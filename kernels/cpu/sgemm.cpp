@@ -350,15 +350,25 @@ void sgemm_columns(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n
                    SgemmOperand b, float* c, std::int64_t ldc, int max_threads, const CpuKernels& kernels,
                    bool accumulate, const float* bias) {
   const std::int64_t nr = kernels.sgemm.nr, slivers = (n + nr - 1) / nr;
+  const int team = static_cast<int>(std::clamp<std::int64_t>(max_threads, 1, slivers));
+  if (team == 1) {  // (a split asked for with one sliver: no region for one thread)
+    sgemm_rows(blocking, m, n, k, a, b, c, ldc, 1, kernels, accumulate, SgemmCausal::none, bias);
+    return;
+  }
   std::exception_ptr failure;
-#pragma omp parallel num_threads(static_cast<int>(std::clamp<std::int64_t>(max_threads, 1, slivers)))
+#pragma omp parallel num_threads(team)
   {
     // Thread t of the team it got (a nested region may have fewer): whole slivers, the last short.
     const std::int64_t t = omp_get_thread_num(), parts = omp_get_num_threads();
     const std::int64_t j0 = std::min(n, slivers * t / parts * nr), j1 = std::min(n, slivers * (t + 1) / parts * nr);
+    // The B-sliver order's panel is sized for the L3, which the threads share: each takes its part
+    // (also bounding the threads' B buffers together to the one panel's). The A-sliver order's is
+    // sized for a core's own L2. Panels only partition the columns: the same bits.
+    SgemmBlocking own = blocking;
+    if (own.l1 == SgemmL1::b_sliver) own.nc = std::max(nr, own.nc / parts / nr * nr);
     if (j1 > j0) {
       try {  // (no exception may leave an OpenMP region: kept, and rethrown after it)
-        sgemm_rows(blocking, m, j1 - j0, k, a, SgemmOperand{b.data + j0 * b.col_stride, b.row_stride, b.col_stride},
+        sgemm_rows(own, m, j1 - j0, k, a, SgemmOperand{b.data + j0 * b.col_stride, b.row_stride, b.col_stride},
                    c + j0, ldc, 1, kernels, accumulate, SgemmCausal::none, bias ? bias + j0 : nullptr);
       } catch (...) {
 #pragma omp critical(loom_sgemm_failure)
@@ -377,10 +387,10 @@ bool sgemm_splits_columns(const SgemmBlocking& blocking, const SgemmKernels& til
                           SgemmCausal causal, int threads) {
   if (threads < 2 || causal != SgemmCausal::none || m <= 0 || n <= 0) return false;
   if (blocking.split != SgemmSplit::by_shape) return blocking.split == SgemmSplit::columns;
-  const std::int64_t column_slivers = (n + tile.nr - 1) / tile.nr;
-  if (column_slivers < threads) return false;
-  if ((m + threads - 1) / threads < sgemm_few_rows) return true;
-  return blocking.l1 == SgemmL1::a_sliver && column_slivers / threads >= 12;  // (see sgemm.hpp)
+  const std::int64_t column_slivers = (n + tile.nr - 1) / tile.nr, slivers_each = column_slivers / threads;
+  if (slivers_each < 1) return false;
+  if ((m + threads - 1) / threads < sgemm_few_rows && slivers_each >= 2) return true;
+  return blocking.l1 == SgemmL1::a_sliver && slivers_each >= 12;  // (the measurements: sgemm.hpp)
 }
 
 void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a,

@@ -1,11 +1,12 @@
 // loom's CPU fp32 GEMM engine: C = op(A) op(B) for strided operands, in the style of BLIS/GotoBLAS.
-// B is packed once per (kc x nc) block into nr-column slivers shared by all threads; each thread
-// works through its mc x kc blocks of A in mr-row slivers, read in place where A's rows or depth
-// are contiguous (copied a pass at a time where its rows alias in L1: sgemm_copies_a; a transposed A
-// with depths a page or more apart is packed a block at a time: sgemm_packs_columns) and packed
-// otherwise, with the mr x nr register-blocked micro-kernel of the CPU's kernel variant
-// (dispatch.hpp: 6 x 16 on AVX2, 14 x 32 on AVX-512; a sliver short of mr rows runs the variant's
-// tail kernel for just those rows). mc, nc and which sliver stays in L1 come from the CPU's caches
+// B is packed once per (kc x nc) block into nr-column slivers shared by the threads (each thread
+// packs its own when they split C's columns: sgemm_splits_columns); each thread works through its
+// mc x kc blocks of A in mr-row slivers, read in place where A's rows or depth are contiguous
+// (copied a pass at a time where its rows alias in L1: sgemm_copies_a; a transposed A with depths a
+// page or more apart is packed a block at a time: sgemm_packs_columns) and packed otherwise, with
+// the mr x nr register-blocked micro-kernel of the CPU's kernel variant (dispatch.hpp: 6 x 16 on
+// AVX2, 14 x 32 on AVX-512; a sliver short of mr rows runs the variant's tail kernel for just those
+// rows). mc, nc and which sliver stays in L1 come from the CPU's caches
 // (sgemm_blocking.hpp). Threads split the rows of C evenly, or its columns (sgemm_splits_columns), so
 // every element of C is written by one thread; its sum runs over k in ascending order with fused
 // multiply-adds in passes of kc = 384, whatever the variant, so results are the same bits for any
@@ -55,7 +56,9 @@ void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a, Sgemm
 // place whose rows are a multiple of 4 KiB apart, when n is at least two B panels wide (n >= 2 nc),
 // with at most sgemm_max_copied_rows rows a thread (the buffer, kept by the thread for later GEMMs,
 // is then at most 6.25 MiB) and no causal mode. The passes then run outer, the panels inner; the bits are
-// the same either way. sgemm_blocked asks it with the size of the team it got.
+// the same either way. sgemm_blocked asks it with the size of the team it got; when the threads split
+// C's columns, each asks it alone for its share of the columns (and copies all of A's rows), so at
+// 2 threads A is copied only from n >= 4 nc.
 inline constexpr std::int64_t sgemm_max_copied_rows = 4096;
 bool sgemm_copies_a(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, SgemmOperand a,
                     SgemmCausal causal, int threads);
@@ -67,23 +70,26 @@ bool sgemm_copies_a(const SgemmBlocking& blocking, std::int64_t m, std::int64_t 
 // without a_in_place packs every A; a transposed one then also goes a block at a time.)
 bool sgemm_packs_columns(SgemmOperand a);
 
-// Whether sgemm_blocked's threads split C's columns rather than its rows (SgemmSplit; the blocking's
-// split when it names one, except that a causal mode always splits rows). Split by rows, the threads pack each B panel together and meet at two
-// barriers per pass, and a thread's rows may be few slivers; split by columns, each thread packs its
-// own panels and reads all of A, and no barrier is met. By shape, never in a causal mode (the columns'
-// work is uneven there) and only with a sliver of columns or more for each thread, the columns when:
-//   - a thread's share of rows would be under sgemm_few_rows: the dW = dY^T X of a 128-row layer took
-//     0.55x the time with AVX-512 and 0.69x with AVX2 at 2 threads on the Xeon, of a 256-row one 0.86x
-//     and 0.88x; 384 rows 1.06x and 0.99x. A GEMM that small pays the rows' barriers and shared
-//     packing for little work; or
-//   - in the A-sliver order, each thread gets 12 slivers of columns or more. Each A sliver brought
-//     into L1 serves a thread's slivers of B: with 2 to 8 (AVX-512's 32 columns, n = 128 to 512,
-//     1024 rows) the columns took 1.05-1.26x the time, with 12 or more (n >= 768, AVX-512 and AVX2's
-//     wide form) 0.96-0.98x.
+// Whether sgemm_blocked's threads split C's columns rather than its rows (SgemmSplit: the blocking's
+// split when it names one, except that a causal mode always splits rows). Split by rows, the threads
+// pack each B panel together and meet at two barriers per pass, and a thread's rows may be few
+// slivers; split by columns, each thread packs its own panels (in the B-sliver order, whose panel is
+// sized for the shared L3, each a thread's share of nc) and reads all of A, and no barrier is met.
+// By shape never in a causal mode (c_lower places its diagonal by column, and the causal modes' work
+// is uneven across columns; not measured), and the columns when:
+//   - a thread's share of rows would be under sgemm_few_rows, with 2 slivers of columns or more for
+//     each thread: the dW = dY^T X of a 128-row layer took 0.55x the time with AVX-512 and 0.69x with
+//     AVX2 at 2 threads on the Xeon, of a 256-row one 0.86x and 0.88x; 384 rows 1.06x and 0.985x. A
+//     GEMM that small pays the rows' barriers and shared packing for little work; or
+//   - in the A-sliver order, each thread gets 12 slivers of columns or more (n >= 737 with AVX-512's
+//     32 columns at 2 threads). Each A sliver brought into L1 serves a thread's slivers of B: with 2
+//     to 8 (n = 128 to 512, 1024 rows) the columns took 1.08-1.26x the time, with 12 or more (n >= 768,
+//     AVX-512 and AVX2's wide form) 0.96-0.98x.
 // The B-sliver order keeps the rows otherwise: alone, AVX2's GEMMs of 1024 x 128..512 x 128..512 took
-// 0.94-1.02x the time split by columns, but the 2-thread GPT step with them split so ran 1.2% slower
+// 0.93-1.03x the time split by columns, but the 2-thread GPT step with them split so ran 1.2% slower
 // in all 8 pairs (its A, cold in the step, was then read by both cores); with only the rules above it
-// ran 1.2% faster (8 of 8).
+// ran 1.2% faster (8 of 8). Measured at 2 threads only: with more, the same per-thread shares decide,
+// unmeasured (benchmarks/results/cpu-gemm-column-split-xeon-2c-2026-12-07/).
 inline constexpr std::int64_t sgemm_few_rows = 140;
 bool sgemm_splits_columns(const SgemmBlocking& blocking, const SgemmKernels& tile, std::int64_t m, std::int64_t n,
                           SgemmCausal causal, int threads);

@@ -1,6 +1,7 @@
 // The fp32 GEMM's cache blocking, chosen at run time from the CPU's caches (loom/kernels/cpu_caches.hpp)
 // and the variant's micro-tile. The loops of sgemm.cpp, outermost first:
-//   jc  nc columns of B: the packed B panel (kc x nc), shared by the threads;
+//   jc  nc columns of B: the packed B panel (kc x nc), shared by the threads (or one per thread when
+//       they split C's columns: sgemm_splits_columns in sgemm.hpp);
 //   pc  kc deep: fixed (sgemm_kc in dispatch.hpp), since it fixes the summation order;
 //   ic  mc rows of A: the A block (mc x kc) each thread works through;
 //   then the slivers of the block and of the panel, in one of two orders (SgemmL1): the sliver that
@@ -70,7 +71,8 @@ SgemmBlocking choose_sgemm_blocking(std::int64_t mr, std::int64_t nr, const CpuC
 const SgemmBlocking& sgemm_blocking(const CpuKernels& kernels);
 
 // "mc 168, nc 4096, kc 384, B sliver in L1 (tile 6 x 16)", and where it applies "; past 672 columns:
-// mc 84, nc 672, A sliver in L1".
+// mc 84, nc 672, A sliver in L1"; a split named by the blocking adds "; threads split the columns"
+// (or rows).
 std::string describe(const SgemmBlocking& blocking, const SgemmKernels& tile);
 // "b_sliver" or "a_sliver".
 const char* to_string(SgemmL1 l1);

@@ -18,7 +18,10 @@ for (isa, t), runs in sorted(by_config.items()):
     for lib in libs:
         with_lib = [r for r in runs if lib in r]
         ratio = [r[lib]['step_ms'] / r['base']['step_ms'] for r in with_lib]
-        print('   %-5s step %.2f ms, %s/base per group %.3f (%.3f-%.3f), faster in %d of %d; MFU %.1f%%, GEMM peak %.1f'
-              % (lib, statistics.median(r[lib]['step_ms'] for r in with_lib), lib, statistics.median(ratio), min(ratio),
+        print('   %-5s step %.2f ms (base %.2f in the same groups), %s/base per group %.3f (%.3f-%.3f), faster in %d of %d; '
+              'MFU %.1f%% (base %.1f%%), GEMM peak %.1f'
+              % (lib, statistics.median(r[lib]['step_ms'] for r in with_lib),
+                 statistics.median(r['base']['step_ms'] for r in with_lib), lib, statistics.median(ratio), min(ratio),
                  max(ratio), sum(x < 1 for x in ratio), len(ratio), 100 * statistics.median(r[lib]['mfu'] for r in with_lib),
+                 100 * statistics.median(r['base']['mfu'] for r in with_lib),
                  statistics.median(r[lib]['gemm_peak_gflops'] for r in with_lib)))

@@ -232,15 +232,18 @@ TEST_CASE("the GEMM's threads split C's columns where that measured faster, and 
   // One thread, or no columns to share: rows (the one-thread engine).
   CHECK_FALSE(sgemm_splits_columns(a_order, avx512_tile, 128, 768, none, 1));
   CHECK_FALSE(sgemm_splits_columns(a_order, avx512_tile, 128, 32, none, 2));   // one sliver for two threads
-  CHECK(sgemm_splits_columns(a_order, avx512_tile, 128, 33, none, 2));         // two, the second short
+  // Few rows, but fewer than 2 slivers of columns a thread: each A sliver would serve one B sliver.
+  CHECK_FALSE(sgemm_splits_columns(a_order, avx512_tile, 128, 96, none, 2));   // 3 slivers: 1 and 2
+  CHECK(sgemm_splits_columns(a_order, avx512_tile, 128, 97, none, 2));         // 4, the last short
+  CHECK_FALSE(sgemm_splits_columns(a_order, avx512_tile, 128, 1024, none, 32));
   // A share of rows under 140: dW of a 128- or 256-row layer, both orders.
   CHECK(sgemm_splits_columns(a_order, avx512_tile, 128, 128, none, 2));
   CHECK(sgemm_splits_columns(a_order, avx512_tile, 277, 128, none, 2));        // 139 rows a thread
   CHECK_FALSE(sgemm_splits_columns(a_order, avx512_tile, 279, 128, none, 2));  // 140: not under
-  CHECK(sgemm_splits_columns(b_order, avx2_tile, 256, 16 * 2, none, 2));
-  CHECK_FALSE(sgemm_splits_columns(b_order, avx2_tile, 280, 16 * 2, none, 2));
+  CHECK(sgemm_splits_columns(b_order, avx2_tile, 256, 16 * 4, none, 2));
+  CHECK_FALSE(sgemm_splits_columns(b_order, avx2_tile, 280, 16 * 4, none, 2));
   CHECK(sgemm_splits_columns(b_order, avx2_tile, 417, 4096, none, 3));         // 139 rows a thread
-  // The A-sliver order with enough rows: 12 slivers of columns a thread or more (n >= 768 at 2 threads).
+  // The A-sliver order with enough rows: 12 slivers of columns a thread or more (n >= 737 at 2 threads).
   CHECK_FALSE(sgemm_splits_columns(a_order, avx512_tile, 1024, 512, none, 2));
   CHECK_FALSE(sgemm_splits_columns(a_order, avx512_tile, 1024, 736, none, 2));  // 23 slivers: 11 and 12
   CHECK(sgemm_splits_columns(a_order, avx512_tile, 1024, 737, none, 2));        // 24, the last short
