@@ -2,7 +2,8 @@
 // composed path (GEMMs per sequence on strided head views, the reference) is the same-run
 // baseline; against it the head-major path (every GEMM one call over all B x NH heads) and the
 // fused path (FlashAttention-2: no T x T matrix; tensor cores for f16/bf16 with head size 64 or
-// 128 on CUDA). Rates use FlashAttention's count for causal attention: forward 2 B NH T^2 hs
+// 128 on CUDA), and on the CPU in f32 the automatic path's causal kernel, the one GPT models run
+// there. Rates use FlashAttention's count for causal attention: forward 2 B NH T^2 hs
 // multiply-adds x 2 / 2, backward 2.5 times the forward. Prints a table; --json writes the record.
 #include <CLI/CLI.hpp>
 
@@ -71,6 +72,11 @@ int main(int argc, char** argv) {
                                    stored(loom::kernels::AttentionPath::head_major)};
     cases[0].name = "composed (baseline)";
     cases[1].name = "head-major";
+    // The path a CPU f32 model takes (automatic: the causal kernel that skips the masked terms).
+    if (device.is_cpu() && dtype == loom::DType::f32) {
+      cases.push_back(stored(loom::kernels::AttentionPath::automatic));
+      cases.back().name = "cpu causal (auto)";
+    }
     const loom::kernels::AttentionOptions fused_options{heads, precision_of(dtype)};
     cases.push_back({"fused", [=] { loom::kernels::fused_attention_forward(qkv, out, lse, fused_options, s); },
                      [=] { loom::kernels::fused_attention_backward(dout, qkv, out, lse, dqkv, fused_options, s); }});
