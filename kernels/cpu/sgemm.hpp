@@ -3,7 +3,8 @@
 // packs its own when they split C's columns: sgemm_splits_columns); each thread works through its
 // mc x kc blocks of A in mr-row slivers, read in place where A's rows or depth are contiguous
 // (copied a pass at a time where its rows alias in L1: sgemm_copies_a; a transposed A with depths a
-// page or more apart is packed a block at a time: sgemm_packs_columns) and packed otherwise, with
+// page or more apart, or in the B-sliver order, is packed a block at a time: sgemm_packs_columns)
+// and packed otherwise, with
 // the mr x nr register-blocked micro-kernel of the CPU's kernel variant (dispatch.hpp: 6 x 16 on
 // AVX2, 14 x 32 on AVX-512; a sliver short of mr rows runs the variant's tail kernel for just those
 // rows). mc, nc and which sliver stays in L1 come from the CPU's caches
@@ -65,10 +66,12 @@ bool sgemm_copies_a(const SgemmBlocking& blocking, std::int64_t m, std::int64_t 
 
 // Whether sgemm_blocked packs A whose rows are contiguous and whose depths are col_stride apart (a
 // transposed A, read in place as SgemmALayout::columns otherwise): when col_stride is 4 KiB or more,
-// so that every depth of a sliver falls on a page of its own. Such an A is packed a whole mc x kc
-// block at a time, one sweep over each depth's run of rows. Packing changes no sum. (A blocking
-// without a_in_place packs every A; a transposed one then also goes a block at a time.)
-bool sgemm_packs_columns(SgemmOperand a);
+// so that every depth of a sliver falls on a page of its own, or, with no causal mode, when the
+// blocking keeps the B sliver in L1 (each A sliver then streams through L1 once per B sliver, a
+// line per depth in place). Such an A is packed a whole mc x kc block at a time, one sweep over each
+// depth's run of rows. Packing changes no sum. (A blocking without a_in_place packs every A; a
+// transposed one then also goes a block at a time.) `blocking` is the one the GEMM runs (for_columns).
+bool sgemm_packs_columns(const SgemmBlocking& blocking, SgemmOperand a, SgemmCausal causal);
 
 // Whether sgemm_blocked's threads split C's columns rather than its rows (SgemmSplit: the blocking's
 // split when it names one, except that a causal mode always splits rows). Split by rows, the threads

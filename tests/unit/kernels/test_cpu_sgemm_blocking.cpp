@@ -182,16 +182,28 @@ TEST_CASE("the GEMM copies A's rows before reading them only where they are a mu
   CHECK_FALSE(sgemm_copies_a(a_order, 2 * sgemm_max_copied_rows + 1, 768, aliased, SgemmCausal::none, 2));
 }
 
-TEST_CASE("the GEMM packs a transposed A only where its depths are a page or more apart", "[gemm][sgemm][blocking]") {
+TEST_CASE("the GEMM packs a transposed A where its depths are a page or more apart, or in the B-sliver order",
+          "[gemm][sgemm][blocking]") {
   using loom::kernels::cpu::sgemm_packs_columns;
+  const SgemmBlocking a_order = blocking(84, 672, true, a_sliver), b_order = blocking(168, 4096, true);
   const float* data = nullptr;  // only the strides matter
-  CHECK(sgemm_packs_columns(SgemmOperand{data, 1, 1024}));   // 4 KiB: a page per depth
-  CHECK(sgemm_packs_columns(SgemmOperand{data, 1, 3072}));   // GPT-2 small's dW of the MLP
-  CHECK_FALSE(sgemm_packs_columns(SgemmOperand{data, 1, 1023}));
-  CHECK_FALSE(sgemm_packs_columns(SgemmOperand{data, 1, 768}));
-  // Only a transposed A (rows contiguous): an A with contiguous depths is read as rows.
-  CHECK_FALSE(sgemm_packs_columns(SgemmOperand{data, 1024, 1}));
-  CHECK_FALSE(sgemm_packs_columns(SgemmOperand{data, 2048, 4096}));
+  for (const SgemmBlocking& order : {a_order, b_order}) {
+    for (const SgemmCausal causal : {SgemmCausal::none, SgemmCausal::a_upper, SgemmCausal::a_lower}) {
+      CHECK(sgemm_packs_columns(order, SgemmOperand{data, 1, 1024}, causal));  // 4 KiB: a page per depth
+      CHECK(sgemm_packs_columns(order, SgemmOperand{data, 1, 3072}, causal));  // GPT-2 small's dW of the MLP
+      // Only a transposed A (rows contiguous): an A with contiguous depths is read as rows.
+      CHECK_FALSE(sgemm_packs_columns(order, SgemmOperand{data, 1024, 1}, causal));
+      CHECK_FALSE(sgemm_packs_columns(order, SgemmOperand{data, 2048, 4096}, causal));
+    }
+  }
+  // Below a page: in place in the A-sliver order, packed in the B-sliver order unless causal.
+  for (const std::int64_t lda : {128, 384, 768, 1023}) {
+    CAPTURE(lda);
+    CHECK_FALSE(sgemm_packs_columns(a_order, SgemmOperand{data, 1, lda}, SgemmCausal::none));
+    CHECK(sgemm_packs_columns(b_order, SgemmOperand{data, 1, lda}, SgemmCausal::none));
+    CHECK_FALSE(sgemm_packs_columns(b_order, SgemmOperand{data, 1, lda}, SgemmCausal::a_upper));
+    CHECK_FALSE(sgemm_packs_columns(b_order, SgemmOperand{data, 1, lda}, SgemmCausal::a_lower));
+  }
 }
 
 TEST_CASE("the GEMM splits the columns into the fewest B panels, as even as whole slivers allow", "[gemm][sgemm][blocking]") {
@@ -295,7 +307,8 @@ TEST_CASE("the GEMM gives the same bits for every blocking, A read packed or in 
                         {131, 200, 500, false, false, SgemmCausal::none, 1024},
                         {45, 100, 900, false, true, SgemmCausal::none, 2048},
                         // Transposed A with depths a page or more apart: packed a block at a time
-                        // (sgemm_packs_columns), also where a_upper skips depths of the packed block.
+                        // (sgemm_packs_columns), also where a_upper skips depths of the packed block;
+                        // the tight transposed cases above are packed so in the B-sliver order.
                         {131, 70, 500, true, false, SgemmCausal::none, 1024},
                         {97, 45, 800, true, true, SgemmCausal::none, 3072},
                         {150, 40, 150, true, false, SgemmCausal::a_upper, 1030},
