@@ -34,18 +34,19 @@ struct Ymm {
   static void prefetch(const float* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
 };
 
-constexpr int mr = 6, nv = 2, unroll = 1;  // rows and B vectors of the tile; depths per k-loop iteration
-// A's rows in place take 2 depths per iteration: on a Xeon (Sapphire Rapids class, family 6 model 167)
-// the six GEMMs at 1 thread ran 1.5-3% faster (the loop's pointer and counter updates are
-// shared by twice the FMAs) and the width-128 step kept its time (faster in 6 of 10 pairs, within
-// 1.5%); A's columns at 2 made that step about 1% slower, so the other layouts stay at 1.
-constexpr int unroll_rows = 2;
+// Rows and B vectors of the tile, and depths per k-loop iteration: 2 where the kernel reads A
+// packed or by rows in place, 1 where it reads A's columns. On a Xeon (family 6 model 167) 2 made
+// the six GEMMs (A's rows) 1.5-3% faster at 1 thread against OpenBLAS in the same run, and
+// the width-128 step's dW GEMMs (A packed) 1-6% faster and its step 0.99x (8 of 8 pairs at 1
+// thread, 4 of 4 at 2): the loop's pointer and counter updates are shared by twice the FMAs. A's
+// columns at 2 made that step about 1% slower; 4 everywhere measured 2% slower, earlier.
+constexpr int mr = 6, nv = 2, unroll = 2, unroll_columns = 1;
 
 }  // namespace avx2
 
 // constinit: built at compile time, so no constructor is compiled for this target.
 constinit const CpuKernels avx2_kernels = isa::make_table<avx2::Vec16>(
-    CpuIsa::avx2, isa::sgemm_kernels<avx2::Vec16, avx2::Ymm, avx2::mr, avx2::nv, avx2::unroll, avx2::unroll_rows>());
+    CpuIsa::avx2, isa::sgemm_kernels<avx2::Vec16, avx2::Ymm, avx2::mr, avx2::nv, avx2::unroll, avx2::unroll_columns>());
 
 }  // namespace loom::kernels::cpu
 

@@ -138,7 +138,7 @@ void sgemm_micro(std::int64_t kc, const float* a, std::int64_t lda, const float*
   };
   const std::int64_t depth_step = Layout == SgemmALayout::packed ? MR : Layout == SgemmALayout::rows ? 1 : lda;
   // Unroll depths per iteration: the loop's own scalar work competes with the FMAs for their ports
-  // (AVX-512's step measured 2% faster at 4, AVX2's 2% slower; AVX2's rows in place gain at 2).
+  // (AVX-512's step measured 2% faster at 4, AVX2's 2% slower at 4 and faster at 2: isa_avx2.cpp).
   std::int64_t k = 0;
   for (; k + Unroll <= kc; k += Unroll) {
 #pragma GCC unroll 4
@@ -191,16 +191,17 @@ constexpr void fill_sgemm_tails(SgemmKernels& g, Make make) {
 }
 
 // The GEMM kernels of a variant whose micro-kernel is sgemm_micro over R: one per layout of A, the
-// tails, and the packing. UnrollRows is the unroll of the kernel that reads A's rows in place (the
-// one wide GEMMs run in the A-sliver order), Unroll every other's.
-template <class V, class R, int MR, int NV, int Unroll, int UnrollRows = Unroll>
+// tails, and the packing. UnrollColumns is the unroll of the kernels that read A's columns (a
+// transposed A in place, and the tails, which read a packed sliver's rows as columns), Unroll that
+// of the others.
+template <class V, class R, int MR, int NV, int Unroll, int UnrollColumns = Unroll>
 constexpr SgemmKernels sgemm_kernels() {
   constexpr std::int64_t nr = NV * R::lanes;
   static_assert(MR * nr <= sgemm_max_tile, "the macro-kernel's scratch tile must hold a micro-tile");
   SgemmKernels g{MR, nr, sgemm_micro<V, R, MR, NV, Unroll, SgemmALayout::packed>,
-                 sgemm_micro<V, R, MR, NV, UnrollRows, SgemmALayout::rows>,
-                 sgemm_micro<V, R, MR, NV, Unroll, SgemmALayout::columns>, pack_a<V, MR, R>, pack_b<V, nr>};
-  fill_sgemm_tails<V, MR>(g, []<int rows>() { return &sgemm_micro<V, R, rows, NV, Unroll, SgemmALayout::columns>; });
+                 sgemm_micro<V, R, MR, NV, Unroll, SgemmALayout::rows>,
+                 sgemm_micro<V, R, MR, NV, UnrollColumns, SgemmALayout::columns>, pack_a<V, MR, R>, pack_b<V, nr>};
+  fill_sgemm_tails<V, MR>(g, []<int rows>() { return &sgemm_micro<V, R, rows, NV, UnrollColumns, SgemmALayout::columns>; });
   return g;
 }
 
