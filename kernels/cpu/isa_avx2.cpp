@@ -35,11 +35,13 @@ struct Ymm {
 };
 
 // Rows and B vectors of the tile, and depths per k-loop iteration: 2 where the kernel reads A
-// packed or by rows in place, 1 where it reads A's columns. On a Xeon (family 6 model 167) 2 made
-// the six GEMMs (A's rows) 1.5-3% faster at 1 thread against OpenBLAS in the same run, and
-// the width-128 step's dW GEMMs (A packed) 1-6% faster and its step 0.99x (8 of 8 pairs at 1
-// thread, 4 of 4 at 2): the loop's pointer and counter updates are shared by twice the FMAs. A's
-// columns at 2 made that step about 1% slower; 4 everywhere measured 2% slower, earlier.
+// packed or by rows in place, 1 where it reads A's columns. On a Xeon VM reporting family 6 model
+// 167, 2 gave the six GEMMs (A's rows) 0.95-0.97x the time at 1 thread, and the width-128
+// step's dW GEMMs (A packed) 0.93-1.01x and its step 0.99x (8 of 8 pairs at 1 thread, 4 of 4 at
+// 2): the loop's pointer and counter updates are shared by twice the FMAs. A's columns at 2 made
+// that step 1.7% slower (3 of 4 pairs, while they still ran its dW GEMMs; they now run the
+// causal attention's products by P^T and dS^T, not measured again); 4 everywhere measured 2%
+// slower, earlier.
 constexpr int mr = 6, nv = 2, unroll = 2, unroll_columns = 1;
 
 }  // namespace avx2

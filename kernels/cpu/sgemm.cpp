@@ -212,15 +212,18 @@ bool sgemm_copies_a(const SgemmBlocking& blocking, std::int64_t m, std::int64_t 
 // L1. In the A-sliver order an A sliver read in place is brought into L1 once for a whole panel of
 // B slivers, and packing measured up to 14% slower (AVX-512, lda 384-512 at n = 128): it stays in
 // place. In the B-sliver order every A sliver streams through L1 again for each B sliver, and in
-// place each depth costs a line for mr floats (24 of AVX2's 64 bytes): packed, the width-128 step's
-// dW GEMMs took 0.76-0.95x the time and its AVX2 step 0.984x at 1 thread and 0.969x at 2 (faster
-// in 6 of 6 pairs each), on a Xeon of family 6 model 167. Causal products (attention's) keep their
-// layout: there it was not measured.
+// place each depth costs a 64-byte line for mr floats (24 bytes with AVX2): packed, on a Xeon VM
+// reporting family 6 model 167 (AVX2), the width-128 step's dW GEMMs took 0.76-0.95x the time in 9
+// of 10 runs (one 1.50x while the VM drifted) and the step 0.984x at 1 thread and 0.969x at 2
+// (faster in 6 of 6 pairs each). Only where that was measured: a B-sliver blocking with a wide form
+// (wide_n, an L2 that holds the A-sliver order's panel; CPUs with smaller L2s, Zen 3 and 4, keep A
+// in place), and no causal mode (the CPU causal attention's products keep their layout). The
+// composed and head-major attention paths' products by P^T are not causal GEMMs and are packed.
 bool sgemm_packs_columns(const SgemmBlocking& blocking, SgemmOperand a, SgemmCausal causal) {
   constexpr std::int64_t page_bytes = 4096;
   if (a.row_stride != 1) return false;
   return a.col_stride * static_cast<std::int64_t>(sizeof(float)) >= page_bytes ||
-         (blocking.l1 == SgemmL1::b_sliver && causal == SgemmCausal::none);
+         (blocking.l1 == SgemmL1::b_sliver && blocking.wide_n > 0 && causal == SgemmCausal::none);
 }
 
 // A last panel of a sliver or two (n = 2048 in 672-column panels: 32 columns) still takes a whole

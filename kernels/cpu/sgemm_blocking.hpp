@@ -38,6 +38,7 @@ struct SgemmBlocking {
   std::int64_t kc = sgemm_kc;
   // Whole slivers of an A with contiguous rows or depth are read where they are instead of packed
   // (SgemmALayout): packing costs a pass over A per B panel, which small GEMMs do not win back.
+  // (A transposed A is still packed where sgemm_packs_columns says.)
   bool a_in_place = true;
   SgemmL1 l1 = SgemmL1::b_sliver;
   // The B-sliver order's GEMMs wider than wide_n columns run in the A-sliver order instead, with a

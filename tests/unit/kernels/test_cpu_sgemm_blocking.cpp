@@ -182,13 +182,17 @@ TEST_CASE("the GEMM copies A's rows before reading them only where they are a mu
   CHECK_FALSE(sgemm_copies_a(a_order, 2 * sgemm_max_copied_rows + 1, 768, aliased, SgemmCausal::none, 2));
 }
 
-TEST_CASE("the GEMM packs a transposed A where its depths are a page or more apart, or in the B-sliver order",
+TEST_CASE("the GEMM packs a transposed A where its depths are a page or more apart, or in a wide B-sliver blocking",
           "[gemm][sgemm][blocking]") {
   using loom::kernels::cpu::sgemm_packs_columns;
-  const SgemmBlocking a_order = blocking(84, 672, true, a_sliver), b_order = blocking(168, 4096, true);
+  SgemmBlocking b_order = blocking(168, 4096, true);  // a B-sliver blocking with a wide form
+  b_order.wide_n = 672;
+  b_order.wide_mc = 84;
+  const SgemmBlocking a_order = blocking(84, 672, true, a_sliver), narrow = blocking(168, 4096, true);
   const float* data = nullptr;  // only the strides matter
-  for (const SgemmBlocking& order : {a_order, b_order}) {
-    for (const SgemmCausal causal : {SgemmCausal::none, SgemmCausal::a_upper, SgemmCausal::a_lower}) {
+  const SgemmCausal causal_modes[] = {SgemmCausal::a_upper, SgemmCausal::a_lower, SgemmCausal::c_lower};
+  for (const SgemmBlocking& order : {a_order, b_order, narrow}) {
+    for (const SgemmCausal causal : {SgemmCausal::none, SgemmCausal::a_upper, SgemmCausal::a_lower, SgemmCausal::c_lower}) {
       CHECK(sgemm_packs_columns(order, SgemmOperand{data, 1, 1024}, causal));  // 4 KiB: a page per depth
       CHECK(sgemm_packs_columns(order, SgemmOperand{data, 1, 3072}, causal));  // GPT-2 small's dW of the MLP
       // Only a transposed A (rows contiguous): an A with contiguous depths is read as rows.
@@ -196,14 +200,24 @@ TEST_CASE("the GEMM packs a transposed A where its depths are a page or more apa
       CHECK_FALSE(sgemm_packs_columns(order, SgemmOperand{data, 2048, 4096}, causal));
     }
   }
-  // Below a page: in place in the A-sliver order, packed in the B-sliver order unless causal.
+  // Below a page: packed only in the B-sliver order with a wide form, and not in a causal mode.
   for (const std::int64_t lda : {128, 384, 768, 1023}) {
     CAPTURE(lda);
-    CHECK_FALSE(sgemm_packs_columns(a_order, SgemmOperand{data, 1, lda}, SgemmCausal::none));
     CHECK(sgemm_packs_columns(b_order, SgemmOperand{data, 1, lda}, SgemmCausal::none));
-    CHECK_FALSE(sgemm_packs_columns(b_order, SgemmOperand{data, 1, lda}, SgemmCausal::a_upper));
-    CHECK_FALSE(sgemm_packs_columns(b_order, SgemmOperand{data, 1, lda}, SgemmCausal::a_lower));
+    CHECK_FALSE(sgemm_packs_columns(a_order, SgemmOperand{data, 1, lda}, SgemmCausal::none));
+    CHECK_FALSE(sgemm_packs_columns(narrow, SgemmOperand{data, 1, lda}, SgemmCausal::none));
+    for (const SgemmCausal causal : causal_modes) CHECK_FALSE(sgemm_packs_columns(b_order, SgemmOperand{data, 1, lda}, causal));
   }
+  // The blockings chosen for AVX2: on the 2 MiB-L2 Xeon its dW GEMMs up to 672 columns wide pack A,
+  // wider ones (the A-sliver form) read it in place; on Zen 3 (no wide form) it stays in place.
+  CpuCaches private_l2 = sapphire_rapids;
+  private_l2.l2.shared_by = 1;
+  const SgemmBlocking xeon = choose_sgemm_blocking(6, 16, private_l2);
+  const SgemmOperand dy_t{data, 1, 384};  // dY^T of a 384-wide layer
+  CHECK(sgemm_packs_columns(xeon.for_columns(128), dy_t, SgemmCausal::none));
+  CHECK(sgemm_packs_columns(xeon.for_columns(672), dy_t, SgemmCausal::none));
+  CHECK_FALSE(sgemm_packs_columns(xeon.for_columns(768), dy_t, SgemmCausal::none));
+  CHECK_FALSE(sgemm_packs_columns(choose_sgemm_blocking(6, 16, zen3).for_columns(128), dy_t, SgemmCausal::none));
 }
 
 TEST_CASE("the GEMM splits the columns into the fewest B panels, as even as whole slivers allow", "[gemm][sgemm][blocking]") {
@@ -308,7 +322,8 @@ TEST_CASE("the GEMM gives the same bits for every blocking, A read packed or in 
                         {45, 100, 900, false, true, SgemmCausal::none, 2048},
                         // Transposed A with depths a page or more apart: packed a block at a time
                         // (sgemm_packs_columns), also where a_upper skips depths of the packed block;
-                        // the tight transposed cases above are packed so in the B-sliver order.
+                        // the tight transposed cases above are packed so in B-sliver blockings with
+                        // a wide form.
                         {131, 70, 500, true, false, SgemmCausal::none, 1024},
                         {97, 45, 800, true, true, SgemmCausal::none, 3072},
                         {150, 40, 150, true, false, SgemmCausal::a_upper, 1030},
