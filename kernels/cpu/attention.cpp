@@ -4,10 +4,10 @@
 // on the thread count. It performs the composed path's operations (src/kernels/attention.cpp) on
 // the same values in the same order, minus the terms the mask makes zero.
 #include <cmath>
-#include <exception>
 #include <vector>
 
 #include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/region_failure.hpp"
 #include "kernels/cpu/sgemm.hpp"
 #include "kernels/cpu/training.hpp"
 
@@ -64,17 +64,12 @@ void scale_rows(float* x, std::int64_t rows_count, std::int64_t cols, std::int64
 template <class Body>
 void for_each_head(const Layout& d, Body&& body) {
   const std::int64_t pairs = d.batch * d.heads;
-  std::exception_ptr failure;
+  RegionFailure failure;
 #pragma omp parallel for schedule(static) if (pairs > 1 && d.steps * d.steps * d.head_size * pairs > (1 << 18))
   for (std::int64_t pair = 0; pair < pairs; ++pair) {
-    try {
-      body(pair / d.heads, pair % d.heads);
-    } catch (...) {
-#pragma omp critical(loom_cpu_attention_failure)
-      if (!failure) failure = std::current_exception();
-    }
+    failure.capture([&] { body(pair / d.heads, pair % d.heads); });
   }
-  if (failure) std::rethrow_exception(failure);
+  failure.rethrow();
 }
 
 }  // namespace

@@ -6,9 +6,9 @@
 // O(T * head_size) per thread. Each (sequence, head) runs on one thread in a fixed order, so
 // results do not depend on the thread count; all arithmetic is fp32 from any storage dtype.
 #include <cmath>
-#include <exception>
 
 #include "kernels/cpu/float_types.hpp"
+#include "kernels/cpu/region_failure.hpp"
 #include "kernels/cpu/training.hpp"
 #include "loom/core/tensor.hpp"
 
@@ -63,28 +63,18 @@ void store_head(const float* src, std::int64_t width, std::int64_t steps, std::i
 template <class Body>
 void for_each_head(const HeadLayout& d, std::int64_t floats, Body&& body) {
   const std::int64_t pairs = d.batch * d.heads;
-  std::exception_ptr failure;
+  RegionFailure failure;
 #pragma omp parallel if (pairs > 1 && d.steps * d.steps * d.head_size * pairs > (1 << 18))
   {
     Tensor workspace;
-    try {
-      workspace = Tensor::empty({floats}, DType::f32);
-    } catch (...) {
-#pragma omp critical(loom_cpu_fused_attention_failure)
-      if (!failure) failure = std::current_exception();
-    }
+    failure.capture([&] { workspace = Tensor::empty({floats}, DType::f32); });
 #pragma omp for schedule(static)
     for (std::int64_t pair = 0; pair < pairs; ++pair) {
       if (!workspace.defined()) continue;
-      try {
-        body(pair / d.heads, pair % d.heads, workspace.data<float>());
-      } catch (...) {
-#pragma omp critical(loom_cpu_fused_attention_failure)
-        if (!failure) failure = std::current_exception();
-      }
+      failure.capture([&] { body(pair / d.heads, pair % d.heads, workspace.data<float>()); });
     }
   }
-  if (failure) std::rethrow_exception(failure);
+  failure.rethrow();
 }
 
 }  // namespace

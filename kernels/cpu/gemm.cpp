@@ -9,12 +9,12 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <exception>
 #include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/float_types.hpp"
 #include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/region_failure.hpp"
 #include "kernels/cpu/sgemm.hpp"
 
 namespace loom::kernels::cpu {
@@ -245,17 +245,12 @@ void gemm(const StridedMatrix& a, const StridedMatrix& b, const std::optional<St
   const int threads_per_matrix = flops >= (std::int64_t{1} << 18) ? threads : 1;
   const bool across_batches = threads > 1 && shape.batch >= threads && flops < (std::int64_t{1} << 24);
   if (across_batches) {
-    std::exception_ptr failure;  // an exception must not leave an OpenMP region
+    RegionFailure failure;  // an exception must not leave an OpenMP region
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (std::int64_t batch = 0; batch < shape.batch; ++batch) {
-      try {
-        gemm_matrix(a, b, c, d, options, shape, batch, 1);
-      } catch (...) {
-#pragma omp critical(loom_cpu_gemm_failure)
-        if (!failure) failure = std::current_exception();
-      }
+      failure.capture([&] { gemm_matrix(a, b, c, d, options, shape, batch, 1); });
     }
-    if (failure) std::rethrow_exception(failure);
+    failure.rethrow();
   } else {
     for (std::int64_t batch = 0; batch < shape.batch; ++batch) {
       gemm_matrix(a, b, c, d, options, shape, batch, threads_per_matrix);

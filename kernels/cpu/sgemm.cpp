@@ -10,11 +10,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
 #include <memory>
 #include <new>
 #include <string>
 
+#include "kernels/cpu/region_failure.hpp"
 #include "loom/core/error.hpp"
 
 namespace loom::kernels::cpu {
@@ -266,8 +266,7 @@ void sgemm_rows(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, s
 
   // Each thread's A buffer may have to grow, which can throw: no exception may leave an OpenMP
   // region, so a failure is kept, every thread skips the work, and it is rethrown after.
-  std::exception_ptr failure;
-  bool any_failed = false;
+  RegionFailure failure;
   // Thread t of parts. The barriers run only in a team of several: one thread may be inside another
   // team (attention's heads call this one per thread), whose barrier is not this GEMM's.
   const auto team_barrier = [](int parts) {
@@ -284,7 +283,7 @@ void sgemm_rows(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, s
     const bool copy_a = sgemm_copies_a(blocking, m, n, a, causal, parts);
     float* pa = nullptr;
     float* a_copy = nullptr;
-    try {
+    failure.capture([&] {
       // The A-sliver order packs one sliver at a time into the same buffer; the B-sliver order keeps
       // the block's packed slivers for every column sliver, and so does a transposed A packed a block
       // at a time (macro_kernel) in either order.
@@ -292,13 +291,7 @@ void sgemm_rows(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, s
       const std::int64_t a_rows = whole_blocks ? std::min(mc_block, round_up(m, g.mr)) : g.mr;
       pa = packed_a_buffer.reserve(a_rows * kc_max);
       if (copy_a) a_copy = copied_a_buffer.reserve((row_end - row_begin) * (kc_max + copied_a_pad));
-    } catch (...) {
-#pragma omp critical(loom_sgemm_failure)
-      {
-        if (!failure) failure = std::current_exception();
-        any_failed = true;
-      }
-    }
+    });
     team_barrier(parts);
     // Pass pc of panel jc: the threads pack the panel's B together, then each runs its blocks of rows.
     const auto run_pass = [&](std::int64_t jc, std::int64_t pc, const float* copy, std::int64_t ld_copy) {
@@ -325,7 +318,7 @@ void sgemm_rows(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, s
                      {ic, jc, pc, m, causal, accumulate, a_layout, bias && pc + kc >= k ? bias + jc : nullptr});
       }
     };
-    if (!any_failed && copy_a) {
+    if (!failure.failed() && copy_a) {
       // Passes outer: this thread's rows of each pass are copied once and read for every panel. Each
       // element of C still gets its passes in ascending order, so the same bits.
       const std::int64_t ld_copy = kc_max + copied_a_pad;
@@ -337,7 +330,7 @@ void sgemm_rows(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, s
         for (std::int64_t jc = 0; jc < n; jc += nc_block) run_pass(jc, pc, a_copy, ld_copy);
       }
     } else {
-      for (std::int64_t jc = 0; jc < n && !any_failed; jc += nc_block) {
+      for (std::int64_t jc = 0; jc < n && !failure.failed(); jc += nc_block) {
         for (std::int64_t pc = 0; pc < k; pc += sgemm_kc) run_pass(jc, pc, nullptr, 0);
       }
     }
@@ -351,7 +344,7 @@ void sgemm_rows(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, s
   } else {
     run_thread(0, 1);
   }
-  if (failure) std::rethrow_exception(failure);
+  failure.rethrow();
 }
 
 // C's column slivers split between up to max_threads threads, each running the engine alone on its
@@ -366,7 +359,7 @@ void sgemm_columns(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n
     sgemm_rows(blocking, m, n, k, a, b, c, ldc, 1, kernels, accumulate, SgemmCausal::none, bias);
     return;
   }
-  std::exception_ptr failure;
+  RegionFailure failure;
 #pragma omp parallel num_threads(team)
   {
     // Thread t of the team it got (a nested region may have fewer): whole slivers, the last short.
@@ -378,18 +371,13 @@ void sgemm_columns(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n
     SgemmBlocking own = blocking;
     if (own.l1 == SgemmL1::b_sliver) own.nc = std::max(nr, own.nc / parts / nr * nr);
     if (j1 > j0) {
-      try {  // (no exception may leave an OpenMP region: kept, and rethrown after it)
+      failure.capture([&] {
         sgemm_rows(own, m, j1 - j0, k, a, SgemmOperand{b.data + j0 * b.col_stride, b.row_stride, b.col_stride},
                    c + j0, ldc, 1, kernels, accumulate, SgemmCausal::none, bias ? bias + j0 : nullptr);
-      } catch (...) {
-#pragma omp critical(loom_sgemm_failure)
-        {
-          if (!failure) failure = std::current_exception();
-        }
-      }
+      });
     }
   }
-  if (failure) std::rethrow_exception(failure);
+  failure.rethrow();
 }
 
 }  // namespace
