@@ -109,7 +109,7 @@ nlohmann::json cpu_description() {
     blocking[std::string(kernels::to_string(isa))] = {{"mr", tile.mr}, {"nr", tile.nr}, {"mc", b.mc}, {"nc", b.nc},
                                                       {"kc", b.kc}, {"a_in_place", b.a_in_place},
                                                       {"l1", kernels::cpu::to_string(b.l1)}, {"wide_n", b.wide_n},
-                                                      {"wide_mc", b.wide_mc}};
+                                                      {"wide_nc", b.wide_nc}, {"wide_mc", b.wide_mc}};
   }
   const kernels::CpuCaches& caches = kernels::cpu_caches();
   auto level = [](const kernels::CpuCache& c) {

@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
           loom::kernels::cpu::sgemm_blocking(loom::kernels::cpu::cpu_kernels(isa));
       blocking.mc = spec.mc;
       blocking.nc = spec.nc;
-      blocking.wide_n = blocking.wide_mc = 0;  // (sgemm_blocked runs it as given, at every width)
+      blocking.wide_n = blocking.wide_nc = blocking.wide_mc = 0;  // (sgemm_blocked runs it as given, at every width)
       if (spec.l1 != '\0') {
         blocking.l1 = spec.l1 == 'a' ? loom::kernels::cpu::SgemmL1::a_sliver : loom::kernels::cpu::SgemmL1::b_sliver;
       }

@@ -37,9 +37,19 @@ struct Layout {
 // wide_n columns (past them for_columns takes the wide form as for any GEMM). AVX2's six products
 // on the Xeon took 0.947x the time at T 128 (heads of 32), 0.976x at T 256 and 512 (heads of 64);
 // the same bits. CPUs without wide_n (smaller L2s) keep their order: the other one was not measured.
+// A head's A is read in place even where the CPU's blocking packs A (AVX2's): a head's products are
+// small (T rows by a head of 32 or T deep), and packing each one cost more than it saved. With the
+// other GEMMs packed, AVX2's width-128 step on the Xeon took 0.975x the time of the in-place engine
+// before at 1 thread (two runs, 7 of 8 and 10 of 10 pairs) with the heads in place, and 0.993x and
+// 0.995x with them packed; at 2 threads 0.967x against 0.993x; with Zen 3's blocking 0.931x against
+// 0.937x (benchmarks/results/cpu-gemm-packed-a-xeon-m167-2c-2026-12-07/step_summary_heads.txt).
+// Heads wider than wide_n keep panels of wide_n (the wide form's wider panel pays off for a packed A,
+// which the heads' is not; not measured for heads).
 SgemmBlocking head_blocking(const CpuKernels& kernels) {
   SgemmBlocking blocking = sgemm_blocking(kernels);
   if (blocking.wide_n > 0) blocking.l1 = SgemmL1::a_sliver;
+  blocking.a_in_place = true;
+  blocking.wide_nc = blocking.wide_n;
   return blocking;
 }
 

@@ -208,22 +208,13 @@ bool sgemm_copies_a(const SgemmBlocking& blocking, std::int64_t m, std::int64_t 
 // micro-kernel then walks kc pages per sliver and column sliver, more than the L1 TLB holds, and
 // their lines all fall in a few L1 sets. Measured at GPT-2 small's widths (Xeon, 1 thread, dW of
 // 3072 x 768 x 1024): 0.38-0.42 (AVX-512) and 0.58-0.63 (AVX2) of the 1024^3 peak in place, packed
-// 2.3x and 1.4-1.6x faster. Below a page (lda 128-768 floats) it depends on which sliver stays in
-// L1. In the A-sliver order an A sliver read in place is brought into L1 once for a whole panel of
-// B slivers, and packing measured up to 14% slower (AVX-512, lda 384-512 at n = 128): it stays in
-// place. In the B-sliver order every A sliver streams through L1 again for each B sliver, and in
-// place each depth costs a 64-byte line for mr floats (24 bytes with AVX2): packed, on a Xeon VM
-// reporting family 6 model 167 (AVX2), the width-128 step's dW GEMMs took 0.76-0.95x the time in 9
-// of 10 runs (one 1.50x while the VM drifted) and the step 0.984x at 1 thread and 0.969x at 2
-// (faster in 6 of 6 pairs each). Only where that was measured: a B-sliver blocking with a wide form
-// (wide_n, an L2 that holds the A-sliver order's panel; CPUs with smaller L2s, Zen 3 and 4, keep A
-// in place), and no causal mode (the CPU causal attention's products keep their layout). The
-// composed and head-major attention paths' products by P^T are not causal GEMMs and are packed.
-bool sgemm_packs_columns(const SgemmBlocking& blocking, SgemmOperand a, SgemmCausal causal) {
+// 2.3x and 1.4-1.6x faster. Below a page it stays in place: in the A-sliver order (AVX-512's) an A
+// sliver read in place is brought into L1 once for a whole panel of B slivers, and packing measured
+// up to 14% slower (AVX-512, lda 384-512 at n = 128). (The B-sliver order's blockings pack every A:
+// choose_sgemm_blocking.)
+bool sgemm_packs_columns(SgemmOperand a) {
   constexpr std::int64_t page_bytes = 4096;
-  if (a.row_stride != 1) return false;
-  return a.col_stride * static_cast<std::int64_t>(sizeof(float)) >= page_bytes ||
-         (blocking.l1 == SgemmL1::b_sliver && blocking.wide_n > 0 && causal == SgemmCausal::none);
+  return a.row_stride == 1 && a.col_stride * static_cast<std::int64_t>(sizeof(float)) >= page_bytes;
 }
 
 // A last panel of a sliver or two (n = 2048 in 672-column panels: 32 columns) still takes a whole
@@ -255,7 +246,7 @@ void sgemm_rows(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, s
   const std::int64_t mc_block = blocking.mc, nc_block = sgemm_panel_columns(n, blocking.nc, g.nr);
   const SgemmALayout a_layout = !blocking.a_in_place ? SgemmALayout::packed
                                  : a.col_stride == 1 ? SgemmALayout::rows
-                                 : a.row_stride == 1 && !sgemm_packs_columns(blocking, a, causal) ? SgemmALayout::columns
+                                 : a.row_stride == 1 && !sgemm_packs_columns(a) ? SgemmALayout::columns
                                                                                  : SgemmALayout::packed;
   const std::int64_t kc_max = std::min(sgemm_kc, k);
   float* const pb = packed_b_buffer.reserve(kc_max * nc_block);  // a panel is at most round_up(n, nr)

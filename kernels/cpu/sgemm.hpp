@@ -1,10 +1,11 @@
 // loom's CPU fp32 GEMM engine: C = op(A) op(B) for strided operands, in the style of BLIS/GotoBLAS.
 // B is packed once per (kc x nc) block into nr-column slivers shared by the threads (each thread
 // packs its own when they split C's columns: sgemm_splits_columns); each thread works through its
-// mc x kc blocks of A in mr-row slivers, read in place where A's rows or depth are contiguous
-// (copied a pass at a time where its rows alias in L1: sgemm_copies_a; a transposed A is packed a
-// block at a time where its depths are a page or more apart, and in some B-sliver blockings:
-// sgemm_packs_columns) and packed otherwise, with
+// mc x kc blocks of A in mr-row slivers: packed where the blocking says (a_in_place false: AVX2's
+// blockings, wide form included), else read in place where A's rows or depth are contiguous
+// (AVX-512's: copied a pass at a time where its rows alias in L1, sgemm_copies_a; a transposed A
+// packed a block at a time where its depths are a page or more apart, sgemm_packs_columns) and
+// packed otherwise, with
 // the mr x nr register-blocked micro-kernel of the CPU's kernel variant (dispatch.hpp: 6 x 16 on
 // AVX2, 14 x 32 on AVX-512; a sliver short of mr rows runs the variant's tail kernel for just those
 // rows). mc, nc and which sliver stays in L1 come from the CPU's caches
@@ -65,20 +66,19 @@ bool sgemm_copies_a(const SgemmBlocking& blocking, std::int64_t m, std::int64_t 
                     SgemmCausal causal, int threads);
 
 // Whether sgemm_blocked packs A whose rows are contiguous and whose depths are col_stride apart (a
-// transposed A, read in place as SgemmALayout::columns otherwise): when col_stride is 4 KiB or more,
-// so that every depth of a sliver falls on a page of its own, or, with no causal mode, when the
-// blocking keeps the B sliver in L1 and has a wide form (wide_n > 0: where it was measured; each A
-// sliver then streams through L1 once per B sliver, a line per depth in place). Such an A is packed a whole mc x kc block at a time, one sweep over each
-// depth's run of rows. Packing changes no sum. (A blocking without a_in_place packs every A; a
-// transposed one then also goes a block at a time.) `blocking` is the one the GEMM runs (for_columns).
-bool sgemm_packs_columns(const SgemmBlocking& blocking, SgemmOperand a, SgemmCausal causal);
+// transposed A), in a blocking that reads A in place (a_in_place): when col_stride is 4 KiB or more,
+// so that every depth of a sliver would fall on a page of its own. Such an A is packed a whole
+// mc x kc block at a time, one sweep over each depth's run of rows; otherwise it is read in place
+// as SgemmALayout::columns. Packing changes no sum. (A blocking without a_in_place packs every A,
+// a transposed one also a block at a time.)
+bool sgemm_packs_columns(SgemmOperand a);
 
 // Whether sgemm_blocked's threads split C's columns rather than its rows (SgemmSplit: the blocking's
 // split when it names one, except that a causal mode always splits rows). Split by rows, the threads
 // pack each B panel together and meet at two barriers per pass, and a thread's rows may be few
 // slivers; split by columns, each thread packs its own panels (in the B-sliver order, whose panel is
-// sized for the shared L3, each a thread's share of nc) and reads all of A (packing it where
-// sgemm_packs_columns says: then each thread packs all of it), and no barrier is met.
+// sized for the shared L3, each a thread's share of nc) and reads all of A (where A is packed, each
+// thread packs all of it), and no barrier is met.
 // By shape never in a causal mode (c_lower places its diagonal by column, and the causal modes' work
 // is uneven across columns; not measured), and the columns when:
 //   - a thread's share of rows would be under sgemm_few_rows, with 2 slivers of columns or more for
@@ -105,7 +105,7 @@ bool sgemm_splits_columns(const SgemmBlocking& blocking, const SgemmKernels& til
 std::int64_t sgemm_panel_columns(std::int64_t n, std::int64_t nc, std::int64_t nr);
 
 // sgemm with a given cache blocking instead of the one chosen for this CPU (sgemm_blocking.hpp),
-// run as given at every width (its wide_n and wide_mc are not looked at; sgemm() applies
+// run as given at every width (its wide_n, wide_nc and wide_mc are not looked at; sgemm() applies
 // for_columns(n) first; its nc is the widest panel, sgemm_panel_columns the one run; its split as
 // sgemm_splits_columns reads it, each thread of a column split running this blocking on its share):
 // the same bits whatever the blocking. An invalid_argument Error when its mc or nc is not whole

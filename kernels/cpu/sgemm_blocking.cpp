@@ -20,8 +20,8 @@ SgemmBlocking SgemmBlocking::for_columns(std::int64_t n) const {
   SgemmBlocking wide = *this;
   wide.l1 = SgemmL1::a_sliver;
   wide.mc = wide_mc;
-  wide.nc = wide_n;
-  wide.wide_n = wide.wide_mc = 0;
+  wide.nc = wide_nc > 0 ? wide_nc : wide_n;
+  wide.wide_n = wide.wide_nc = wide.wide_mc = 0;
   return wide;
 }
 
@@ -45,6 +45,14 @@ SgemmBlocking choose_sgemm_blocking(std::int64_t mr, std::int64_t nr, const CpuC
   const bool b_sliver_fits = l1_ways > 2 && depth_bytes * nr <= caches.l1d.bytes / l1_ways * (l1_ways - 2);
   if (b_sliver_fits) {
     blocking.l1 = SgemmL1::b_sliver;
+    // Its A is packed, at every width (the wide form's too): AVX2's micro-kernel, 2 depths an
+    // iteration, broadcasts a packed sliver's 6 rows from one stream instead of 6 rows in place. On a
+    // Xeon VM reporting family 6 model 167 the six GEMMs of issue 35 took 0.94-0.97x the time at 1
+    // thread and 0.92-0.96x at 2, and with Zen 3's blocking 0.91-0.97x; the width-128 GPT step
+    // (attention's heads still in place) 0.973x and 0.983x, with Zen 3's blocking 0.905x and 0.921x
+    // (benchmarks/results/cpu-gemm-packed-a-xeon-m167-2c-2026-12-07/). AVX-512's A-sliver order
+    // keeps A in place: packed, its GEMMs went either way (0.95-1.05x the time).
+    blocking.a_in_place = false;
     blocking.mc = whole(std::min<std::int64_t>(l2_share / 2, 256 << 10), depth_bytes * mr) * mr;
     // The B panel is shared by the threads: half of the L3, or of the L2 on a CPU without one.
     const std::int64_t panel_bytes = (caches.l3.bytes > 0 ? caches.l3.bytes : caches.l2.bytes) / 2;
@@ -53,8 +61,15 @@ SgemmBlocking choose_sgemm_blocking(std::int64_t mr, std::int64_t nr, const CpuC
     // 3-5% faster at 1 thread in that order and 0-12% at 2 (8 rounds), while the 1-thread GPT
     // step, whose GEMMs are at most 512 wide, measured 2% slower in it. Smaller L2s (Zen 3 and 4)
     // were not measured in that order, so they keep the B-sliver order throughout.
+    // Its panel is five eighths of the L2 share (848 columns there) rather than the half that AVX-512's
+    // A-sliver order takes: the wide form packs A (above) a sliver at a time for each panel, and a
+    // wider panel packs each sliver for more B slivers; n = 768 also runs as one panel, not two of
+    // 384. Against 672 columns, interleaved in one process, the six GEMMs of issue 35 ran 0.96-1.01x
+    // the time (2048^3 0.98-1.00x and 1024x768x3072 0.96-0.98x; 1024x3072x768, 4 panels of 768 not 5
+    // of 624, up to 1.3% slower); panels of 1024 ran 2048^3 and 1024x3072x768 slower.
     if (l2_share >= (2 << 20)) {
       blocking.wide_n = a_order_nc;
+      blocking.wide_nc = std::min(whole(l2_share / 8 * 5, depth_bytes * nr), max_slivers) * nr;
       blocking.wide_mc = a_order_mc;
     }
   } else {
@@ -83,10 +98,11 @@ const char* to_string(SgemmSplit split) {
 std::string describe(const SgemmBlocking& blocking, const SgemmKernels& tile) {
   std::string text = "mc " + std::to_string(blocking.mc) + ", nc " + std::to_string(blocking.nc) + ", kc " +
                      std::to_string(blocking.kc) + (blocking.l1 == SgemmL1::a_sliver ? ", A sliver" : ", B sliver") +
-                     " in L1 (tile " + std::to_string(tile.mr) + " x " + std::to_string(tile.nr) + ")";
+                     " in L1" + (blocking.a_in_place ? "" : ", A packed") + " (tile " + std::to_string(tile.mr) +
+                     " x " + std::to_string(tile.nr) + ")";
   if (blocking.wide_n > 0) {
     text += "; past " + std::to_string(blocking.wide_n) + " columns: mc " + std::to_string(blocking.wide_mc) +
-            ", nc " + std::to_string(blocking.wide_n) + ", A sliver in L1";
+            ", nc " + std::to_string(blocking.wide_nc) + ", A sliver in L1";
   }
   if (blocking.split != SgemmSplit::by_shape) text += "; threads split the " + std::string(to_string(blocking.split));
   return text;

@@ -6,8 +6,9 @@
 //   ic  mc rows of A: the A block (mc x kc) each thread works through;
 //   then the slivers of the block and of the panel, in one of two orders (SgemmL1): the sliver that
 //   fits stays in L1 while the other kind streams past it.
-// Only mc, nc and the order depend on the CPU (and, through the wide form, on n). None changes any sum, so the bits are the same for
-// every blocking (tests/unit/kernels/test_cpu_sgemm_blocking.cpp runs the engine with several).
+// Only mc, nc, the order and whether A is packed depend on the CPU (and, through the wide form, on
+// n). None changes any sum, so the bits are the same for every blocking
+// (tests/unit/kernels/test_cpu_sgemm_blocking.cpp runs the engine with several).
 #pragma once
 
 #include <cstdint>
@@ -37,13 +38,16 @@ struct SgemmBlocking {
   std::int64_t nc = 0;  // columns of B per panel, a multiple of nr
   std::int64_t kc = sgemm_kc;
   // Whole slivers of an A with contiguous rows or depth are read where they are instead of packed
-  // (SgemmALayout): packing costs a pass over A per B panel, which small GEMMs do not win back.
-  // (A transposed A is still packed where sgemm_packs_columns says.)
+  // (SgemmALayout), saving a pass over A per B panel; a transposed A is still packed where
+  // sgemm_packs_columns says. choose_sgemm_blocking's B-sliver blockings (AVX2's), wide form included,
+  // pack every A; its A-sliver blockings (AVX-512's) read it in place.
   bool a_in_place = true;
   SgemmL1 l1 = SgemmL1::b_sliver;
   // The B-sliver order's GEMMs wider than wide_n columns run in the A-sliver order instead, with a
-  // panel of wide_n columns and a block of wide_mc rows (0: never; see choose_sgemm_blocking).
+  // panel of wide_nc columns (0: wide_n) and a block of wide_mc rows (wide_n 0: never; see
+  // choose_sgemm_blocking).
   std::int64_t wide_n = 0;
+  std::int64_t wide_nc = 0;
   std::int64_t wide_mc = 0;
   // The threads' split (chosen per GEMM unless set; the engine's tests set it to run both).
   SgemmSplit split = SgemmSplit::by_shape;
@@ -59,21 +63,22 @@ struct SgemmBlocking {
 inline constexpr std::int64_t sgemm_max_nc = 4096;
 
 // The blocking for a micro-tile of mr x nr on these caches. When the B sliver (kc x nr) fits in L1
-// with two ways to spare, it stays there (SgemmL1::b_sliver): the A block takes half of one core's
-// share of L2, at most 256 KiB, and the B panel half of the L3 (of the L2 without one). Otherwise the
-// A sliver stays in L1 (SgemmL1::a_sliver): the B panel takes half of the L2 share and the A block an
-// eighth, at most 128 KiB. nc is at most sgemm_max_nc; each is rounded down to whole slivers, at
-// least one. In the B-sliver order on a core with an L2 share of 2 MiB or more, GEMMs wider than the
-// A-sliver order's panel take that order (wide_n, wide_mc): measured faster there for the wide
+// with two ways to spare, it stays there (SgemmL1::b_sliver): the A block, packed, takes half of one
+// core's share of L2, at most 256 KiB, and the B panel half of the L3 (of the L2 without one).
+// Otherwise the A sliver stays in L1 (SgemmL1::a_sliver), read in place: the B panel takes half of
+// the L2 share and the A block an eighth, at most 128 KiB. nc is at most sgemm_max_nc; each is
+// rounded down to whole slivers, at least one. In the B-sliver order on a core with an L2 share of
+// 2 MiB or more, GEMMs wider than the A-sliver order's panel (wide_n) take that order with a panel of
+// five eighths of the L2 share (wide_nc) and its block (wide_mc): measured faster there for the wide
 // GEMMs only (docs/ARCHITECTURE.md, "CPU GEMM blocking").
 SgemmBlocking choose_sgemm_blocking(std::int64_t mr, std::int64_t nr, const CpuCaches& caches);
 
 // choose_sgemm_blocking for the variant's tile on cpu_caches(), computed once per variant.
 const SgemmBlocking& sgemm_blocking(const CpuKernels& kernels);
 
-// "mc 168, nc 4096, kc 384, B sliver in L1 (tile 6 x 16)", and where it applies "; past 672 columns:
-// mc 84, nc 672, A sliver in L1"; a split named by the blocking adds "; threads split the columns"
-// (or rows).
+// "mc 168, nc 4096, kc 384, B sliver in L1, A packed (tile 6 x 16)" (", A packed" unless a_in_place),
+// and where it applies "; past 672 columns: mc 84, nc 848, A sliver in L1" (packed or not as the
+// blocking); a split named by the blocking adds "; threads split the columns" (or rows).
 std::string describe(const SgemmBlocking& blocking, const SgemmKernels& tile);
 // "b_sliver" or "a_sliver".
 const char* to_string(SgemmL1 l1);

@@ -1,9 +1,10 @@
 #!/bin/bash
 # usage: gemm_ab_rounds.sh ROUNDS THREADS OUTDIR
 # The NN table with the library before (/tmp/ab/base) and after (/tmp/ab/new) alternating in
-# each round, AVX2 and AVX-512, against OpenBLAS (Haswell and SkylakeX kernels) in the same run.
+# each round, AVX2 and AVX-512 (ISAS="avx2" runs one), against OpenBLAS (Haswell and SkylakeX kernels)
+# in the same run.
 rounds=$1; T=$2; out=$3; mkdir -p $out
-for r in $(seq $rounds); do for isa in avx2 avx512; do for lib in base new; do
+for r in $(seq $rounds); do for isa in ${ISAS:-avx2 avx512}; do for lib in base new; do
   core=Haswell; [ $isa = avx512 ] && core=SkylakeX
   LD_LIBRARY_PATH=/tmp/ab/$lib LOOM_CPU_ISA=$isa OMP_NUM_THREADS=$T OPENBLAS_NUM_THREADS=$T OPENBLAS_CORETYPE=$core \
     /work/main/build/benchmarks/gemm_bench --device cpu --precisions fp32 --isas $isa --repeats 7 \

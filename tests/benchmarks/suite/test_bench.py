@@ -155,7 +155,21 @@ class GemmBlockingTest(unittest.TestCase):
             self.assertEqual({k: cpu["gemm_blocking"]["avx2"][k] for k in ("mr", "nr", "mc", "nc", "kc")},
                              {"mr": 6, "nr": 16, "mc": 168, "nc": 4096, "kc": 384})
             self.assertEqual(cpu["gemm_blocking"]["avx2"]["l1"], "b_sliver")
-            self.assertIn("avx2 mc 168, nc 4096, kc 384, B sliver in L1 (tile 6 x 16)", run.stdout)
+            self.assertFalse(cpu["gemm_blocking"]["avx2"]["a_in_place"])  # the B-sliver order packs A
+            self.assertEqual(cpu["gemm_blocking"]["avx2"]["wide_nc"], 0)  # no wide form on a 512 KiB L2
+            self.assertIn("avx2 mc 168, nc 4096, kc 384, B sliver in L1, A packed (tile 6 x 16)", run.stdout)
+
+    def test_a_private_2_mib_l2_gives_avx2_its_wide_form(self):
+        # The 2-core Xeon's caches: past 672 columns the A-sliver order, panels of 848 (five eighths
+        # of 2 MiB: 53 slivers of 16), 84 rows, A still packed.
+        run, doc = self.run_gemm("l1d=48K/12,l2=2M/16/1,l3=32M")
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        blocking = doc["machine"]["cpu"]["gemm_blocking"]
+        if "avx2" in blocking:
+            self.assertEqual({k: blocking["avx2"][k] for k in ("mc", "nc", "wide_n", "wide_nc", "wide_mc", "a_in_place")},
+                             {"mc": 168, "nc": 4096, "wide_n": 672, "wide_nc": 848, "wide_mc": 84, "a_in_place": False})
+            self.assertIn("avx2 mc 168, nc 4096, kc 384, B sliver in L1, A packed (tile 6 x 16); past 672 columns: "
+                          "mc 84, nc 848, A sliver in L1", run.stdout)
 
     def test_other_blockings_and_orders_are_timed_beside_the_chosen_one(self):
         # 84 x 96 is whole slivers of every tile (6 x 16 and 14 x 32); /a and /b pick the order.

@@ -126,7 +126,8 @@ TEST_CASE("packed fp32 GEMM gives bit-identical results for any thread count and
 TEST_CASE("threads splitting C's rows or its columns give the bits of one thread", "[gemm][sgemm]") {
   // For each variant, with the blocking this CPU chose: a GEMM whose few rows the threads split by
   // columns and one whose two column slivers they split by rows (sgemm_splits_columns says which),
-  // each with an A read in place and transposed, fresh C or accumulated, with a bias, at 2 and 3
+  // each with an A by rows and transposed (read in place or packed, as the blocking says), fresh C or
+  // accumulated, with a bias, at 2 and 3
   // threads. C's leading dimension is padded, so the column shares meet inside rows.
   using loom::kernels::cpu::sgemm_blocking;
   using loom::kernels::cpu::sgemm_splits_columns;

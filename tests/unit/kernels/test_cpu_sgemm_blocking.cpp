@@ -47,17 +47,18 @@ TEST_CASE("the GEMM blocking follows the caches: worked out by hand for three CP
   // kc = 384: a depth row of a sliver is 1536 bytes.
   // Zen 3, AVX2 6 x 16: the B sliver (24 KiB) fits 6 of the 8 ways of 32 KiB and stays in L1; the A
   // block takes half of 512 KiB (within the 256 KiB cap): 262144 / (1536 x 6) = 28 slivers = 168
-  // rows. The B panel: half of 32 MiB is past the cap, 4096 columns.
-  REQUIRE(choose_sgemm_blocking(6, 16, zen3) == blocking(168, 4096, true));
+  // rows. The B panel: half of 32 MiB is past the cap, 4096 columns. In this order A is packed.
+  REQUIRE(choose_sgemm_blocking(6, 16, zen3) == blocking(168, 4096, false));
   // Zen 4: AVX2 half of 1 MiB, capped at 256 KiB: 168 rows again. AVX-512 14 x 32: the B sliver
   // (48 KiB) does not fit, so the A sliver stays in L1, the B panel takes half of the L2,
   // 524288 / (1536 x 32) = 10 slivers = 320 columns, and the A block an eighth (the 128 KiB cap):
-  // 131072 / (1536 x 14) = 6 slivers = 84 rows.
-  REQUIRE(choose_sgemm_blocking(6, 16, zen4) == blocking(168, 4096, true));
+  // 131072 / (1536 x 14) = 6 slivers = 84 rows. A is packed in the B-sliver order (AVX2's) and read
+  // in place in the A-sliver order (AVX-512's).
+  REQUIRE(choose_sgemm_blocking(6, 16, zen4) == blocking(168, 4096, false));
   REQUIRE(choose_sgemm_blocking(14, 32, zen4) == blocking(84, 320, true, a_sliver));
   // The Xeon VM, L2 shared by 2 hyper-threads (1 MiB each): AVX2's B sliver fits 10 of 12 ways of
   // 48 KiB: 168 rows; AVX-512 as on Zen 4.
-  REQUIRE(choose_sgemm_blocking(6, 16, sapphire_rapids) == blocking(168, 4096, true));
+  REQUIRE(choose_sgemm_blocking(6, 16, sapphire_rapids) == blocking(168, 4096, false));
   REQUIRE(choose_sgemm_blocking(14, 32, sapphire_rapids) == blocking(84, 320, true, a_sliver));
   // The same 2 MiB L2 for one core (the 2-core Xeon the rule was measured on): twice the AVX-512
   // panel, 1048576 / 49152 = 21 slivers = 672 columns.
@@ -65,16 +66,25 @@ TEST_CASE("the GEMM blocking follows the caches: worked out by hand for three CP
   private_l2.l2.shared_by = 1;
   REQUIRE(choose_sgemm_blocking(14, 32, private_l2) == blocking(84, 672, true, a_sliver));
   // AVX2 there: the B-sliver order, except for GEMMs wider than the A-sliver order's panel
-  // (1048576 / 24576 = 42 slivers = 672 columns; the block 131072 / 9216 = 14 slivers = 84 rows).
-  SgemmBlocking xeon_avx2 = blocking(168, 4096, true);
+  // (1048576 / 24576 = 42 slivers = 672 columns), which run in that order with a panel of five
+  // eighths of the L2 (1310720 / 24576 = 53 slivers = 848 columns) and its block (131072 / 9216 =
+  // 14 slivers = 84 rows), packing A as the B-sliver order does.
+  SgemmBlocking xeon_avx2 = blocking(168, 4096, false);
   xeon_avx2.wide_n = 672;
+  xeon_avx2.wide_nc = 848;
   xeon_avx2.wide_mc = 84;
   REQUIRE(choose_sgemm_blocking(6, 16, private_l2) == xeon_avx2);
   REQUIRE(xeon_avx2.for_columns(1) == xeon_avx2);
   REQUIRE(xeon_avx2.for_columns(672) == xeon_avx2);
-  REQUIRE(xeon_avx2.for_columns(673) == blocking(84, 672, true, a_sliver));
+  REQUIRE(xeon_avx2.for_columns(673) == blocking(84, 848, false, a_sliver));
+  // A blocking made by hand without wide_nc keeps panels of wide_n.
+  SgemmBlocking no_wide_nc = xeon_avx2;
+  no_wide_nc.wide_nc = 0;
+  REQUIRE(no_wide_nc.for_columns(673) == blocking(84, 672, false, a_sliver));
   REQUIRE(loom::kernels::cpu::describe(xeon_avx2, cpu_kernels(CpuIsa::portable).sgemm) ==
-          "mc 168, nc 4096, kc 384, B sliver in L1 (tile 6 x 16); past 672 columns: mc 84, nc 672, A sliver in L1");
+          "mc 168, nc 4096, kc 384, B sliver in L1, A packed (tile 6 x 16); past 672 columns: mc 84, nc 848, A sliver in L1");
+  REQUIRE(loom::kernels::cpu::describe(blocking(84, 672, true, a_sliver), cpu_kernels(CpuIsa::portable).sgemm) ==
+          "mc 84, nc 672, kc 384, A sliver in L1 (tile 6 x 16)");
   // An A-sliver blocking has no wide form: every width runs it.
   REQUIRE(blocking(84, 672, true, a_sliver).for_columns(100000) == blocking(84, 672, true, a_sliver));
   // A small L2 sets the block below the cap: 256 KiB (Skylake client) gives AVX2 128 KiB, 14 slivers.
@@ -124,11 +134,17 @@ TEST_CASE("the GEMM blocking stays whole slivers on odd caches", "[gemm][sgemm][
       REQUIRE(b.kc == loom::kernels::cpu::sgemm_kc);
       REQUIRE((b.mc >= mr && b.mc % mr == 0));
       REQUIRE((b.nc >= nr && b.nc % nr == 0 && b.nc <= loom::kernels::cpu::sgemm_max_nc));
+      // A is packed in the B-sliver order, wide form included, and read in place in the A-sliver order.
+      REQUIRE(b.a_in_place == (b.l1 == SgemmL1::a_sliver));
+      REQUIRE(b.for_columns(100000).a_in_place == b.a_in_place);
       // The wide form, where there is one, is whole slivers too, and only the B-sliver order has it.
       if (b.wide_n > 0) {
         REQUIRE(b.l1 == SgemmL1::b_sliver);
         REQUIRE((b.wide_mc >= mr && b.wide_mc % mr == 0));
         REQUIRE((b.wide_n >= nr && b.wide_n % nr == 0 && b.wide_n <= loom::kernels::cpu::sgemm_max_nc));
+        REQUIRE((b.wide_nc >= b.wide_n && b.wide_nc % nr == 0 && b.wide_nc <= loom::kernels::cpu::sgemm_max_nc));
+      } else {
+        REQUIRE((b.wide_nc == 0 && b.wide_mc == 0));
       }
     }
   }
@@ -182,42 +198,17 @@ TEST_CASE("the GEMM copies A's rows before reading them only where they are a mu
   CHECK_FALSE(sgemm_copies_a(a_order, 2 * sgemm_max_copied_rows + 1, 768, aliased, SgemmCausal::none, 2));
 }
 
-TEST_CASE("the GEMM packs a transposed A where its depths are a page or more apart, or in a wide B-sliver blocking",
+TEST_CASE("the GEMM packs a transposed A read in place where its depths are a page or more apart",
           "[gemm][sgemm][blocking]") {
   using loom::kernels::cpu::sgemm_packs_columns;
-  SgemmBlocking b_order = blocking(168, 4096, true);  // a B-sliver blocking with a wide form
-  b_order.wide_n = 672;
-  b_order.wide_mc = 84;
-  const SgemmBlocking a_order = blocking(84, 672, true, a_sliver), narrow = blocking(168, 4096, true);
   const float* data = nullptr;  // only the strides matter
-  const SgemmCausal causal_modes[] = {SgemmCausal::a_upper, SgemmCausal::a_lower, SgemmCausal::c_lower};
-  for (const SgemmBlocking& order : {a_order, b_order, narrow}) {
-    for (const SgemmCausal causal : {SgemmCausal::none, SgemmCausal::a_upper, SgemmCausal::a_lower, SgemmCausal::c_lower}) {
-      CHECK(sgemm_packs_columns(order, SgemmOperand{data, 1, 1024}, causal));  // 4 KiB: a page per depth
-      CHECK(sgemm_packs_columns(order, SgemmOperand{data, 1, 3072}, causal));  // GPT-2 small's dW of the MLP
-      // Only a transposed A (rows contiguous): an A with contiguous depths is read as rows.
-      CHECK_FALSE(sgemm_packs_columns(order, SgemmOperand{data, 1024, 1}, causal));
-      CHECK_FALSE(sgemm_packs_columns(order, SgemmOperand{data, 2048, 4096}, causal));
-    }
-  }
-  // Below a page: packed only in the B-sliver order with a wide form, and not in a causal mode.
-  for (const std::int64_t lda : {128, 384, 768, 1023}) {
-    CAPTURE(lda);
-    CHECK(sgemm_packs_columns(b_order, SgemmOperand{data, 1, lda}, SgemmCausal::none));
-    CHECK_FALSE(sgemm_packs_columns(a_order, SgemmOperand{data, 1, lda}, SgemmCausal::none));
-    CHECK_FALSE(sgemm_packs_columns(narrow, SgemmOperand{data, 1, lda}, SgemmCausal::none));
-    for (const SgemmCausal causal : causal_modes) CHECK_FALSE(sgemm_packs_columns(b_order, SgemmOperand{data, 1, lda}, causal));
-  }
-  // The blockings chosen for AVX2: on the 2 MiB-L2 Xeon its dW GEMMs up to 672 columns wide pack A,
-  // wider ones (the A-sliver form) read it in place; on Zen 3 (no wide form) it stays in place.
-  CpuCaches private_l2 = sapphire_rapids;
-  private_l2.l2.shared_by = 1;
-  const SgemmBlocking xeon = choose_sgemm_blocking(6, 16, private_l2);
-  const SgemmOperand dy_t{data, 1, 384};  // dY^T of a 384-wide layer
-  CHECK(sgemm_packs_columns(xeon.for_columns(128), dy_t, SgemmCausal::none));
-  CHECK(sgemm_packs_columns(xeon.for_columns(672), dy_t, SgemmCausal::none));
-  CHECK_FALSE(sgemm_packs_columns(xeon.for_columns(768), dy_t, SgemmCausal::none));
-  CHECK_FALSE(sgemm_packs_columns(choose_sgemm_blocking(6, 16, zen3).for_columns(128), dy_t, SgemmCausal::none));
+  CHECK(sgemm_packs_columns(SgemmOperand{data, 1, 1024}));  // 4 KiB: a page per depth
+  CHECK(sgemm_packs_columns(SgemmOperand{data, 1, 3072}));  // GPT-2 small's dW of the MLP
+  // Below a page it is read in place (the A-sliver order brings each sliver into L1 once a panel).
+  for (const std::int64_t lda : {128, 384, 768, 1023}) CHECK_FALSE(sgemm_packs_columns(SgemmOperand{data, 1, lda}));
+  // Only a transposed A (rows contiguous): an A with contiguous depths is read as rows.
+  CHECK_FALSE(sgemm_packs_columns(SgemmOperand{data, 1024, 1}));
+  CHECK_FALSE(sgemm_packs_columns(SgemmOperand{data, 2048, 4096}));
 }
 
 TEST_CASE("the GEMM splits the columns into the fewest B panels, as even as whole slivers allow", "[gemm][sgemm][blocking]") {
@@ -322,8 +313,8 @@ TEST_CASE("the GEMM gives the same bits for every blocking, A read packed or in 
                         {45, 100, 900, false, true, SgemmCausal::none, 2048},
                         // Transposed A with depths a page or more apart: packed a block at a time
                         // (sgemm_packs_columns), also where a_upper skips depths of the packed block;
-                        // the tight transposed cases above are packed so in B-sliver blockings with
-                        // a wide form.
+                        // the tight transposed cases above are packed so in the blockings without
+                        // a_in_place.
                         {131, 70, 500, true, false, SgemmCausal::none, 1024},
                         {97, 45, 800, true, true, SgemmCausal::none, 3072},
                         {150, 40, 150, true, false, SgemmCausal::a_upper, 1030},
@@ -384,9 +375,11 @@ TEST_CASE("the GEMM gives the same bits for every blocking, A read packed or in 
         const auto& tile = cpu_kernels(isa).sgemm;
         // A B-sliver blocking with a wide form past 3 slivers, as the engine picks it for this width
         // (the cases run both sides of the switch), and the blocking chosen for this CPU, likewise.
-        SgemmBlocking wide = blocking(2 * tile.mr, 3 * tile.nr, true);
+        // A packed in both forms, as the blockings chosen for AVX2 pack it.
+        SgemmBlocking wide = blocking(2 * tile.mr, 3 * tile.nr, false);
         wide.wide_n = 3 * tile.nr;
-        wide.wide_mc = tile.mr;
+        wide.wide_nc = 5 * tile.nr;
+        wide.wide_mc = 2 * tile.mr;
         for (const SgemmBlocking& blk :
              {blocking(tile.mr, tile.nr, false), blocking(tile.mr, tile.nr, true), blocking(2 * tile.mr, 3 * tile.nr, true),
               blocking(tile.mr * 40, tile.nr * 256, true), blocking(tile.mr, tile.nr, false, a_sliver),
