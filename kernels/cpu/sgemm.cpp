@@ -217,6 +217,18 @@ bool sgemm_packs_columns(SgemmOperand a) {
   return a.row_stride == 1 && a.col_stride * static_cast<std::int64_t>(sizeof(float)) >= page_bytes;
 }
 
+// The rows' counterpart of the panels below, for the B-sliver order. There each block of rows is one
+// more sweep over the B panel, from L3 (the panel is sized for it), and a block of a sliver or two
+// makes that sweep with almost no products to hide it behind: Zen 3's blocking (mc 168) left 1024
+// rows a last block of 16, and 512 rows (a thread's half at 2 threads) one of 8. With Zen 3's
+// blocking on the Xeon, even blocks ran issue 35's six GEMMs in 0.99-1.01x the time at 2 threads
+// (1024 x 3072 x 768: 0.987x, 0.954 -> 0.974 of OpenBLAS) and 0.97-1.03x at 1, within the noise.
+std::int64_t sgemm_block_rows(std::int64_t rows, std::int64_t mc, std::int64_t mr) {
+  if (rows <= 0) return mc;
+  const std::int64_t blocks = (rows + mc - 1) / mc;
+  return round_up((rows + blocks - 1) / blocks, mr);
+}
+
 // A last panel of a sliver or two (n = 2048 in 672-column panels: 32 columns) still takes a whole
 // sweep over A in each pass, and uses each A sliver brought into L1 for only one or two B slivers.
 // Even panels ran 1024^3 and 2048^3 0.1-2.5% faster in all five runs on the Xeon (AVX2 and AVX-512,
@@ -272,6 +284,10 @@ void sgemm_rows(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, s
     // Decided on the team's real size, the same in every thread, so all run the same loops (a nested
     // or limited region may have fewer threads than asked for, each with more rows).
     const bool copy_a = sgemm_copies_a(blocking, m, n, a, causal, parts);
+    // Even blocks in the B-sliver order only (sgemm_block_rows); the A-sliver order's B panel stays in
+    // L2, and its blocks measured no faster even (AVX2 wide form, 2 threads: 0.98-1.04x the time).
+    const std::int64_t mc_even =
+        blocking.l1 == SgemmL1::b_sliver ? sgemm_block_rows(row_end - row_begin, mc_block, g.mr) : mc_block;
     float* pa = nullptr;
     float* a_copy = nullptr;
     failure.capture([&] {
@@ -299,8 +315,8 @@ void sgemm_rows(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, s
         }
       }
       team_barrier(parts);
-      for (std::int64_t ic = row_begin; ic < row_end; ic += mc_block) {
-        const std::int64_t mc = std::min(mc_block, row_end - ic);
+      for (std::int64_t ic = row_begin; ic < row_end; ic += mc_even) {
+        const std::int64_t mc = std::min(mc_even, row_end - ic);
         if (!block_in_triangle(causal, ic, mc, m, pc, kc)) continue;
         const SgemmOperand block = copy ? SgemmOperand{copy + (ic - row_begin) * ld_copy, ld_copy, 1}
                                         : SgemmOperand{a.data + ic * a.row_stride + pc * a.col_stride,

@@ -104,6 +104,12 @@ bool sgemm_splits_columns(const SgemmBlocking& blocking, const SgemmKernels& til
 // partition the columns only, so the bits do not depend on them.
 std::int64_t sgemm_panel_columns(std::int64_t n, std::int64_t nc, std::int64_t nr);
 
+// The same for the blocks of rows a thread runs in the B-sliver order (mc a multiple of mr; the
+// A-sliver order keeps blocks of mc): the fewest blocks of at most mc rows, as even as whole slivers
+// of mr allow (1024 rows, mc = 168, mr = 6: six of 150 and 124, not six of 168 and 16). Blocks
+// partition the rows only: the same bits.
+std::int64_t sgemm_block_rows(std::int64_t rows, std::int64_t mc, std::int64_t mr);
+
 // sgemm with a given cache blocking instead of the one chosen for this CPU (sgemm_blocking.hpp),
 // run as given at every width (its wide_n, wide_nc and wide_mc are not looked at; sgemm() applies
 // for_columns(n) first; its nc is the widest panel, sgemm_panel_columns the one run; its split as

@@ -235,6 +235,29 @@ TEST_CASE("the GEMM splits the columns into the fewest B panels, as even as whol
   }
 }
 
+TEST_CASE("a thread's rows run in the fewest blocks of at most mc, as even as whole slivers allow",
+          "[gemm][sgemm][blocking]") {
+  using loom::kernels::cpu::sgemm_block_rows;
+  CHECK(sgemm_block_rows(1024, 168, 6) == 150);  // six of 150 and 124, not six of 168 and 16
+  CHECK(sgemm_block_rows(512, 168, 6) == 132);   // a thread's half at 2 threads: not three of 168 and 8
+  CHECK(sgemm_block_rows(1024, 84, 14) == 84);   // 13 blocks either way: 12 of 84 and 16
+  CHECK(sgemm_block_rows(1008, 168, 6) == 168);  // already even
+  CHECK(sgemm_block_rows(100, 168, 6) == 102);   // one block, whole slivers
+  CHECK(sgemm_block_rows(1, 84, 14) == 14);
+  for (const std::int64_t mr : {6, 14}) {
+    for (std::int64_t mc = mr; mc <= 8 * mr; mc += mr) {
+      for (std::int64_t rows = 1; rows <= 40 * mr; ++rows) {
+        INFO("rows " << rows << ", mc " << mc << ", mr " << mr);
+        const std::int64_t height = sgemm_block_rows(rows, mc, mr), blocks = (rows + height - 1) / height;
+        REQUIRE(height % mr == 0);
+        REQUIRE(height <= mc);
+        REQUIRE(blocks == (rows + mc - 1) / mc);  // no more blocks than mc-row ones
+        REQUIRE(height - (rows - (blocks - 1) * height) < blocks * mr);
+      }
+    }
+  }
+}
+
 TEST_CASE("the GEMM's threads split C's columns where that measured faster, and its rows otherwise",
           "[gemm][sgemm][blocking]") {
   using loom::kernels::cpu::sgemm_splits_columns;
