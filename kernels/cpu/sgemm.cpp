@@ -396,7 +396,7 @@ bool sgemm_splits_columns(const SgemmBlocking& blocking, const SgemmKernels& til
   const std::int64_t column_slivers = (n + tile.nr - 1) / tile.nr, slivers_each = column_slivers / threads;
   if (slivers_each < 1) return false;
   if ((m + threads - 1) / threads < sgemm_few_rows && slivers_each >= 2) return true;
-  return blocking.l1 == SgemmL1::a_sliver && slivers_each >= 12;  // (the measurements: sgemm.hpp)
+  return slivers_each >= (blocking.l1 == SgemmL1::a_sliver ? 12 : 24);  // (the measurements: sgemm.hpp)
 }
 
 void sgemm_blocked(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, std::int64_t k, SgemmOperand a,

@@ -89,11 +89,17 @@ bool sgemm_packs_columns(SgemmOperand a);
 //     32 columns at 2 threads). Each A sliver brought into L1 serves a thread's slivers of B: with 2
 //     to 8 (n = 128 to 512, 1024 rows) the columns took 1.08-1.26x the time, with 12 or more (n >= 768,
 //     AVX-512 and AVX2's wide form) 0.96-0.98x.
-// The B-sliver order keeps the rows otherwise: alone, AVX2's GEMMs of 1024 x 128..512 x 128..512 took
-// 0.93-1.03x the time split by columns, but the 2-thread GPT step with them split so ran 1.2% slower
-// in all 8 pairs (its A, cold in the step, was then read by both cores); with only the rules above it
-// ran 1.2% faster (8 of 8). Measured at 2 threads only: with more, the same per-thread shares decide,
-// unmeasured (benchmarks/results/cpu-gemm-column-split-xeon-2c-2026-12-07/).
+//   - in the B-sliver order, each thread gets 24 slivers of columns or more (n >= 753 with AVX2's 16
+//     columns at 2 threads). Split by rows, both threads sweep the whole B panel, packed together
+//     between two barriers, from L3 for every block of rows; by columns each sweeps its own half.
+//     With Zen 3's blocking (no wide form) on the Xeon, issue 35's six GEMMs (n = 768 to 3072, 1024
+//     or 2048 rows) ran 1.00-1.09x OpenBLAS split by columns against 0.94-1.06x by rows,
+//     interleaved in one process (benchmarks/results/cpu-gemm-even-blocks-xeon-m167-2c-2026-12-07/).
+// The B-sliver order keeps the rows below that: its GEMMs of 1024 x 384..512 x 128 ran 1-5% slower
+// split by columns in the same runs, and the 2-thread GPT step (n <= 512) with its GEMMs split so ran
+// 1.2% slower in all 8 pairs (its A, cold in the step, was then read by both cores); with only the
+// first two rules it ran 1.2% faster (8 of 8). Measured at 2 threads only: with more, the same
+// per-thread shares decide, unmeasured (benchmarks/results/cpu-gemm-column-split-xeon-2c-2026-12-07/).
 inline constexpr std::int64_t sgemm_few_rows = 140;
 bool sgemm_splits_columns(const SgemmBlocking& blocking, const SgemmKernels& tile, std::int64_t m, std::int64_t n,
                           SgemmCausal causal, int threads);

@@ -290,10 +290,16 @@ TEST_CASE("the GEMM's threads split C's columns where that measured faster, and 
   CHECK(sgemm_splits_columns(a_order, avx512_tile, 1024, 768, none, 2));
   CHECK(sgemm_splits_columns(a_order, avx512_tile, 2048, 2048, none, 2));
   CHECK_FALSE(sgemm_splits_columns(a_order, avx512_tile, 2048, 2048, none, 6));  // 10 slivers a thread
-  // The B-sliver order with 140 rows a thread or more: rows, however wide.
+  // The B-sliver order with 140 rows a thread or more: 24 slivers of columns a thread or more (n >= 753
+  // at 2 threads with 16-column slivers), rows below that.
   CHECK_FALSE(sgemm_splits_columns(b_order, avx2_tile, 1024, 128, none, 2));
-  CHECK_FALSE(sgemm_splits_columns(b_order, avx2_tile, 1024, 4096, none, 2));
-  CHECK_FALSE(sgemm_splits_columns(b_order, avx2_tile, 420, 4096, none, 3));  // 140 rows a thread
+  CHECK_FALSE(sgemm_splits_columns(b_order, avx2_tile, 1024, 512, none, 2));  // the width-128 step's widest
+  CHECK_FALSE(sgemm_splits_columns(b_order, avx2_tile, 1024, 752, none, 2));  // 47 slivers: 23 and 24
+  CHECK(sgemm_splits_columns(b_order, avx2_tile, 1024, 753, none, 2));        // 48, the last short
+  CHECK(sgemm_splits_columns(b_order, avx2_tile, 1024, 768, none, 2));
+  CHECK(sgemm_splits_columns(b_order, avx2_tile, 1024, 4096, none, 2));
+  CHECK(sgemm_splits_columns(b_order, avx2_tile, 420, 4096, none, 3));        // 85 slivers a thread
+  CHECK_FALSE(sgemm_splits_columns(b_order, avx2_tile, 2048, 2048, none, 6));  // 21 slivers a thread
   // Never in a causal mode, even when asked: c_lower places its diagonal by column.
   for (const SgemmCausal causal : {SgemmCausal::c_lower, SgemmCausal::a_lower, SgemmCausal::a_upper}) {
     CHECK_FALSE(sgemm_splits_columns(b_order, avx2_tile, 128, 1024, causal, 2));
