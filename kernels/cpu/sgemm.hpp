@@ -93,7 +93,7 @@ bool sgemm_packs_columns(SgemmOperand a);
 //     columns at 2 threads). Split by rows, both threads sweep the whole B panel, packed together
 //     between two barriers, from L3 for every block of rows; by columns each sweeps its own half.
 //     With Zen 3's blocking (no wide form) on the Xeon, issue 35's six GEMMs (n = 768 to 3072, 1024
-//     or 2048 rows) ran 1.00-1.09x OpenBLAS split by columns against 0.94-1.06x by rows,
+//     or 2048 rows) ran 1.00-1.09x OpenBLAS split by columns against 0.94-1.06x by rows (once 0.76),
 //     interleaved in one process (benchmarks/results/cpu-gemm-even-blocks-xeon-m167-2c-2026-12-07/).
 // The B-sliver order keeps the rows below that: its GEMMs of 1024 x 384..512 x 128 ran 1-5% slower
 // split by columns in the same runs, and the 2-thread GPT step (n <= 512) with its GEMMs split so ran
