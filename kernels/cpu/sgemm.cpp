@@ -223,10 +223,18 @@ bool sgemm_packs_columns(SgemmOperand a) {
 // rows a last block of 16, and 512 rows (a thread's half at 2 threads) one of 8. With Zen 3's
 // blocking on the Xeon, even blocks ran issue 35's six GEMMs in 0.99-1.01x the time at 2 threads
 // (1024 x 3072 x 768: 0.987x, 0.954 -> 0.974 of OpenBLAS) and 0.97-1.03x at 1, within the noise.
-std::int64_t sgemm_block_rows(std::int64_t rows, std::int64_t mc, std::int64_t mr) {
-  if (rows <= 0) return mc;
-  const std::int64_t blocks = (rows + mc - 1) / mc;
-  return round_up((rows + blocks - 1) / blocks, mr);
+// The slivers are shared out, not one rounded height used for every block: that height rounds back
+// up to mc once blocks are many (4537 rows at mc 168: 27 of 168 and one of 1).
+SgemmRowBlocks sgemm_row_blocks(std::int64_t rows, std::int64_t mc, std::int64_t unit) {
+  SgemmRowBlocks blocks{std::max<std::int64_t>(rows, 0), unit, 0, 0};
+  blocks.units = (blocks.rows + unit - 1) / unit;
+  const std::int64_t per_block = mc / unit;  // whole units: mc is a multiple of unit
+  blocks.count = (blocks.units + per_block - 1) / per_block;
+  return blocks;
+}
+
+std::int64_t SgemmRowBlocks::begin(std::int64_t b) const {
+  return count == 0 ? 0 : std::min(rows, units * b / count * unit);
 }
 
 // A last panel of a sliver or two (n = 2048 in 672-column panels: 32 columns) still takes a whole
@@ -284,10 +292,11 @@ void sgemm_rows(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, s
     // Decided on the team's real size, the same in every thread, so all run the same loops (a nested
     // or limited region may have fewer threads than asked for, each with more rows).
     const bool copy_a = sgemm_copies_a(blocking, m, n, a, causal, parts);
-    // Even blocks in the B-sliver order only (sgemm_block_rows); the A-sliver order's B panel stays in
-    // L2, and its blocks measured no faster even (AVX2 wide form, 2 threads: 0.98-1.04x the time).
-    const std::int64_t mc_even =
-        blocking.l1 == SgemmL1::b_sliver ? sgemm_block_rows(row_end - row_begin, mc_block, g.mr) : mc_block;
+    // Even blocks in the B-sliver order only (sgemm_row_blocks); the A-sliver order's B panel stays in
+    // L2, and its blocks measured no faster even (AVX2 wide form, 2 threads: 0.98-1.04x the time), so
+    // it shares out whole blocks of mc: blocks of mc and what is left.
+    const SgemmRowBlocks row_blocks =
+        sgemm_row_blocks(row_end - row_begin, mc_block, blocking.l1 == SgemmL1::b_sliver ? g.mr : mc_block);
     float* pa = nullptr;
     float* a_copy = nullptr;
     failure.capture([&] {
@@ -315,8 +324,8 @@ void sgemm_rows(const SgemmBlocking& blocking, std::int64_t m, std::int64_t n, s
         }
       }
       team_barrier(parts);
-      for (std::int64_t ic = row_begin; ic < row_end; ic += mc_even) {
-        const std::int64_t mc = std::min(mc_even, row_end - ic);
+      for (std::int64_t blk = 0; blk < row_blocks.count; ++blk) {
+        const std::int64_t ic = row_begin + row_blocks.begin(blk), mc = row_blocks.begin(blk + 1) - row_blocks.begin(blk);
         if (!block_in_triangle(causal, ic, mc, m, pc, kc)) continue;
         const SgemmOperand block = copy ? SgemmOperand{copy + (ic - row_begin) * ld_copy, ld_copy, 1}
                                         : SgemmOperand{a.data + ic * a.row_stride + pc * a.col_stride,

@@ -1,7 +1,7 @@
 // loom's CPU fp32 GEMM engine: C = op(A) op(B) for strided operands, in the style of BLIS/GotoBLAS.
 // B is packed once per (kc x nc) block into nr-column slivers shared by the threads (each thread
 // packs its own when they split C's columns: sgemm_splits_columns); each thread works through its
-// mc x kc blocks of A in mr-row slivers: packed where the blocking says (a_in_place false: AVX2's
+// blocks of A (at most mc x kc, sgemm_row_blocks) in mr-row slivers: packed where the blocking says (a_in_place false: AVX2's
 // blockings, wide form included), else read in place where A's rows or depth are contiguous
 // (AVX-512's: copied a pass at a time where its rows alias in L1, sgemm_copies_a; a transposed A
 // packed a block at a time where its depths are a page or more apart, sgemm_packs_columns) and
@@ -88,15 +88,17 @@ bool sgemm_packs_columns(SgemmOperand a);
 //   - in the A-sliver order, each thread gets 12 slivers of columns or more (n >= 737 with AVX-512's
 //     32 columns at 2 threads). Each A sliver brought into L1 serves a thread's slivers of B: with 2
 //     to 8 (n = 128 to 512, 1024 rows) the columns took 1.08-1.26x the time, with 12 or more (n >= 768,
-//     AVX-512 and AVX2's wide form) 0.96-0.98x.
+//     AVX-512 and AVX2's wide form) 0.96-0.98x; or
 //   - in the B-sliver order, each thread gets 24 slivers of columns or more (n >= 753 with AVX2's 16
 //     columns at 2 threads). Split by rows, both threads sweep the whole B panel, packed together
 //     between two barriers, from L3 for every block of rows; by columns each sweeps its own half.
 //     With Zen 3's blocking (no wide form) on the Xeon, issue 35's six GEMMs (n = 768 to 3072, 1024
 //     or 2048 rows) ran 1.00-1.09x OpenBLAS split by columns against 0.94-1.06x by rows (once 0.76),
-//     interleaved in one process (benchmarks/results/cpu-gemm-even-blocks-xeon-m167-2c-2026-12-07/).
-// The B-sliver order keeps the rows below that: its GEMMs of 1024 x 384..512 x 128 ran 1-5% slower
-// split by columns in the same runs, and the 2-thread GPT step (n <= 512) with its GEMMs split so ran
+//     interleaved in one process; in gemm_bench, 0.94-1.03x the time (1024^3 1.025x, 1024x3072x768
+//     0.941x) (benchmarks/results/cpu-gemm-even-blocks-xeon-m167-2c-2026-12-07/).
+// The B-sliver order keeps the rows below that: with Zen 3's blocking its GEMMs of 1024 x 384..512 x
+// 128 ran 1-5% slower split by columns in the two runs that had them, and (this Xeon's blocking, A
+// read in place then) the 2-thread GPT step (n <= 512) with its GEMMs split so ran
 // 1.2% slower in all 8 pairs (its A, cold in the step, was then read by both cores); with only the
 // first two rules it ran 1.2% faster (8 of 8). Measured at 2 threads only: with more, the same
 // per-thread shares decide, unmeasured (benchmarks/results/cpu-gemm-column-split-xeon-2c-2026-12-07/).
@@ -110,11 +112,16 @@ bool sgemm_splits_columns(const SgemmBlocking& blocking, const SgemmKernels& til
 // partition the columns only, so the bits do not depend on them.
 std::int64_t sgemm_panel_columns(std::int64_t n, std::int64_t nc, std::int64_t nr);
 
-// The same for the blocks of rows a thread runs in the B-sliver order (mc a multiple of mr; the
-// A-sliver order keeps blocks of mc): the fewest blocks of at most mc rows, as even as whole slivers
-// of mr allow (1024 rows, mc = 168, mr = 6: six of 150 and 124, not six of 168 and 16). Blocks
-// partition the rows only: the same bits.
-std::int64_t sgemm_block_rows(std::int64_t rows, std::int64_t mc, std::int64_t mr);
+// The blocks of rows one thread runs: the fewest blocks of at most mc rows, each whole units of
+// `unit` rows (the last unit may be short), the units shared out as evenly as they go. sgemm_blocked
+// takes the unit to be a sliver (mr) in the B-sliver order (1024 rows, mc = 168, mr = 6: 144, 144,
+// 150, 144, 150, 144, 148, not six of 168 and 16) and mc in the A-sliver order (blocks of mc and what
+// is left). mc must be a multiple of unit. Blocks partition the rows only: the same bits.
+struct SgemmRowBlocks {
+  std::int64_t rows = 0, unit = 1, units = 0, count = 0;
+  std::int64_t begin(std::int64_t b) const;  // the first row of block b; begin(count) == rows
+};
+SgemmRowBlocks sgemm_row_blocks(std::int64_t rows, std::int64_t mc, std::int64_t unit);
 
 // sgemm with a given cache blocking instead of the one chosen for this CPU (sgemm_blocking.hpp),
 // run as given at every width (its wide_n, wide_nc and wide_mc are not looked at; sgemm() applies

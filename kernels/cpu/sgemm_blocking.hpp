@@ -3,7 +3,8 @@
 //   jc  nc columns of B: the packed B panel (kc x nc), shared by the threads (or one per thread when
 //       they split C's columns: sgemm_splits_columns in sgemm.hpp);
 //   pc  kc deep: fixed (sgemm_kc in dispatch.hpp), since it fixes the summation order;
-//   ic  mc rows of A: the A block (mc x kc) each thread works through;
+//   ic  up to mc rows of A: the A block (mc x kc at most) each thread works through (sgemm_row_blocks
+//       in sgemm.hpp: even blocks of whole slivers in the B-sliver order);
 //   then the slivers of the block and of the panel, in one of two orders (SgemmL1): the sliver that
 //   fits stays in L1 while the other kind streams past it.
 // Only mc, nc, the order and whether A is packed depend on the CPU (and, through the wide form, on
@@ -34,7 +35,7 @@ enum class SgemmL1 { b_sliver, a_sliver };
 enum class SgemmSplit { by_shape, rows, columns };
 
 struct SgemmBlocking {
-  std::int64_t mc = 0;  // rows of A per block, a multiple of mr
+  std::int64_t mc = 0;  // the most rows of A per block, a multiple of mr
   std::int64_t nc = 0;  // columns of B per panel, a multiple of nr
   std::int64_t kc = sgemm_kc;
   // Whole slivers of an A with contiguous rows or depth are read where they are instead of packed

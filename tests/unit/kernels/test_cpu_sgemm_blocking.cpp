@@ -3,6 +3,7 @@
 // depend on the blocking, on how A is read (packed or in place), on the variant or on the threads.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -235,24 +236,49 @@ TEST_CASE("the GEMM splits the columns into the fewest B panels, as even as whol
   }
 }
 
-TEST_CASE("a thread's rows run in the fewest blocks of at most mc, as even as whole slivers allow",
+TEST_CASE("a thread's rows run in the fewest blocks of at most mc, their slivers shared out evenly",
           "[gemm][sgemm][blocking]") {
-  using loom::kernels::cpu::sgemm_block_rows;
-  CHECK(sgemm_block_rows(1024, 168, 6) == 150);  // six of 150 and 124, not six of 168 and 16
-  CHECK(sgemm_block_rows(512, 168, 6) == 132);   // a thread's half at 2 threads: not three of 168 and 8
-  CHECK(sgemm_block_rows(1024, 84, 14) == 84);   // 13 blocks either way: 12 of 84 and 16
-  CHECK(sgemm_block_rows(1008, 168, 6) == 168);  // already even
-  CHECK(sgemm_block_rows(100, 168, 6) == 102);   // one block, whole slivers
-  CHECK(sgemm_block_rows(1, 84, 14) == 14);
+  using loom::kernels::cpu::sgemm_row_blocks;
+  using loom::kernels::cpu::SgemmRowBlocks;
+  const auto sizes = [](const SgemmRowBlocks& blocks) {
+    std::vector<std::int64_t> out;
+    for (std::int64_t b = 0; b < blocks.count; ++b) out.push_back(blocks.begin(b + 1) - blocks.begin(b));
+    return out;
+  };
+  using Sizes = std::vector<std::int64_t>;
+  // The B-sliver order (unit mr): not six of 168 and 16, not three of 168 and 8 (a thread's half at
+  // 2 threads); 171 slivers (the last of 4 rows) in 7 blocks.
+  CHECK(sizes(sgemm_row_blocks(1024, 168, 6)) == Sizes{144, 144, 150, 144, 150, 144, 148});
+  CHECK(sizes(sgemm_row_blocks(512, 168, 6)) == Sizes{126, 132, 126, 128});
+  CHECK(sizes(sgemm_row_blocks(1008, 168, 6)) == Sizes(6, 168));  // already even
+  CHECK(sizes(sgemm_row_blocks(100, 168, 6)) == Sizes{100});      // one block
+  // One rounded height for every block would round back up to mc here: 27 of 168 and one of 1.
+  const Sizes many = sizes(sgemm_row_blocks(4537, 168, 6));
+  CHECK(many.size() == 28);
+  CHECK(*std::min_element(many.begin(), many.end()) >= 156);
+  // The A-sliver order (unit mc): blocks of mc and what is left.
+  Sizes twelve(12, 84);
+  twelve.push_back(16);
+  CHECK(sizes(sgemm_row_blocks(1024, 84, 84)) == twelve);
+  CHECK(sgemm_row_blocks(0, 168, 6).count == 0);
+  CHECK(sgemm_row_blocks(0, 168, 6).begin(0) == 0);
   for (const std::int64_t mr : {6, 14}) {
     for (std::int64_t mc = mr; mc <= 8 * mr; mc += mr) {
-      for (std::int64_t rows = 1; rows <= 40 * mr; ++rows) {
-        INFO("rows " << rows << ", mc " << mc << ", mr " << mr);
-        const std::int64_t height = sgemm_block_rows(rows, mc, mr), blocks = (rows + height - 1) / height;
-        REQUIRE(height % mr == 0);
-        REQUIRE(height <= mc);
-        REQUIRE(blocks == (rows + mc - 1) / mc);  // no more blocks than mc-row ones
-        REQUIRE(height - (rows - (blocks - 1) * height) < blocks * mr);
+      for (const std::int64_t unit : {mr, mc}) {
+        for (std::int64_t rows = 1; rows <= 200 * mr; ++rows) {
+          INFO("rows " << rows << ", mc " << mc << ", unit " << unit);
+          const SgemmRowBlocks blocks = sgemm_row_blocks(rows, mc, unit);
+          REQUIRE(blocks.count == (rows + mc - 1) / mc);  // no more blocks than mc-row ones
+          REQUIRE(blocks.begin(0) == 0);
+          REQUIRE(blocks.begin(blocks.count) == rows);
+          const Sizes s = sizes(blocks);
+          for (std::int64_t b = 0; b < blocks.count; ++b) {
+            REQUIRE(blocks.begin(b) % unit == 0);  // whole units from the thread's first row
+            REQUIRE((s[b] > 0 && s[b] <= mc));
+          }
+          // As even as whole units go; the last may also hold the one short unit.
+          REQUIRE(*std::max_element(s.begin(), s.end()) - *std::min_element(s.begin(), s.end()) < 2 * unit);
+        }
       }
     }
   }
@@ -411,6 +437,7 @@ TEST_CASE("the GEMM gives the same bits for every blocking, A read packed or in 
         wide.wide_mc = 2 * tile.mr;
         for (const SgemmBlocking& blk :
              {blocking(tile.mr, tile.nr, false), blocking(tile.mr, tile.nr, true), blocking(2 * tile.mr, 3 * tile.nr, true),
+              blocking(7 * tile.mr, 3 * tile.nr, false), blocking(7 * tile.mr, 3 * tile.nr, true, a_sliver),
               blocking(tile.mr * 40, tile.nr * 256, true), blocking(tile.mr, tile.nr, false, a_sliver),
               blocking(tile.mr, tile.nr, true, a_sliver), blocking(2 * tile.mr, 3 * tile.nr, true, a_sliver),
               blocking(tile.mr * 40, tile.nr * 256, true, a_sliver), wide.for_columns(t.n),
