@@ -221,11 +221,16 @@ bool sgemm_packs_columns(SgemmOperand a) {
 // more sweep over the B panel, from L3 (the panel is sized for it), and a block of a sliver or two
 // makes that sweep with almost no products to hide it behind: Zen 3's blocking (mc 168) left 1024
 // rows a last block of 16, and 512 rows (a thread's half at 2 threads) one of 8. With Zen 3's
-// blocking on the Xeon, even blocks ran issue 35's six GEMMs in 0.99-1.01x the time at 2 threads
-// (1024 x 3072 x 768: 0.987x, 0.954 -> 0.974 of OpenBLAS) and 0.97-1.03x at 1, within the noise.
-// The slivers are shared out, not one rounded height used for every block: that height rounds back
-// up to mc once blocks are many (4537 rows at mc 168: 27 of 168 and one of 1).
+// blocking on the Xeon, even blocks in a first form (one height rounded up to whole slivers for
+// every block) ran issue 35's six GEMMs in 0.99-1.01x the time at 2 threads (1024 x 3072 x 768:
+// 0.987x, 0.954 -> 0.974 of OpenBLAS) and 0.97-1.03x at 1, within the noise. That height rounds back
+// up to mc once blocks are many (4537 rows at mc 168: 27 of 168 and one of 1), so the slivers are
+// shared out instead.
 SgemmRowBlocks sgemm_row_blocks(std::int64_t rows, std::int64_t mc, std::int64_t unit) {
+  if (unit <= 0 || mc < unit || mc % unit != 0) {
+    fail(ErrorCategory::invalid_argument, "sgemm_row_blocks: blocks of at most ", mc, " rows are not whole units of ",
+         unit, " rows");
+  }
   SgemmRowBlocks blocks{std::max<std::int64_t>(rows, 0), unit, 0, 0};
   blocks.units = (blocks.rows + unit - 1) / unit;
   const std::int64_t per_block = mc / unit;  // whole units: mc is a multiple of unit

@@ -113,10 +113,11 @@ bool sgemm_splits_columns(const SgemmBlocking& blocking, const SgemmKernels& til
 std::int64_t sgemm_panel_columns(std::int64_t n, std::int64_t nc, std::int64_t nr);
 
 // The blocks of rows one thread runs: the fewest blocks of at most mc rows, each whole units of
-// `unit` rows (the last unit may be short), the units shared out as evenly as they go. sgemm_blocked
-// takes the unit to be a sliver (mr) in the B-sliver order (1024 rows, mc = 168, mr = 6: 144, 144,
-// 150, 144, 150, 144, 148, not six of 168 and 16) and mc in the A-sliver order (blocks of mc and what
-// is left). mc must be a multiple of unit. Blocks partition the rows only: the same bits.
+// `unit` rows (the last unit may be short), the units shared out as evenly as they go. The engine
+// (sgemm_rows) takes the unit to be a sliver (mr) in the B-sliver order (1024 rows, mc = 168, mr = 6:
+// 144, 144, 150, 144, 150, 144, 148, not six of 168 and 16) and mc in the A-sliver order (blocks of mc
+// and what is left). mc must be a whole number of units (else an invalid_argument error). Blocks
+// partition the rows only: the same bits.
 struct SgemmRowBlocks {
   std::int64_t rows = 0, unit = 1, units = 0, count = 0;
   std::int64_t begin(std::int64_t b) const;  // the first row of block b; begin(count) == rows

@@ -262,6 +262,12 @@ TEST_CASE("a thread's rows run in the fewest blocks of at most mc, their slivers
   CHECK(sizes(sgemm_row_blocks(1024, 84, 84)) == twelve);
   CHECK(sgemm_row_blocks(0, 168, 6).count == 0);
   CHECK(sgemm_row_blocks(0, 168, 6).begin(0) == 0);
+  // Blocks that are not whole units are refused, by name.
+  for (const auto& [mc, unit] : {std::pair<std::int64_t, std::int64_t>{168, 0}, {4, 6}, {170, 6}}) {
+    INFO("mc " << mc << ", unit " << unit);
+    REQUIRE_THROWS_WITH(sgemm_row_blocks(100, mc, unit), Catch::Contains("sgemm_row_blocks") &&
+                                                             Catch::Contains("not whole units"));
+  }
   for (const std::int64_t mr : {6, 14}) {
     for (std::int64_t mc = mr; mc <= 8 * mr; mc += mr) {
       for (const std::int64_t unit : {mr, mc}) {
